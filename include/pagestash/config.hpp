@@ -1,0 +1,30 @@
+#pragma once
+// Portability macros shared by every header. Host-only code (g++) and CUDA code (nvcc)
+// see the same functions: PAGESTASH_HOST_DEVICE expands to __host__ __device__ only
+// under a CUDA compiler.
+
+#include <pagestash/version.hpp>
+
+#if defined(__CUDACC__)
+#  define PAGESTASH_HOST_DEVICE __host__ __device__
+#  define PAGESTASH_DEVICE __device__
+#else
+#  define PAGESTASH_HOST_DEVICE
+#  define PAGESTASH_DEVICE
+#endif
+
+
+#define PAGESTASH_PP_CAT_(a, b) a##b
+#define PAGESTASH_PP_CAT(a, b) PAGESTASH_PP_CAT_(a, b)
+#define PAGESTASH_ABI_NAMESPACE                                                        \
+  PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(v, PAGESTASH_VERSION_MAJOR), _), \
+                   PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(PAGESTASH_VERSION_MINOR, _), PAGESTASH_VERSION_PATCH))
+
+// Everything lives in a versioned inline namespace (as CUB does), so two libraries built
+// against different pagestash versions never share a kernel or function symbol.
+#define PAGESTASH_NAMESPACE_BEGIN \
+  namespace pagestash {           \
+  inline namespace PAGESTASH_ABI_NAMESPACE {
+#define PAGESTASH_NAMESPACE_END \
+  }                             \
+  }

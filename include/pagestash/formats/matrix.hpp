@@ -1,0 +1,159 @@
+#pragma once
+// Reference quantize / dequantize of a row-major [M, K] matrix in compact storage.
+//
+//   rowwise      blocks run along K (one scale per row and block of K)
+//   columnwise   blocks run along M (one scale per column and block of M)
+//
+// Compact storage (no padding; layouts add padding and swizzling on top):
+//
+//   format  direction    data                      scales
+//   MXFP8   rowwise      [M, K]     bytes          [M, K/32]
+//   MXFP8   columnwise   [M, K]     bytes          [M/32, K]
+//   NVFP4   rowwise      [M, K/2]   packed bytes   [M, K/16]    + FP32 amax
+//   NVFP4   columnwise   [K, M/2]   packed bytes   [K, M/16]    + FP32 amax (transposed)
+//
+// The unit of work is one block ("line" = row for rowwise, column for columnwise); the same
+// host+device function serves the host loop below and any device kernel.
+
+#include <pagestash/formats/block.hpp>
+
+#include <cuda/std/cstddef>
+
+#include <stdexcept>
+#include <string>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+enum class Direction { rowwise, columnwise };
+
+/// Compact storage of one quantized [rows, cols] matrix. `amax` is used by NVFP4 only.
+template <class Format>
+struct QuantizedMatrix {
+  cuda::std::uint8_t* data = nullptr;
+  cuda::std::uint8_t* scales = nullptr;
+  float* amax = nullptr;
+  cuda::std::int64_t rows = 0;
+  cuda::std::int64_t cols = 0;
+  Direction direction = Direction::rowwise;
+
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_count() const {
+    return direction == Direction::rowwise ? rows : cols;
+  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_length() const {
+    return direction == Direction::rowwise ? cols : rows;
+  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t blocks_per_line() const {
+    return line_length() / Format::block_size;
+  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t data_bytes() const { return rows * cols * Format::element_bits / 8; }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_bytes() const { return line_count() * blocks_per_line(); }
+
+  /// Element (line, pos) of the source matrix, as an index into row-major [M, K].
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t source_index(cuda::std::int64_t line, cuda::std::int64_t pos) const {
+    return direction == Direction::rowwise ? line * cols + pos : pos * cols + line;
+  }
+  /// Element (line, pos) in the data buffer, counted in elements (a packed FP4 byte holds
+  /// elements 2i and 2i+1). Transposed formats store every direction line-major.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t data_index(cuda::std::int64_t line, cuda::std::int64_t pos) const {
+    return Format::transposed_columnwise ? line * line_length() + pos : source_index(line, pos);
+  }
+  /// Scale of block b of a line, as a byte index into the scale buffer.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_index(cuda::std::int64_t line, cuda::std::int64_t block) const {
+    if (Format::transposed_columnwise || direction == Direction::rowwise) return line * blocks_per_line() + block;
+    return block * cols + line;  // MXFP8 columnwise: [M/32, K]
+  }
+};
+
+namespace detail {
+
+template <class Format>
+PAGESTASH_HOST_DEVICE typename Format::element_type load_element(const QuantizedMatrix<Format>& q,
+                                                                 cuda::std::int64_t index) {
+  using Element = typename Format::element_type;
+  if constexpr (Format::element_bits == 4) {
+    const E2M1x2 pair{q.data[index / 2]};
+    return index % 2 == 0 ? pair.first() : pair.second();
+  } else {
+    return Element::from_bits(q.data[index]);
+  }
+}
+
+template <class Format>
+PAGESTASH_HOST_DEVICE void store_element(const QuantizedMatrix<Format>& q, cuda::std::int64_t index,
+                                         typename Format::element_type e) {
+  if constexpr (Format::element_bits == 4) {
+    cuda::std::uint8_t& byte = q.data[index / 2];
+    const int shift = index % 2 == 0 ? 0 : 4;
+    byte = static_cast<cuda::std::uint8_t>((byte & ~(0xF << shift)) | ((e.bits & 0xF) << shift));
+  } else {
+    q.data[index] = e.bits;
+  }
+}
+
+}  // namespace detail
+
+/// Quantizes block `block` of line `line` of the row-major [q.rows, q.cols] source.
+template <class Format, class Source>
+PAGESTASH_HOST_DEVICE void quantize_matrix_block(const Source* source, const QuantizedMatrix<Format>& q,
+                                                 typename Format::TensorScale tensor, cuda::std::int64_t line,
+                                                 cuda::std::int64_t block) {
+  constexpr int n = Format::block_size;
+  float values[n];
+  typename Format::element_type codes[n];
+  for (int i = 0; i < n; ++i) values[i] = to_float(source[q.source_index(line, block * n + i)]);
+  const auto scale = quantize_block(Format{}, values, tensor, codes);
+  for (int i = 0; i < n; ++i) detail::store_element(q, q.data_index(line, block * n + i), codes[i]);
+  q.scales[q.scale_index(line, block)] = scale.bits;
+}
+
+/// Dequantizes block `block` of line `line` into the row-major [q.rows, q.cols] float output.
+template <class Format>
+PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>& q, typename Format::TensorScale tensor,
+                                                   float* out, cuda::std::int64_t line, cuda::std::int64_t block) {
+  constexpr int n = Format::block_size;
+  float values[n];
+  typename Format::element_type codes[n];
+  for (int i = 0; i < n; ++i) codes[i] = detail::load_element(q, q.data_index(line, block * n + i));
+  const auto scale = Format::scale_type::from_bits(q.scales[q.scale_index(line, block)]);
+  dequantize_block(Format{}, codes, scale, tensor, values);
+  for (int i = 0; i < n; ++i) out[q.source_index(line, block * n + i)] = values[i];
+}
+
+/// Host check of a matrix description; throws std::invalid_argument naming the problem.
+template <class Format>
+void validate(const QuantizedMatrix<Format>& q) {
+  if (q.rows < 0 || q.cols < 0) throw std::invalid_argument("QuantizedMatrix: negative shape");
+  if (q.line_length() % Format::block_size != 0) {
+    throw std::invalid_argument(std::string("QuantizedMatrix: ") +
+                                (q.direction == Direction::rowwise ? "cols" : "rows") + " = " +
+                                std::to_string(q.line_length()) + " is not a multiple of the block size " +
+                                std::to_string(Format::block_size));
+  }
+  if (q.rows * q.cols > 0 && (q.data == nullptr || q.scales == nullptr))
+    throw std::invalid_argument("QuantizedMatrix: data or scales is null");
+  if (cuda::std::is_same_v<Format, NVFP4> && q.amax == nullptr)
+    throw std::invalid_argument("QuantizedMatrix<NVFP4>: amax is null");
+}
+
+/// Quantizes a whole row-major source on the host. For NVFP4 the tensor amax is computed
+/// from the source and stored in *q.amax.
+template <class Format, class Source>
+void quantize_matrix(const Source* source, const QuantizedMatrix<Format>& q) {
+  validate(q);
+  const float amax = detail::abs_max(source, q.rows * q.cols);
+  if (q.amax != nullptr) *q.amax = amax;
+  const auto tensor = Format::TensorScale::from_amax(amax);
+  for (cuda::std::int64_t line = 0; line < q.line_count(); ++line)
+    for (cuda::std::int64_t b = 0; b < q.blocks_per_line(); ++b) quantize_matrix_block(source, q, tensor, line, b);
+}
+
+/// Dequantizes a whole matrix on the host into row-major float [rows, cols].
+template <class Format>
+void dequantize_matrix(const QuantizedMatrix<Format>& q, float* out) {
+  validate(q);
+  const auto tensor = Format::TensorScale::from_amax(q.amax != nullptr ? *q.amax : 0.0f);
+  for (cuda::std::int64_t line = 0; line < q.line_count(); ++line)
+    for (cuda::std::int64_t b = 0; b < q.blocks_per_line(); ++b) dequantize_matrix_block(q, tensor, out, line, b);
+}
+
+PAGESTASH_NAMESPACE_END

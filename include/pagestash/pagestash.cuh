@@ -1,0 +1,6 @@
+#pragma once
+// Everything in pagestash, for CUDA translation units (nvcc).
+
+#include <pagestash/pagestash.hpp>
+
+#include <pagestash/cuda/error.hpp>

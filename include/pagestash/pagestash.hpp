@@ -9,3 +9,5 @@
 #include <pagestash/formats/block.hpp>
 #include <pagestash/formats/matrix.hpp>
 #include <pagestash/formats/scalar.hpp>
+
+#include <pagestash/layouts/layouts.hpp>

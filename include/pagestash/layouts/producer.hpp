@@ -1,0 +1,167 @@
+#pragma once
+// Reference producers: fill any layout from a BF16 [token_rows, hidden] source and per-group
+// counts, quantizing with the formats layer, and leave a poison byte everywhere outside the
+// live region. Tests, examples and benchmarks use them to make real inputs.
+//
+// The unit of work is one byte of one group's block (produced_byte), host+device: the host
+// loop below and the CUDA kernel in producer.cuh run the same function. Rows of the source
+// beyond a group's count read as zero, so partial granules hold well-defined bytes.
+
+#include <pagestash/layouts/view.hpp>
+
+#include <cstring>
+#include <vector>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+/// What the per-byte producer reads; every pointer is readable where it runs.
+struct ProducerInput {
+  const BF16* source = nullptr;                 ///< [token_rows, hidden]
+  const cuda::std::int32_t* counts = nullptr;   ///< G live counts
+  const cuda::std::int64_t* group_rows = nullptr;  ///< G: first source row of each group
+  const float* group_amax = nullptr;            ///< G: per-group amax (NVFP4 layouts)
+};
+
+namespace detail {
+
+template <class T>
+PAGESTASH_HOST_DEVICE T convert_from_float(float x) {
+  if constexpr (cuda::std::is_same_v<T, float>) return x;
+  else return T::from_float(x);
+}
+
+/// Value of element (token, k) of group g: the source inside the count, zero outside.
+template <class Layout>
+PAGESTASH_HOST_DEVICE float group_value(const GroupedView<Layout>& v, const ProducerInput& in, cuda::std::int32_t g,
+                                        cuda::std::int64_t token, cuda::std::int64_t k) {
+  if (token >= in.counts[g]) return 0.0f;
+  return in.source[(in.group_rows[g] + token) * v.hidden + k].to_float();
+}
+
+/// Quantizes the block of Layout's format that starts at (token, k) of group g, along the
+/// layout's block direction.
+template <class Layout>
+PAGESTASH_HOST_DEVICE typename Layout::format::scale_type quantize_group_block(
+    const GroupedView<Layout>& v, const ProducerInput& in, cuda::std::int32_t g, cuda::std::int64_t token,
+    cuda::std::int64_t k, typename Layout::format::element_type* codes) {
+  using F = typename Layout::format;
+  float values[F::block_size];
+  for (int i = 0; i < F::block_size; ++i) {
+    values[i] = Layout::direction == Direction::columnwise ? group_value(v, in, g, token + i, k)
+                                                           : group_value(v, in, g, token, k + i);
+  }
+  const auto tensor = F::TensorScale::from_amax(in.group_amax != nullptr ? in.group_amax[g] : 0.0f);
+  return quantize_block(F{}, values, tensor, codes);
+}
+
+template <class Layout>
+PAGESTASH_HOST_DEVICE cuda::std::uint8_t quantized_byte(const GroupedView<Layout>& v, const ProducerInput& in,
+                                                        BufferRole role, cuda::std::int32_t g, const BlockShape& blk,
+                                                        cuda::std::int64_t r, cuda::std::int64_t c) {
+  using F = typename Layout::format;
+  constexpr int b = F::block_size;
+  constexpr bool columnwise = Layout::direction == Direction::columnwise;
+  const cuda::std::int64_t token_index = blk.token_axis == TokenAxis::rows ? r : c;
+  const cuda::std::int64_t other = blk.token_axis == TokenAxis::rows ? c : r;
+  typename F::element_type codes[b];
+  if (role == BufferRole::scales) {
+    // Columnwise: one scale per (k, 32 or 16 tokens); rowwise: per (token, block of k).
+    // Indices past the real hidden size are TE's padding and hold zero.
+    if (columnwise) {
+      if (other >= v.hidden) return 0;
+      return quantize_group_block(v, in, g, token_index * b, other, codes).bits;
+    }
+    if (other >= v.hidden / b) return 0;
+    return quantize_group_block(v, in, g, token_index, other * b, codes).bits;
+  }
+  // Data: one FP8 code, or two FP4 codes packed along the block direction.
+  constexpr int per_byte = 8 / F::element_bits;
+  const cuda::std::int64_t token = columnwise ? token_index * per_byte : token_index;
+  const cuda::std::int64_t k = columnwise ? other : other * per_byte;
+  const cuda::std::int64_t along = columnwise ? token : k;  // position along the block direction
+  const cuda::std::int64_t start = along - along % b;
+  quantize_group_block(v, in, g, columnwise ? start : token, columnwise ? k : start, codes);
+  const int i = static_cast<int>(along % b);
+  if constexpr (per_byte == 2) return E2M1x2::pack(codes[i], codes[i + 1]).bits;
+  else return codes[i].bits;
+}
+
+}  // namespace detail
+
+/// Byte (r, c) of group g's block of one buffer. Only called inside the live region.
+template <class Layout>
+PAGESTASH_HOST_DEVICE cuda::std::uint8_t produced_byte(const GroupedView<Layout>& v, const ProducerInput& in,
+                                                       BufferRole role, cuda::std::int32_t g, const BlockShape& blk,
+                                                       cuda::std::int64_t r, cuda::std::int64_t c) {
+  if constexpr (Layout::has(BufferRole::scales)) {
+    return detail::quantized_byte(v, in, role, g, blk, r, c);
+  } else {  // unquantized: the element converted from BF16, byte by byte
+    using T = typename Layout::data_type;
+    constexpr cuda::std::int64_t size = sizeof(T);
+    const T value = detail::convert_from_float<T>(detail::group_value(v, in, g, r, c / size));
+    cuda::std::uint8_t bytes[size];
+    memcpy(bytes, &value, size);
+    return bytes[c % size];
+  }
+}
+
+/// Group g's block of one buffer: its shape and where it starts in the buffer.
+template <class Layout>
+PAGESTASH_HOST_DEVICE void group_block(const GroupedView<Layout>& v, const ProducerInput& in, BufferRole role,
+                                       cuda::std::int32_t g, BlockShape& shape, cuda::std::int64_t& base) {
+  const BufferGeometry geo = v.geometry(role);
+  if (Layout::placement::packed) {
+    // Packed: group g is its own block of m_g tokens, after the blocks of the groups before it.
+    shape = Layout::block(role, in.counts[g], v.hidden);
+    base = in.group_rows[g] / geo.granule_tokens() * geo.block.bytes();
+  } else {
+    shape = geo.block;
+    base = g * geo.block.bytes();
+  }
+}
+
+/// Host producer. `counts` is host memory. Fills every buffer the layout has (the view's
+/// pointers are host memory): poison outside the live region, produced bytes inside it.
+template <class Layout>
+void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::int32_t* counts,
+             cuda::std::uint8_t poison) {
+  validate_shape(v);
+  std::vector<cuda::std::int64_t> group_rows(v.groups);
+  std::vector<float> group_amax(v.groups, 0.0f);
+  cuda::std::int64_t next = 0;
+  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
+    if (counts[g] < 0 || (Layout::placement::packed ? next + counts[g] > v.max_tokens : counts[g] > v.max_tokens))
+      throw std::invalid_argument("produce: count of group " + std::to_string(g) + " = " +
+                                  std::to_string(counts[g]) + " does not fit max_tokens");
+    if (counts[g] % v.count_alignment() != 0)
+      throw std::invalid_argument("produce: count of group " + std::to_string(g) + " = " +
+                                  std::to_string(counts[g]) + " is not a multiple of the packed alignment " +
+                                  std::to_string(v.count_alignment()));
+    group_rows[g] = Layout::placement::packed ? next : g * v.max_tokens;
+    next += counts[g];
+    group_amax[g] = detail::abs_max(source + group_rows[g] * v.hidden, counts[g] * v.hidden);
+  }
+  const ProducerInput in{source, counts, group_rows.data(), group_amax.data()};
+
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    if (!Layout::has(role)) continue;
+    auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
+    std::memset(bytes, poison, static_cast<std::size_t>(v.buffer_bytes(role)));
+    if (role == BufferRole::amax) {
+      std::memcpy(bytes, group_amax.data(), sizeof(float) * static_cast<std::size_t>(v.groups));
+      continue;
+    }
+    for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
+      BlockShape blk;
+      cuda::std::int64_t base = 0;
+      group_block(v, in, role, g, blk, base);
+      const cuda::std::int64_t live = blk.live_indices(counts[g]);
+      const bool token_rows = blk.token_axis == TokenAxis::rows;
+      for (cuda::std::int64_t r = 0; r < (token_rows ? live : blk.rows); ++r)
+        for (cuda::std::int64_t c = 0; c < (token_rows ? blk.cols : live); ++c)
+          bytes[base + blk.offset(r, c)] = produced_byte(v, in, role, g, blk, r, c);
+    }
+  }
+}
+
+PAGESTASH_NAMESPACE_END

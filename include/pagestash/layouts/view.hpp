@@ -1,0 +1,95 @@
+#pragma once
+// GroupedView<Layout>: a trivially copyable, non-owning view of one grouped tensor, passed by
+// value to kernels. The counts live in device memory (host memory for the host executor)
+// and are never read on the host by the stash.
+
+#include <pagestash/detail/layout_common.hpp>
+#include <pagestash/layouts/stash_traits.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+template <class Layout>
+struct GroupedView {
+  using layout = Layout;
+  using data_type = typename Layout::data_type;
+  using scale_type = typename Layout::scale_type;
+
+  data_type* data = nullptr;
+  scale_type* scales = nullptr;  ///< unused (void*) for layouts without scales
+  float* amax = nullptr;         ///< one FP32 per group; NVFP4 only
+  const cuda::std::int32_t* counts = nullptr;  ///< G live token counts
+  cuda::std::int64_t max_tokens = 0;  ///< packed: rows allocated in all; capacity-padded: rows per group
+  cuda::std::int64_t hidden = 0;
+  cuda::std::int32_t groups = 1;
+
+  PAGESTASH_HOST_DEVICE void* buffer(BufferRole role) const {
+    return role == BufferRole::data ? static_cast<void*>(data)
+                                    : (role == BufferRole::scales ? static_cast<void*>(scales) : static_cast<void*>(amax));
+  }
+  PAGESTASH_HOST_DEVICE BufferGeometry geometry(BufferRole role) const {
+    return detail::make_geometry<Layout>(role, max_tokens, hidden, groups);
+  }
+  /// Size of the buffer's allocation (0 for a buffer the layout does not have).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t buffer_bytes(BufferRole role) const { return geometry(role).total_bytes; }
+  /// Packed layouts need every count to be a multiple of this; capacity-padded ones do not.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment() const {
+    return Layout::placement::packed ? detail::largest_granule<Layout>(hidden) : 1;
+  }
+  /// Rows of the token space: where group g's rows start in a [rows, hidden] source.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t token_rows() const {
+    return Layout::placement::packed ? max_tokens : groups * max_tokens;
+  }
+};
+
+/// Byte alignment every buffer pointer must have (16-byte vector copies).
+inline constexpr std::uintptr_t buffer_alignment = 16;
+
+namespace detail {
+[[noreturn]] inline void invalid_view(const char* layout, const std::string& what) {
+  throw std::invalid_argument(std::string("GroupedView<") + layout + ">: " + what);
+}
+}  // namespace detail
+
+/// Host checks of the shape: throws std::invalid_argument naming the field and its value.
+template <class Layout>
+void validate_shape(const GroupedView<Layout>& v) {
+  const char* n = Layout::name;
+  if (v.groups < 1) detail::invalid_view(n, "groups = " + std::to_string(v.groups) + " must be at least 1");
+  if (v.hidden < 1) detail::invalid_view(n, "hidden = " + std::to_string(v.hidden) + " must be positive");
+  if (v.max_tokens < 0) detail::invalid_view(n, "max_tokens = " + std::to_string(v.max_tokens) + " is negative");
+  if (v.hidden % Layout::hidden_multiple != 0)
+    detail::invalid_view(n, "hidden = " + std::to_string(v.hidden) + " is not a multiple of the block size " +
+                                std::to_string(Layout::hidden_multiple));
+  const cuda::std::int64_t granule =
+      Layout::token_multiple > detail::largest_granule<Layout>(v.hidden) ? Layout::token_multiple
+                                                                         : detail::largest_granule<Layout>(v.hidden);
+  if (v.max_tokens % granule != 0)
+    detail::invalid_view(n, "max_tokens = " + std::to_string(v.max_tokens) + " is not a multiple of the granule " +
+                                std::to_string(granule));
+  if (cuda::std::is_same_v<Layout, Plain<typename Layout::data_type>> && v.groups != 1)
+    detail::invalid_view(n, "groups = " + std::to_string(v.groups) + ", Plain has exactly one group");
+}
+
+/// Full host check before any launch: shape, plus every buffer that Traits saves is non-null
+/// and 16-byte aligned, and the counts pointer is set.
+template <class Traits>
+void validate(const GroupedView<typename Traits::layout>& v) {
+  static_assert(check_stash_traits<Traits>());
+  using Layout = typename Traits::layout;
+  validate_shape(v);
+  if (v.counts == nullptr) detail::invalid_view(Layout::name, "counts is null");
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    if (handling_of<Traits>(role) == Handling::dropped) continue;
+    const auto address = reinterpret_cast<std::uintptr_t>(v.buffer(role));
+    if (address == 0) detail::invalid_view(Layout::name, std::string(name_of(role)) + " is null");
+    if (role != BufferRole::amax && address % buffer_alignment != 0)
+      detail::invalid_view(Layout::name, std::string(name_of(role)) + " = " + std::to_string(address) +
+                                             " is not 16-byte aligned");
+  }
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,391 @@
+// Layouts: buffer sizes against TransformerEngine's shapes (written out here by hand),
+// geometry and producer agreeing byte for byte, and produced tensors dequantizing back to
+// their source within each format's error bound.
+
+#include <pagestash/layouts/layouts.hpp>
+
+#include "../common/test_data.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ps = pagestash;
+using ps::BufferRole;
+using std::int64_t;
+
+namespace {
+
+int64_t ru(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// ---- Sizes: the domain table, by hand ------------------------------------------------------
+struct Sizes {
+  int64_t data, scales, amax;
+};
+
+template <class L>
+Sizes sizes_of(int64_t M, int64_t K, int G) {
+  ps::GroupedView<L> v;
+  v.max_tokens = M;
+  v.hidden = K;
+  v.groups = G;
+  return {v.buffer_bytes(BufferRole::data), v.buffer_bytes(BufferRole::scales), v.buffer_bytes(BufferRole::amax)};
+}
+
+void check_sizes(Sizes got, Sizes want) {
+  CHECK(got.data == want.data);
+  CHECK(got.scales == want.scales);
+  CHECK(got.amax == want.amax);
+}
+
+}  // namespace
+
+TEST_CASE("buffer sizes equal TransformerEngine's shapes") {
+  const int64_t M = 384, K = 320, G = 3;  // K not a multiple of 128: padding shows
+  const int64_t Kp = ru(K, 128);
+  using ps::CapacityPadded, ps::CompactScales, ps::SwizzledScales, ps::Packed;
+
+  SUBCASE("plain and unquantized") {
+    check_sizes(sizes_of<ps::Plain<float>>(M, K, 1), {M * K * 4, 0, 0});
+    check_sizes(sizes_of<ps::RowwiseUnquantized<ps::BF16>>(M, K, G), {M * K * 2, 0, 0});
+    check_sizes(sizes_of<ps::RowwiseUnquantized<ps::FP16, CapacityPadded>>(M, K, G), {G * M * K * 2, 0, 0});
+  }
+  SUBCASE("MXFP8 columnwise: data [M, K], scales [roundup(M/32, 4), roundup(K, 128)]") {
+    const Sizes te{M * K, ru(M / 32, 4) * Kp, 0};
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, Packed, SwizzledScales>>(M, K, G), te);
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::MXFP8_E5M2, Packed, CompactScales>>(M, K, G), te);
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, CapacityPadded, SwizzledScales>>(M, K, G),
+                {G * te.data, G * te.scales, 0});
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::MXFP8_E5M2, CapacityPadded, CompactScales>>(M, K, G),
+                {G * te.data, G * te.scales, 0});
+  }
+  SUBCASE("NVFP4 columnwise: data [K, M/2], scales [K, M/16] (swizzled: rows padded to 128), amax [G]") {
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, Packed, SwizzledScales>>(M, K, G),
+                {K * M / 2, Kp * ru(M / 16, 4), G * 4});
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, Packed, CompactScales>>(M, K, G),
+                {K * M / 2, K * M / 16, G * 4});
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, CapacityPadded, SwizzledScales>>(M, K, G),
+                {G * K * M / 2, G * Kp * ru(M / 16, 4), G * 4});
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, CapacityPadded, CompactScales>>(M, K, G),
+                {G * K * M / 2, G * K * M / 16, G * 4});
+  }
+  SUBCASE("rowwise quantized: scales [roundup(M, 128), roundup(K/block, 4)]") {
+    check_sizes(sizes_of<ps::RowwiseQuantized<ps::MXFP8_E4M3>>(M, K, G), {M * K, ru(M, 128) * ru(K / 32, 4), 0});
+    check_sizes(sizes_of<ps::RowwiseQuantized<ps::MXFP8_E5M2, Packed, CompactScales>>(M, K, G),
+                {M * K, ru(M, 128) * ru(K / 32, 4), 0});
+    check_sizes(sizes_of<ps::RowwiseQuantized<ps::NVFP4>>(M, K, G), {M * K / 2, ru(M, 128) * ru(K / 16, 4), G * 4});
+    check_sizes(sizes_of<ps::RowwiseQuantized<ps::NVFP4, CapacityPadded, CompactScales>>(M, K, G),
+                {G * M * K / 2, G * ru(M, 128) * ru(K / 16, 4), G * 4});
+  }
+}
+
+TEST_CASE("swizzled tile offsets follow cuBLAS's 128x4 scale-factor layout") {
+  // Inside a tile: row r at (r % 32) * 16 + (r / 32) * 4, column c adds c; tiles are stored
+  // row-block-major, 512 bytes each. Matrix of 256 rows x 8 columns: 2 x 2 tiles.
+  const int64_t cols = 8;
+  CHECK(ps::SwizzleTile::offset(0, 0, cols) == 0);
+  CHECK(ps::SwizzleTile::offset(0, 3, cols) == 3);
+  CHECK(ps::SwizzleTile::offset(1, 0, cols) == 16);
+  CHECK(ps::SwizzleTile::offset(31, 2, cols) == 31 * 16 + 2);
+  CHECK(ps::SwizzleTile::offset(32, 0, cols) == 4);
+  CHECK(ps::SwizzleTile::offset(127, 3, cols) == 31 * 16 + 3 * 4 + 3);
+  CHECK(ps::SwizzleTile::offset(0, 4, cols) == 512);
+  CHECK(ps::SwizzleTile::offset(128, 0, cols) == 1024);
+  CHECK(ps::SwizzleTile::offset(255, 7, cols) == 3 * 512 + 511);
+  // A bijection onto [0, rows * cols).
+  std::vector<int> hits(256 * cols, 0);
+  for (int64_t r = 0; r < 256; ++r)
+    for (int64_t c = 0; c < cols; ++c) ++hits[static_cast<std::size_t>(ps::SwizzleTile::offset(r, c, cols))];
+  CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+}
+
+namespace {
+
+// ---- A produced tensor in host memory -------------------------------------------------------
+template <class L>
+struct HostTensor {
+  ps::GroupedView<L> view;
+  std::vector<std::uint8_t> data, scales;
+  std::vector<float> amax;
+  std::vector<std::int32_t> counts;
+
+  HostTensor(int64_t max_tokens, int64_t hidden, int groups, std::vector<std::int32_t> c) : counts(std::move(c)) {
+    view.max_tokens = max_tokens;
+    view.hidden = hidden;
+    view.groups = groups;
+    data.resize(static_cast<std::size_t>(view.buffer_bytes(BufferRole::data)));
+    scales.resize(static_cast<std::size_t>(view.buffer_bytes(BufferRole::scales)));
+    amax.resize(static_cast<std::size_t>(view.buffer_bytes(BufferRole::amax) / 4));
+    view.data = reinterpret_cast<typename L::data_type*>(data.data());
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view.scales = reinterpret_cast<typename L::scale_type*>(scales.data());
+    view.amax = amax.empty() ? nullptr : amax.data();
+    view.counts = counts.data();
+  }
+  std::uint8_t* bytes(BufferRole role) { return static_cast<std::uint8_t*>(view.buffer(role)); }
+};
+
+/// Random counts: 0, full capacity and values between, respecting the packed alignment.
+template <class L>
+std::vector<std::int32_t> random_counts(const ps::GroupedView<L>& v, std::mt19937& rng) {
+  const int64_t align = v.count_alignment();
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(v.groups));
+  int64_t left = v.max_tokens;
+  for (int g = 0; g < v.groups; ++g) {
+    const int64_t cap = L::placement::packed ? left : v.max_tokens;
+    const int pick = std::uniform_int_distribution<int>(0, 5)(rng);
+    int64_t m = pick == 0 ? 0 : (pick == 1 ? cap : std::uniform_int_distribution<int64_t>(0, cap)(rng));
+    m = m / align * align;
+    counts[static_cast<std::size_t>(g)] = static_cast<std::int32_t>(m);
+    left -= L::placement::packed ? m : 0;
+  }
+  return counts;
+}
+
+std::vector<ps::BF16> random_source(int64_t rows, int64_t hidden, std::uint32_t seed) {
+  std::vector<ps::BF16> s;
+  for (float x : pagestash_test::random_activations(static_cast<std::size_t>(rows * hidden), seed, 2.0f))
+    s.push_back(ps::BF16::from_float(x == 0.0f ? 0.5f : x));  // non-zero data
+  return s;
+}
+
+// Geometry and producer agree both ways: bytes inside the runs are written (two poisons give
+// the same bytes), bytes outside keep the poison; runs stay in bounds and never overlap.
+template <class L>
+void check_geometry_matches_producer(int64_t max_tokens, int64_t hidden, int groups, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 6; ++trial) {
+    HostTensor<L> probe(max_tokens, hidden, groups, std::vector<std::int32_t>(groups, 0));
+    const auto counts = random_counts(probe.view, rng);
+    CAPTURE(trial);
+    const auto source = random_source(probe.view.token_rows(), hidden, seed + trial);
+    HostTensor<L> a(max_tokens, hidden, groups, counts), b(max_tokens, hidden, groups, counts);
+    ps::produce(a.view, source.data(), counts.data(), 0xA5);
+    ps::produce(b.view, source.data(), counts.data(), 0x5A);
+    for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+      if (!L::has(role)) continue;
+      CAPTURE(ps::name_of(role));
+      const ps::BufferGeometry geo = a.view.geometry(role);
+      std::vector<int> live(static_cast<std::size_t>(geo.total_bytes), 0);
+      for (int64_t i = 0; i < geo.run_count(); ++i) {
+        const ps::ByteRun run = geo.run(i, counts.data());
+        REQUIRE(run.offset >= 0);
+        REQUIRE(run.offset + run.bytes <= geo.total_bytes);
+        for (int64_t j = 0; j < run.bytes; ++j) ++live[static_cast<std::size_t>(run.offset + j)];
+      }
+      int64_t outside_changed = 0, inside_unwritten = 0, overlapping = 0, live_bytes = 0;
+      for (std::size_t j = 0; j < live.size(); ++j) {
+        overlapping += live[j] > 1;
+        live_bytes += live[j] > 0;
+        if (live[j] == 0) outside_changed += a.bytes(role)[j] != 0xA5 || b.bytes(role)[j] != 0x5A;
+        else inside_unwritten += a.bytes(role)[j] != b.bytes(role)[j];
+      }
+      CHECK(overlapping == 0);
+      CHECK(outside_changed == 0);
+      CHECK(inside_unwritten == 0);
+      CHECK(live_bytes == geo.live_bytes(counts.data()));
+    }
+  }
+}
+
+// Reads element (token, k) of group g back from the layout's buffers and dequantizes it.
+template <class L>
+float read_element(HostTensor<L>& t, int g, int64_t token, int64_t k, const ps::ProducerInput& in) {
+  ps::BlockShape data_blk, scale_blk;
+  int64_t data_base = 0, scale_base = 0;
+  ps::group_block(t.view, in, BufferRole::data, g, data_blk, data_base);
+  if constexpr (!L::has(BufferRole::scales)) {
+    typename L::data_type value;
+    std::memcpy(&value, t.bytes(BufferRole::data) + data_base + data_blk.offset(token, k * int64_t{sizeof(value)}),
+                sizeof(value));
+    return ps::to_float(value);
+  } else {
+    using F = typename L::format;
+    ps::group_block(t.view, in, BufferRole::scales, g, scale_blk, scale_base);
+    const bool col = L::direction == ps::Direction::columnwise;
+    // Data byte and nibble: the token axis index is token (or token / 2 for packed FP4).
+    constexpr int per_byte = 8 / F::element_bits;
+    const int64_t along = col ? token : k;
+    const int64_t token_index = col ? token / per_byte : token;
+    const int64_t other = col ? k : k / per_byte;
+    const int64_t r = data_blk.token_axis == ps::TokenAxis::rows ? token_index : other;
+    const int64_t c = data_blk.token_axis == ps::TokenAxis::rows ? other : token_index;
+    const std::uint8_t byte = t.bytes(BufferRole::data)[data_base + data_blk.offset(r, c)];
+    const std::uint8_t code = per_byte == 2 ? ((along % 2) ? byte >> 4 : byte & 0xF) : byte;
+    // Scale: columnwise (k, token / block), rowwise (token, k / block).
+    const int64_t s_token_index = col ? token / F::block_size : token;
+    const int64_t s_other = col ? k : k / F::block_size;
+    const int64_t sr = scale_blk.token_axis == ps::TokenAxis::rows ? s_token_index : s_other;
+    const int64_t sc = scale_blk.token_axis == ps::TokenAxis::rows ? s_other : s_token_index;
+    const auto scale = F::scale_type::from_bits(t.bytes(BufferRole::scales)[scale_base + scale_blk.offset(sr, sc)]);
+    float codes_out[F::block_size];
+    typename F::element_type codes[F::block_size] = {};
+    codes[0] = F::element_type::from_bits(code);
+    const auto tensor = F::TensorScale::from_amax(t.amax.empty() ? 0.0f : t.amax[static_cast<std::size_t>(g)]);
+    ps::dequantize_block(F{}, codes, scale, tensor, codes_out);
+    return codes_out[0];
+  }
+}
+
+template <class L>
+void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  HostTensor<L> t(max_tokens, hidden, groups, std::vector<std::int32_t>(groups, 0));
+  t.counts = random_counts(t.view, rng);
+  // At least one element in group 0; packed groups after it shrink to fit max_tokens.
+  t.counts[0] = static_cast<std::int32_t>(std::max<int64_t>(t.counts[0], t.view.count_alignment()));
+  int64_t left = max_tokens - t.counts[0];
+  for (std::size_t g = 1; L::placement::packed && g < t.counts.size(); ++g) {
+    t.counts[g] = static_cast<std::int32_t>(std::min<int64_t>(t.counts[g], left));
+    left -= t.counts[g];
+  }
+  t.view.counts = t.counts.data();
+  const auto source = random_source(t.view.token_rows(), hidden, seed);
+  ps::produce(t.view, source.data(), t.counts.data(), 0xEE);
+
+  std::vector<int64_t> rows(static_cast<std::size_t>(groups));
+  for (int g = 0, next = 0; g < groups; next += t.counts[static_cast<std::size_t>(g)], ++g)
+    rows[static_cast<std::size_t>(g)] = L::placement::packed ? next : g * max_tokens;
+  const ps::ProducerInput in{source.data(), t.counts.data(), rows.data(), nullptr};
+  int64_t checked = 0, bad = 0;
+  for (int g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < t.counts[static_cast<std::size_t>(g)]; ++i) {
+      for (int64_t k = 0; k < hidden; ++k) {
+        const float x = source[static_cast<std::size_t>((rows[static_cast<std::size_t>(g)] + i) * hidden + k)].to_float();
+        const float y = read_element(t, g, i, k, in);
+        double bound = 0;  // unquantized: exact for BF16 -> BF16/float, FP16 rounding otherwise
+        if constexpr (std::is_same_v<typename L::data_type, ps::FP16>) bound = std::fabs(x) / 2048;
+        if constexpr (L::has(BufferRole::scales)) {
+          // The block formats' bounds (see formats_block_test.cpp): element rounding relative
+          // to |x|, plus the smallest step relative to the block's amax.
+          using F = typename L::format;
+          const bool col = L::direction == ps::Direction::columnwise;
+          double block_amax = 0;
+          for (int j = 0; j < F::block_size; ++j) {
+            const int64_t ti = col ? i - i % F::block_size + j : i;
+            const int64_t kj = col ? k : k - k % F::block_size + j;
+            if (ti < t.counts[static_cast<std::size_t>(g)])
+              block_amax = std::max<double>(block_amax, std::fabs(source[static_cast<std::size_t>(
+                                                            (rows[static_cast<std::size_t>(g)] + ti) * hidden + kj)]
+                                                            .to_float()));
+          }
+          bound = std::is_same_v<F, ps::NVFP4> ? 0.25 * std::fabs(x) + 0.06 * block_amax
+                                               : 0.125 * std::fabs(x) + block_amax / 1024;
+        }
+        ++checked;
+        if (!(std::fabs(static_cast<double>(y) - x) <= bound) && ++bad <= 3)
+          FAIL_CHECK("group " << g << " token " << i << " k " << k << ": source " << x << " read " << y);
+      }
+    }
+  }
+  CHECK(checked > 0);
+  CHECK(bad == 0);
+}
+
+template <class L>
+void check_layout(int64_t max_tokens, int64_t hidden, int groups, std::uint32_t seed) {
+  check_geometry_matches_producer<L>(max_tokens, hidden, groups, seed);
+  check_dequantized<L>(max_tokens, hidden, groups, seed + 100);
+}
+
+}  // namespace
+
+using ps::CapacityPadded, ps::CompactScales, ps::SwizzledScales, ps::Packed;
+
+TEST_CASE("layout Plain") {
+  check_layout<ps::Plain<float>>(64, 24, 1, 1);
+  check_layout<ps::Plain<ps::BF16>>(48, 40, 1, 2);
+}
+TEST_CASE("layout RowwiseUnquantized BF16/FP16, packed and capacity-padded") {
+  check_layout<ps::RowwiseUnquantized<ps::BF16>>(96, 40, 4, 3);
+  check_layout<ps::RowwiseUnquantized<ps::FP16>>(96, 40, 3, 4);
+  check_layout<ps::RowwiseUnquantized<ps::BF16, CapacityPadded>>(32, 40, 4, 5);
+  check_layout<ps::RowwiseUnquantized<ps::FP16, CapacityPadded>>(32, 40, 1, 6);
+}
+TEST_CASE("layout ColumnwiseQuantized MXFP8") {
+  check_layout<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, Packed, SwizzledScales>>(512, 160, 3, 7);
+  check_layout<ps::ColumnwiseQuantized<ps::MXFP8_E5M2, Packed, CompactScales>>(256, 96, 4, 8);
+  check_layout<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, CapacityPadded, SwizzledScales>>(256, 160, 3, 9);
+  check_layout<ps::ColumnwiseQuantized<ps::MXFP8_E5M2, CapacityPadded, CompactScales>>(128, 96, 3, 10);
+}
+TEST_CASE("layout ColumnwiseQuantized NVFP4 (transposed)") {
+  check_layout<ps::ColumnwiseQuantized<ps::NVFP4, Packed, SwizzledScales>>(384, 144, 3, 11);
+  check_layout<ps::ColumnwiseQuantized<ps::NVFP4, Packed, CompactScales>>(256, 80, 4, 12);
+  check_layout<ps::ColumnwiseQuantized<ps::NVFP4, CapacityPadded, SwizzledScales>>(256, 144, 3, 13);
+  check_layout<ps::ColumnwiseQuantized<ps::NVFP4, CapacityPadded, CompactScales>>(128, 80, 2, 14);
+}
+TEST_CASE("layout RowwiseQuantized MXFP8 and NVFP4") {
+  check_layout<ps::RowwiseQuantized<ps::MXFP8_E4M3, Packed, SwizzledScales>>(384, 160, 3, 15);
+  check_layout<ps::RowwiseQuantized<ps::MXFP8_E5M2, CapacityPadded, CompactScales>>(128, 96, 3, 16);
+  check_layout<ps::RowwiseQuantized<ps::NVFP4, Packed, CompactScales>>(256, 80, 3, 17);
+  check_layout<ps::RowwiseQuantized<ps::NVFP4, CapacityPadded, SwizzledScales>>(128, 144, 2, 18);
+}
+
+TEST_CASE("default StashTraits follow what backward needs") {
+  using ps::Handling;
+  using Bf = ps::StashTraits<ps::RowwiseUnquantized<ps::BF16>>;
+  CHECK((Bf::data == Handling::paged && Bf::scales == Handling::dropped && Bf::amax == Handling::dropped));
+  using Mx = ps::StashTraits<ps::ColumnwiseQuantized<ps::MXFP8_E4M3>>;
+  CHECK((Mx::data == Handling::paged && Mx::scales == Handling::paged && Mx::amax == Handling::dropped));
+  using Nv = ps::StashTraits<ps::ColumnwiseQuantized<ps::NVFP4>>;
+  CHECK((Nv::data == Handling::paged && Nv::scales == Handling::paged && Nv::amax == Handling::kept));
+  using Pl = ps::StashTraits<ps::Plain<float>>;
+  CHECK(Pl::data == Handling::paged);
+  // A custom selection: scales only (e.g. data recomputed in backward).
+  using ScalesOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4>, Handling::dropped, Handling::paged,
+                                         Handling::kept>;
+  CHECK(ps::handling_of<ScalesOnly>(BufferRole::data) == Handling::dropped);
+  CHECK(ps::handling_of<ScalesOnly>(BufferRole::scales) == Handling::paged);
+}
+
+TEST_CASE("view validation names the field and the value") {
+  using L = ps::ColumnwiseQuantized<ps::MXFP8_E4M3>;
+  using Traits = ps::StashTraits<L>;
+  HostTensor<L> t(256, 128, 2, {128, 0});
+  CHECK_NOTHROW(ps::validate<Traits>(t.view));
+  auto v = t.view;
+  v.hidden = 100;
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v),
+                       "GroupedView<ColumnwiseQuantized>: hidden = 100 is not a multiple of the block size 32",
+                       std::invalid_argument);
+  v = t.view;
+  v.max_tokens = 200;
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v),
+                       "GroupedView<ColumnwiseQuantized>: max_tokens = 200 is not a multiple of the granule 128",
+                       std::invalid_argument);
+  v = t.view;
+  v.scales = nullptr;
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized>: scales is null",
+                       std::invalid_argument);
+  v = t.view;
+  v.data = reinterpret_cast<ps::E4M3*>(t.data.data() + 1);
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), doctest::Contains("data = "), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), doctest::Contains("is not 16-byte aligned"), std::invalid_argument);
+  v = t.view;
+  v.counts = nullptr;
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized>: counts is null",
+                       std::invalid_argument);
+  v = t.view;
+  v.groups = 0;
+  CHECK_THROWS_AS(ps::validate<Traits>(v), std::invalid_argument);
+  // Dropped buffers may be null.
+  using DataOnly = ps::BufferSelection<L, ps::Handling::paged>;
+  v = t.view;
+  v.scales = nullptr;
+  CHECK_NOTHROW(ps::validate<DataOnly>(v));
+}
+
+TEST_CASE("producer rejects counts that break the packed alignment or the capacity") {
+  using L = ps::ColumnwiseQuantized<ps::MXFP8_E4M3>;
+  HostTensor<L> t(256, 64, 2, {100, 0});
+  const auto source = random_source(256, 64, 1);
+  CHECK_THROWS_WITH_AS(ps::produce(t.view, source.data(), t.counts.data(), 0),
+                       "produce: count of group 0 = 100 is not a multiple of the packed alignment 128",
+                       std::invalid_argument);
+  t.counts = {256, 128};
+  CHECK_THROWS_AS(ps::produce(t.view, source.data(), t.counts.data(), 0), std::invalid_argument);
+}

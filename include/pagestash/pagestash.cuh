@@ -4,3 +4,4 @@
 #include <pagestash/pagestash.hpp>
 
 #include <pagestash/cuda/error.hpp>
+#include <pagestash/layouts/producer.cuh>

@@ -3,6 +3,7 @@
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/formats/matrix.hpp>
 
+#include "../common/device_buffer.hpp"
 #include "../common/test_data.hpp"
 #include "format_kernels.hpp"
 
@@ -15,21 +16,7 @@ namespace ps = pagestash;
 
 namespace {
 
-template <class T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  std::size_t count;
-  explicit DeviceBuffer(std::size_t n) : count(n) { PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T) + 1)); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void upload(const std::vector<T>& v) { PAGESTASH_CUDA_TRY(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> download() const {
-    std::vector<T> v(count);
-    PAGESTASH_CUDA_TRY(cudaMemcpy(v.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-  }
-};
+using pagestash_test::DeviceBuffer;
 
 template <class Format>
 void check_device_matches_host(std::int64_t M, std::int64_t K, std::uint32_t seed) {

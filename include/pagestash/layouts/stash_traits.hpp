@@ -24,21 +24,27 @@ template <class...>
 inline constexpr bool always_false = false;
 }  // namespace detail
 
+namespace detail {
+template <class L, Handling Data, Handling Scales, Handling Amax>
+constexpr bool check_selection() {
+  static_assert(L::has(BufferRole::data) || Data == Handling::dropped,
+                "StashTraits: this layout has no data buffer; set data = Handling::dropped");
+  static_assert(L::has(BufferRole::scales) || Scales == Handling::dropped,
+                "StashTraits: this layout has no scales buffer; set scales = Handling::dropped");
+  static_assert(L::has(BufferRole::amax) || Amax == Handling::dropped,
+                "StashTraits: this layout has no amax buffer; set amax = Handling::dropped");
+  static_assert(Data == Handling::paged || Scales == Handling::paged,
+                "StashTraits: nothing is paged; set data or scales to Handling::paged");
+  static_assert(Amax != Handling::paged,
+                "StashTraits: amax is a few bytes per group; use Handling::kept, not Handling::paged");
+  return true;
+}
+}  // namespace detail
+
 /// Checks a traits type; every static_assert says what to fix. Returns true when it compiles.
 template <class Traits>
 constexpr bool check_stash_traits() {
-  using L = typename Traits::layout;
-  static_assert(L::has(BufferRole::data) || Traits::data == Handling::dropped,
-                "StashTraits: this layout has no data buffer; set data = Handling::dropped");
-  static_assert(L::has(BufferRole::scales) || Traits::scales == Handling::dropped,
-                "StashTraits: this layout has no scales buffer; set scales = Handling::dropped");
-  static_assert(L::has(BufferRole::amax) || Traits::amax == Handling::dropped,
-                "StashTraits: this layout has no amax buffer; set amax = Handling::dropped");
-  static_assert(Traits::data == Handling::paged || Traits::scales == Handling::paged,
-                "StashTraits: nothing is paged; set data or scales to Handling::paged");
-  static_assert(Traits::amax != Handling::paged,
-                "StashTraits: amax is a few bytes per group; use Handling::kept, not Handling::paged");
-  return true;
+  return detail::check_selection<typename Traits::layout, Traits::data, Traits::scales, Traits::amax>();
 }
 
 /// A checked selection of what happens to each buffer of Layout.
@@ -49,7 +55,7 @@ struct BufferSelection {
   static constexpr Handling scales = Scales;
   static constexpr Handling amax = Amax;
 
-  static_assert(check_stash_traits<BufferSelection>());
+  static_assert(detail::check_selection<Layout, Data, Scales, Amax>());
 };
 
 /// What Traits does with one buffer.

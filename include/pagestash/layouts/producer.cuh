@@ -1,0 +1,103 @@
+#pragma once
+// The reference producer as CUDA kernels: the same per-byte function as the host producer
+// (produced_byte), with the counts read on the device. Asynchronous on `stream`; the
+// scratch it needs (2 * G * 8 bytes) is stream-ordered (cudaMallocAsync).
+
+#include <pagestash/cuda/error.hpp>
+#include <pagestash/layouts/producer.hpp>
+
+#include <cuda_runtime_api.h>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+/// Group starts (prefix sums for packed placement) and the count check; one thread.
+template <class Layout>
+__global__ void producer_groups_kernel(GroupedView<Layout> v, cuda::std::int64_t* group_rows, float* group_amax,
+                                       int* status) {
+  cuda::std::int64_t next = 0;
+  int ok = 1;
+  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
+    const cuda::std::int64_t m = v.counts[g];
+    const bool fits = Layout::placement::packed ? next + m <= v.max_tokens : m <= v.max_tokens;
+    if (m < 0 || !fits || m % v.count_alignment() != 0) ok = 0;
+    group_rows[g] = Layout::placement::packed ? next : g * v.max_tokens;
+    group_amax[g] = 0.0f;
+    next += m;
+  }
+  *status = ok;
+}
+
+/// Per-group amax: non-negative floats order like their bit patterns, so atomicMax on ints.
+template <class Layout>
+__global__ void producer_amax_kernel(GroupedView<Layout> v, const BF16* source, const cuda::std::int64_t* group_rows,
+                                     float* group_amax, const int* status) {
+  if (*status == 0) return;
+  const cuda::std::int32_t g = static_cast<cuda::std::int32_t>(blockIdx.y);
+  const cuda::std::int64_t n = v.counts[g] * v.hidden;
+  float amax = 0.0f;
+  for (cuda::std::int64_t i = blockIdx.x * cuda::std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += cuda::std::int64_t{gridDim.x} * blockDim.x) {
+    amax = fmaxf(amax, fabsf(source[group_rows[g] * v.hidden + i].to_float()));
+  }
+  atomicMax(reinterpret_cast<int*>(group_amax + g), __float_as_int(amax));
+}
+
+template <class Layout>
+__global__ void producer_bytes_kernel(GroupedView<Layout> v, ProducerInput in, BufferRole role, const int* status) {
+  if (*status == 0) return;
+  const cuda::std::int32_t g = static_cast<cuda::std::int32_t>(blockIdx.y);
+  auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
+  BlockShape blk;
+  cuda::std::int64_t base = 0;
+  group_block(v, in, role, g, blk, base);
+  const cuda::std::int64_t live = blk.live_indices(in.counts[g]);
+  const bool token_rows = blk.token_axis == TokenAxis::rows;
+  const cuda::std::int64_t rows = token_rows ? live : blk.rows;
+  const cuda::std::int64_t cols = token_rows ? blk.cols : live;
+  for (cuda::std::int64_t i = blockIdx.x * cuda::std::int64_t{blockDim.x} + threadIdx.x; i < rows * cols;
+       i += cuda::std::int64_t{gridDim.x} * blockDim.x) {
+    const cuda::std::int64_t r = i / cols, c = i % cols;
+    bytes[base + blk.offset(r, c)] = produced_byte(v, in, role, g, blk, r, c);
+  }
+}
+
+}  // namespace detail
+
+/// Fills every buffer the layout has, as the host `produce` does, with device pointers
+/// throughout (view buffers, view.counts, source). When `status` is non-null it receives 1,
+/// or 0 if a count is negative, too large or breaks the packed alignment; data and scales
+/// then keep the poison everywhere (and amax reads 0).
+template <class Layout>
+void produce_on_device(const GroupedView<Layout>& v, const BF16* source, cuda::std::uint8_t poison,
+                       cudaStream_t stream, int* status = nullptr) {
+  validate_shape(v);
+  if (v.counts == nullptr) throw std::invalid_argument("produce_on_device: counts is null");
+  void* scratch = nullptr;
+  const size_t g = static_cast<size_t>(v.groups);
+  PAGESTASH_CUDA_TRY(cudaMallocAsync(&scratch, g * (sizeof(cuda::std::int64_t) + sizeof(float)) + sizeof(int), stream));
+  auto* group_rows = static_cast<cuda::std::int64_t*>(scratch);
+  auto* group_amax = reinterpret_cast<float*>(group_rows + g);
+  int* ok = status != nullptr ? status : reinterpret_cast<int*>(group_amax + g);
+
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    if (Layout::has(role))
+      PAGESTASH_CUDA_TRY(cudaMemsetAsync(v.buffer(role), poison, static_cast<size_t>(v.buffer_bytes(role)), stream));
+  }
+  detail::producer_groups_kernel<<<1, 1, 0, stream>>>(v, group_rows, group_amax, ok);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+  const dim3 grid(64, static_cast<unsigned>(v.groups));
+  detail::producer_amax_kernel<<<grid, 256, 0, stream>>>(v, source, group_rows, group_amax, ok);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+  const ProducerInput in{source, v.counts, group_rows, group_amax};
+  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    if (!Layout::has(role)) continue;
+    detail::producer_bytes_kernel<<<grid, 256, 0, stream>>>(v, in, role, ok);
+    PAGESTASH_CUDA_CHECK_LAUNCH();
+  }
+  if (Layout::has(BufferRole::amax))
+    PAGESTASH_CUDA_TRY(cudaMemcpyAsync(v.amax, group_amax, g * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  PAGESTASH_CUDA_TRY(cudaFreeAsync(scratch, stream));
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,6 +1,7 @@
 # Checks which layer may include which (docs/design.md, "Layers"). Run with -P.
 #   layer      may include (pagestash headers)
 #   formats/   config, version, detail/, formats/
+#   layouts/   config, version, detail/, formats/, layouts/, and cuda/ from .cuh only
 #   any .hpp   no .cuh (host-capable headers stay compilable by a plain C++ compiler)
 
 file(GLOB_RECURSE _headers RELATIVE "${INCLUDE_ROOT}" "${INCLUDE_ROOT}/pagestash/*.hpp" "${INCLUDE_ROOT}/pagestash/*.cuh")
@@ -14,6 +15,12 @@ foreach(_header IN LISTS _headers)
     endif()
     if(_header MATCHES "^pagestash/formats/" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats)/")
       string(APPEND _errors "  ${_header} (formats layer) includes ${_dep}\n")
+    endif()
+    if(_header MATCHES "^pagestash/layouts/.*\\.hpp$" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts)/")
+      string(APPEND _errors "  ${_header} (layouts layer) includes ${_dep}\n")
+    endif()
+    if(_header MATCHES "^pagestash/layouts/.*\\.cuh$" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts|cuda)/")
+      string(APPEND _errors "  ${_header} (layouts layer) includes ${_dep}\n")
     endif()
   endforeach()
 endforeach()

@@ -11,6 +11,21 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t round_up(cuda::std::int64_t x
   return (x + m - 1) / m * m;
 }
 
+/// What unquantized layouts share: one data buffer of T, one element per (token, hidden).
+template <class T>
+struct UnquantizedRows {
+  using data_type = T;
+  using scale_type = void;
+  static constexpr cuda::std::int64_t token_multiple = 1;   ///< max_tokens must be a multiple of this
+  static constexpr cuda::std::int64_t hidden_multiple = 1;  ///< hidden must be a multiple of this
+
+  PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) { return role == BufferRole::data; }
+
+  PAGESTASH_HOST_DEVICE static BlockShape block(BufferRole, cuda::std::int64_t tokens, cuda::std::int64_t hidden) {
+    return BlockShape{tokens, hidden * static_cast<cuda::std::int64_t>(sizeof(T)), TokenAxis::rows, 1, false};
+  }
+};
+
 /// Geometry of one buffer of Layout, for the allocation shape (max_tokens, hidden, groups).
 template <class Layout>
 PAGESTASH_HOST_DEVICE BufferGeometry make_geometry(BufferRole role, cuda::std::int64_t max_tokens,

@@ -11,33 +11,15 @@
 //                  swizzled [Kp, t/16] in 128x4 tiles      token axis: cols, 64 tokens a tile
 //          amax    [G] FP32 (one per group)
 
-#include <pagestash/detail/layout_common.hpp>
-#include <pagestash/formats/block.hpp>
-#include <pagestash/formats/matrix.hpp>
+#include <pagestash/detail/quantized_layout.hpp>
 #include <pagestash/layouts/placement.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN
 
 template <class Format, class Placement = Packed, class Scales = SwizzledScales>
-struct ColumnwiseQuantized {
-  static_assert(cuda::std::is_same_v<Format, MXFP8_E4M3> || cuda::std::is_same_v<Format, MXFP8_E5M2> ||
-                    cuda::std::is_same_v<Format, NVFP4>,
-                "pagestash::ColumnwiseQuantized<Format>: Format must be MXFP8_E4M3, MXFP8_E5M2 or NVFP4");
-  using format = Format;
-  using data_type = cuda::std::conditional_t<Format::element_bits == 4, E2M1x2, typename Format::element_type>;
-  using scale_type = typename Format::scale_type;
-  using placement = Placement;
-  using scale_arrangement = Scales;
+struct ColumnwiseQuantized : detail::QuantizedLayoutBase<Format, Placement, Scales> {
   static constexpr Direction direction = Direction::columnwise;
   static constexpr const char* name = "ColumnwiseQuantized";
-  /// TE pads block scales to whole 128x4 tiles: max_tokens must be a multiple of 128.
-  static constexpr cuda::std::int64_t token_multiple = 128;
-  /// As TE requires of block-scaled tensors: hidden is a multiple of the block size.
-  static constexpr cuda::std::int64_t hidden_multiple = Format::block_size;
-
-  PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) {
-    return role != BufferRole::amax || cuda::std::is_same_v<Format, NVFP4>;
-  }
 
   PAGESTASH_HOST_DEVICE static BlockShape block(BufferRole role, cuda::std::int64_t t, cuda::std::int64_t K) {
     constexpr cuda::std::int64_t b = Format::block_size;

@@ -1,0 +1,33 @@
+#pragma once
+// What the quantized layouts share: format checks, buffer types, the buffers they have.
+// Not public API.
+
+#include <pagestash/detail/layout_common.hpp>
+#include <pagestash/formats/block.hpp>
+#include <pagestash/formats/matrix.hpp>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Format, class Placement, class Scales>
+struct QuantizedLayoutBase {
+  static_assert(cuda::std::is_same_v<Format, MXFP8_E4M3> || cuda::std::is_same_v<Format, MXFP8_E5M2> ||
+                    cuda::std::is_same_v<Format, NVFP4>,
+                "pagestash quantized layout: Format must be MXFP8_E4M3, MXFP8_E5M2 or NVFP4");
+  using format = Format;
+  using data_type = cuda::std::conditional_t<Format::element_bits == 4, E2M1x2, typename Format::element_type>;
+  using scale_type = typename Format::scale_type;
+  using placement = Placement;
+  using scale_arrangement = Scales;
+  /// TE pads block scales to whole 128x4 tiles: max_tokens must be a multiple of 128.
+  static constexpr cuda::std::int64_t token_multiple = 128;
+  /// As TE requires of block-scaled tensors: hidden is a multiple of the block size.
+  static constexpr cuda::std::int64_t hidden_multiple = Format::block_size;
+
+  PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) {
+    return role != BufferRole::amax || cuda::std::is_same_v<Format, NVFP4>;
+  }
+};
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

@@ -7,10 +7,8 @@
 
 #if defined(__CUDACC__)
 #  define PAGESTASH_HOST_DEVICE __host__ __device__
-#  define PAGESTASH_DEVICE __device__
 #else
 #  define PAGESTASH_HOST_DEVICE
-#  define PAGESTASH_DEVICE
 #endif
 
 

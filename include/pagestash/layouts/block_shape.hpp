@@ -40,11 +40,6 @@ struct BlockShape {
     return swizzled ? SwizzleTile::offset(r, c, cols) : r * cols + c;
   }
 
-  /// Extent of the token axis, in indices.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t token_extent() const {
-    return token_axis == TokenAxis::rows ? rows : cols;
-  }
-
   /// Smallest token count whose bytes are whole: a partial granule is live as a whole.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t granule_tokens() const {
     if (!swizzled) return tokens_per_index;

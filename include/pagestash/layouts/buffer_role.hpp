@@ -7,8 +7,6 @@ PAGESTASH_NAMESPACE_BEGIN
 
 enum class BufferRole : int { data = 0, scales = 1, amax = 2 };
 
-inline constexpr int buffer_role_count = 3;
-
 PAGESTASH_HOST_DEVICE constexpr const char* name_of(BufferRole role) {
   return role == BufferRole::data ? "data" : (role == BufferRole::scales ? "scales" : "amax");
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The reference producer as CUDA kernels: the same per-byte function as the host producer
 // (produced_byte), with the counts read on the device. Asynchronous on `stream`; the
-// scratch it needs (2 * G * 8 bytes) is stream-ordered (cudaMallocAsync).
+// scratch it needs (12 bytes per group) is stream-ordered (cudaMallocAsync).
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/layouts/producer.hpp>
@@ -11,21 +11,12 @@
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
-/// Group starts (prefix sums for packed placement) and the count check; one thread.
+/// Group starts and the count check (plan_groups, as on the host); one thread.
 template <class Layout>
 __global__ void producer_groups_kernel(GroupedView<Layout> v, cuda::std::int64_t* group_rows, float* group_amax,
                                        int* status) {
-  cuda::std::int64_t next = 0;
-  int ok = 1;
-  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
-    const cuda::std::int64_t m = v.counts[g];
-    const bool fits = Layout::placement::packed ? next + m <= v.max_tokens : m <= v.max_tokens;
-    if (m < 0 || !fits || m % v.count_alignment() != 0) ok = 0;
-    group_rows[g] = Layout::placement::packed ? next : g * v.max_tokens;
-    group_amax[g] = 0.0f;
-    next += m;
-  }
-  *status = ok;
+  *status = plan_groups(v, v.counts, group_rows) < 0 ? 1 : 0;
+  for (cuda::std::int32_t g = 0; g < v.groups; ++g) group_amax[g] = 0.0f;
 }
 
 /// Per-group amax: non-negative floats order like their bit patterns, so atomicMax on ints.

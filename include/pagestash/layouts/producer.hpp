@@ -127,20 +127,17 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
              cuda::std::uint8_t poison) {
   validate_shape(v);
   std::vector<cuda::std::int64_t> group_rows(v.groups);
-  std::vector<float> group_amax(v.groups, 0.0f);
-  cuda::std::int64_t next = 0;
-  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
-    if (counts[g] < 0 || (Layout::placement::packed ? next + counts[g] > v.max_tokens : counts[g] > v.max_tokens))
-      throw std::invalid_argument("produce: count of group " + std::to_string(g) + " = " +
-                                  std::to_string(counts[g]) + " does not fit max_tokens");
-    if (counts[g] % v.count_alignment() != 0)
-      throw std::invalid_argument("produce: count of group " + std::to_string(g) + " = " +
-                                  std::to_string(counts[g]) + " is not a multiple of the packed alignment " +
-                                  std::to_string(v.count_alignment()));
-    group_rows[g] = Layout::placement::packed ? next : g * v.max_tokens;
-    next += counts[g];
-    group_amax[g] = detail::abs_max(source + group_rows[g] * v.hidden, counts[g] * v.hidden);
+  const cuda::std::int32_t bad = plan_groups(v, counts, group_rows.data());
+  if (bad >= 0) {
+    const cuda::std::int64_t m = counts[bad];
+    throw std::invalid_argument("produce: count of group " + std::to_string(bad) + " = " + std::to_string(m) +
+                                (m >= 0 && m % v.count_alignment() != 0
+                                     ? " is not a multiple of the packed alignment " + std::to_string(v.count_alignment())
+                                     : " does not fit max_tokens"));
   }
+  std::vector<float> group_amax(v.groups);
+  for (cuda::std::int32_t g = 0; g < v.groups; ++g)
+    group_amax[g] = detail::abs_max(source + group_rows[g] * v.hidden, counts[g] * v.hidden);
   const ProducerInput in{source, counts, group_rows.data(), group_amax.data()};
 
   for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {

@@ -22,9 +22,7 @@ enum class Handling : int { dropped = 0, paged = 1, kept = 2 };
 namespace detail {
 template <class...>
 inline constexpr bool always_false = false;
-}  // namespace detail
 
-namespace detail {
 template <class L, Handling Data, Handling Scales, Handling Amax>
 constexpr bool check_selection() {
   static_assert(L::has(BufferRole::data) || Data == Handling::dropped,

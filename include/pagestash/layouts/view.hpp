@@ -45,6 +45,26 @@ struct GroupedView {
   }
 };
 
+/// Where each group's rows start in the token space (exclusive prefix sums for packed
+/// placement, g * max_tokens for capacity-padded) and the first group whose count the view
+/// cannot hold: negative, beyond max_tokens, or off the packed alignment. Returns -1 when
+/// every count fits. Host+device: the counts are read wherever this runs.
+template <class Layout>
+PAGESTASH_HOST_DEVICE cuda::std::int32_t plan_groups(const GroupedView<Layout>& v, const cuda::std::int32_t* counts,
+                                                     cuda::std::int64_t* group_rows) {
+  constexpr bool packed = Layout::placement::packed;
+  cuda::std::int32_t first_bad = -1;
+  cuda::std::int64_t next = 0;
+  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
+    const cuda::std::int64_t m = counts[g];
+    const bool fits = m >= 0 && (packed ? next + m : m) <= v.max_tokens && m % v.count_alignment() == 0;
+    if (!fits && first_bad < 0) first_bad = g;
+    group_rows[g] = packed ? next : g * v.max_tokens;
+    next += m;
+  }
+  return first_bad;
+}
+
 /// Byte alignment every buffer pointer must have (16-byte vector copies).
 inline constexpr std::uintptr_t buffer_alignment = 16;
 
@@ -64,9 +84,8 @@ void validate_shape(const GroupedView<Layout>& v) {
   if (v.hidden % Layout::hidden_multiple != 0)
     detail::invalid_view(n, "hidden = " + std::to_string(v.hidden) + " is not a multiple of the block size " +
                                 std::to_string(Layout::hidden_multiple));
-  const cuda::std::int64_t granule =
-      Layout::token_multiple > detail::largest_granule<Layout>(v.hidden) ? Layout::token_multiple
-                                                                         : detail::largest_granule<Layout>(v.hidden);
+  const cuda::std::int64_t largest = detail::largest_granule<Layout>(v.hidden);
+  const cuda::std::int64_t granule = Layout::token_multiple > largest ? Layout::token_multiple : largest;
   if (v.max_tokens % granule != 0)
     detail::invalid_view(n, "max_tokens = " + std::to_string(v.max_tokens) + " is not a multiple of the granule " +
                                 std::to_string(granule));

@@ -4,4 +4,5 @@
 #include <pagestash/pagestash.hpp>
 
 #include <pagestash/cuda/error.hpp>
+#include <pagestash/execution/cuda.cuh>
 #include <pagestash/layouts/producer.cuh>

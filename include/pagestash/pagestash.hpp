@@ -1,7 +1,8 @@
 #pragma once
 // Host-capable part of pagestash: everything that compiles with a plain C++17 compiler
-// (CUDA and CCCL headers on the include path, no nvcc). Include <pagestash/pagestash.cuh>
-// from CUDA translation units to get the kernels as well.
+// (CUDA and CCCL headers on the include path, cudart to link; no nvcc): formats, layouts,
+// the page pool, stash records and the host reference executor. Include
+// <pagestash/pagestash.cuh> from CUDA translation units to get the kernels as well.
 
 #include <pagestash/config.hpp>
 #include <pagestash/version.hpp>
@@ -11,3 +12,9 @@
 #include <pagestash/formats/scalar.hpp>
 
 #include <pagestash/layouts/layouts.hpp>
+
+#include <pagestash/pool/page_pool.hpp>
+#include <pagestash/stash/record.hpp>
+
+#include <pagestash/execution/executor.hpp>
+#include <pagestash/execution/host.hpp>

@@ -2,6 +2,9 @@
 #   layer      may include (pagestash headers)
 #   formats/   config, version, detail/, formats/
 #   layouts/   config, version, detail/, formats/, layouts/, and cuda/ from .cuh only
+#   pool/      config, version, detail/, cuda/, pool/
+#   stash/     config, version, detail/, formats/, layouts/, pool/, stash/
+#   execution/ anything but the umbrella headers
 #   any .hpp   no .cuh (host-capable headers stay compilable by a plain C++ compiler)
 
 file(GLOB_RECURSE _headers RELATIVE "${INCLUDE_ROOT}" "${INCLUDE_ROOT}/pagestash/*.hpp" "${INCLUDE_ROOT}/pagestash/*.cuh")
@@ -21,6 +24,15 @@ foreach(_header IN LISTS _headers)
     endif()
     if(_header MATCHES "^pagestash/layouts/.*\\.cuh$" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts|cuda)/")
       string(APPEND _errors "  ${_header} (layouts layer) includes ${_dep}\n")
+    endif()
+    if(_header MATCHES "^pagestash/pool/" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|cuda|pool)/")
+      string(APPEND _errors "  ${_header} (pool layer) includes ${_dep}\n")
+    endif()
+    if(_header MATCHES "^pagestash/stash/" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts|pool|stash)/")
+      string(APPEND _errors "  ${_header} (stash layer) includes ${_dep}\n")
+    endif()
+    if(_header MATCHES "^pagestash/execution/" AND _dep MATCHES "^pagestash/pagestash\\.")
+      string(APPEND _errors "  ${_header} (execution layer) includes the umbrella ${_dep}\n")
     endif()
   endforeach()
 endforeach()

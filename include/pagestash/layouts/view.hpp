@@ -48,7 +48,8 @@ struct GroupedView {
 /// Where each group's rows start in the token space (exclusive prefix sums for packed
 /// placement, g * max_tokens for capacity-padded) and the first group whose count the view
 /// cannot hold: negative, beyond max_tokens, or off the packed alignment. Returns -1 when
-/// every count fits. Host+device: the counts are read wherever this runs.
+/// every count fits. Host+device: the counts are read wherever this runs. `group_rows` may
+/// be null when only the check is wanted.
 template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int32_t plan_groups(const GroupedView<Layout>& v, const cuda::std::int32_t* counts,
                                                      cuda::std::int64_t* group_rows) {
@@ -59,7 +60,7 @@ PAGESTASH_HOST_DEVICE cuda::std::int32_t plan_groups(const GroupedView<Layout>& 
     const cuda::std::int64_t m = counts[g];
     const bool fits = m >= 0 && (packed ? next + m : m) <= v.max_tokens && m % v.count_alignment() == 0;
     if (!fits && first_bad < 0) first_bad = g;
-    group_rows[g] = packed ? next : g * v.max_tokens;
+    if (group_rows != nullptr) group_rows[g] = packed ? next : g * v.max_tokens;
     next += m;
   }
   return first_bad;
@@ -94,13 +95,13 @@ void validate_shape(const GroupedView<Layout>& v) {
 }
 
 /// Full host check before any launch: shape, plus every buffer that Traits saves is non-null
-/// and 16-byte aligned, and the counts pointer is set.
+/// and 16-byte aligned, and (when the counts are read) the counts pointer is set.
 template <class Traits>
-void validate(const GroupedView<typename Traits::layout>& v) {
+void validate(const GroupedView<typename Traits::layout>& v, bool counts_read = true) {
   static_assert(check_stash_traits<Traits>());
   using Layout = typename Traits::layout;
   validate_shape(v);
-  if (v.counts == nullptr) detail::invalid_view(Layout::name, "counts is null");
+  if (counts_read && v.counts == nullptr) detail::invalid_view(Layout::name, "counts is null");
   for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
     if (handling_of<Traits>(role) == Handling::dropped) continue;
     const auto address = reinterpret_cast<std::uintptr_t>(v.buffer(role));

@@ -1,0 +1,75 @@
+#pragma once
+// A team is the set of threads that runs one step of an algorithm together: one CPU thread
+// on the host, a thread block or a warp on the device. The pool and stash steps are written
+// once against this interface, so the host executor runs the very code the kernels run.
+// Not public API.
+//
+//   rank(), size()   this thread's index in the team, and the team's size
+//   leader()         rank() == 0: does the serial parts
+//   sync()           barrier; every write before it is visible to the team after it
+//   share(x)         the leader's x, handed to every thread of the team (includes sync())
+
+#include <pagestash/config.hpp>
+
+#include <cuda/atomic>
+#include <cuda/std/cstdint>
+
+#if !defined(__CUDA_ARCH__)
+#  include <thread>
+#endif
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+/// One thread alone (the host executor, or one device thread).
+struct SerialTeam {
+  PAGESTASH_HOST_DEVICE static constexpr int rank() { return 0; }
+  PAGESTASH_HOST_DEVICE static constexpr int size() { return 1; }
+  PAGESTASH_HOST_DEVICE static constexpr bool leader() { return true; }
+  PAGESTASH_HOST_DEVICE static void sync() {}
+  template <class T>
+  PAGESTASH_HOST_DEVICE static T share(T x) { return x; }
+};
+
+#if defined(__CUDACC__)
+/// The threads of one block. sync() fences at device scope before the barrier, so what a
+/// thread wrote is visible to a thread of another block that synchronises with the leader.
+struct BlockTeam {
+  __device__ static int rank() { return static_cast<int>(threadIdx.x); }
+  __device__ static int size() { return static_cast<int>(blockDim.x); }
+  __device__ static bool leader() { return threadIdx.x == 0; }
+  __device__ static void sync() {
+    __threadfence();
+    __syncthreads();
+  }
+  template <class T>
+  __device__ static T share(T x) {
+    __shared__ T slot;
+    sync();
+    if (leader()) slot = x;
+    sync();
+    return slot;
+  }
+};
+
+/// The 32 lanes of one warp: the team that copies one tile.
+struct WarpLanes {
+  __device__ static int rank() { return static_cast<int>(threadIdx.x % 32); }
+  __device__ static constexpr int size() { return 32; }
+};
+#endif
+
+/// Polite spinning while another team finishes a short critical section.
+PAGESTASH_HOST_DEVICE inline void spin_pause() {
+#if defined(__CUDA_ARCH__)
+  __nanosleep(64);
+#else
+  std::this_thread::yield();
+#endif
+}
+
+template <class T>
+using device_atomic = cuda::atomic_ref<T, cuda::thread_scope_device>;
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

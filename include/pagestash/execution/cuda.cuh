@@ -1,0 +1,142 @@
+#pragma once
+// The CUDA executor: stash, reload, discard and reset on a device pool, each one kernel
+// launch on the caller's stream. No host synchronisation, no allocation: every operation
+// can be captured in a CUDA graph, and replays read the counts of the moment.
+//
+// One launch per grouped tensor, for all its paged buffers. The block that arrives first
+// runs the `begin_*` step (check, plan, take pages); the others wait for its verdict in the
+// record (a running block, so the wait ends); then every warp copies tiles, grid-stride, in
+// 16-byte vectors; the block that finishes last runs `end_reload` (return pages) and clears
+// the launch words for the next launch. The grid is persistent: sized from occupancy and
+// capped by the most tiles the record's shape can need.
+
+#include <pagestash/cuda/error.hpp>
+#include <pagestash/execution/host.hpp>
+
+#include <cuda_runtime_api.h>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+enum class Operation : int { stash, reload, discard };
+enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
+
+inline constexpr int threads_per_block = 256;
+inline constexpr int warps_per_block = threads_per_block / 32;
+
+template <class Traits, Operation Op>
+__global__ void __launch_bounds__(threads_per_block)
+    operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, bool zero_tail) {
+  const BlockTeam team;
+  RecordHeader& h = *rec.header;
+  __shared__ bool first;
+  if (team.leader()) first = device_atomic<cuda::std::int32_t>(h.arrived).fetch_add(1, cuda::std::memory_order_relaxed) == 0;
+  __syncthreads();
+
+  cuda::std::int32_t verdict = verdict_skip;
+  if (first) {
+    bool copy = false;
+    if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec);
+    if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail);
+    if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
+    verdict = copy ? verdict_copy : verdict_skip;
+    if (team.leader()) device_atomic<cuda::std::int32_t>(h.verdict).store(verdict, cuda::std::memory_order_release);
+  } else if (team.leader()) {
+    device_atomic<cuda::std::int32_t> published(h.verdict);
+    while ((verdict = published.load(cuda::std::memory_order_acquire)) == verdict_pending) spin_pause();
+  }
+  verdict = team.share(verdict);
+
+  if (verdict == verdict_copy) {
+    const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
+    const cuda::std::int64_t tiles = h.tiles;
+    const cuda::std::int64_t warp = cuda::std::int64_t{blockIdx.x} * warps_per_block + threadIdx.x / 32;
+    for (cuda::std::int64_t t = warp; t < tiles; t += cuda::std::int64_t{gridDim.x} * warps_per_block)
+      run_tile(WarpLanes{}, work, t);
+  }
+
+  // The last block out: every other block's copies happen-before its acq_rel increment.
+  team.sync();
+  __shared__ bool last;
+  if (team.leader())
+    last = device_atomic<cuda::std::int32_t>(h.finished).fetch_add(1, cuda::std::memory_order_acq_rel) ==
+           static_cast<cuda::std::int32_t>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  if (Op == Operation::reload && verdict == verdict_copy) end_reload(team, pool, rec);
+  if (team.leader()) {
+    h.arrived = 0;
+    h.finished = 0;
+    h.verdict = verdict_pending;
+  }
+}
+
+template <int Unused = 0>  // a template, so that the header defines it in every TU
+__global__ void __launch_bounds__(threads_per_block) reset_kernel(PoolRef pool) {
+  reset_pool(BlockTeam{}, pool);
+}
+
+/// Blocks for a launch: as many as fit on the device at once, no more than the tiles need.
+template <class Kernel>
+int grid_for(Kernel kernel, const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
+  int device = 0, sms = 0, per_sm = 0;
+  PAGESTASH_CUDA_TRY(cudaGetDevice(&device));
+  PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  PAGESTASH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads_per_block, 0));
+  cuda::std::int64_t blocks = cuda::std::int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  if (ex.max_blocks > 0 && ex.max_blocks < blocks) blocks = ex.max_blocks;
+  const cuda::std::int64_t needed = ceil_div(max_tiles, warps_per_block);
+  if (needed < blocks) blocks = needed;
+  return static_cast<int>(blocks > 0 ? blocks : 1);
+}
+
+template <class Traits, Operation Op>
+void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
+            StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
+  auto kernel = operation_kernel<Traits, Op>;
+  const int blocks = grid_for(kernel, ex, max_tiles);
+  kernel<<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace detail
+
+/// Enqueues the stash of `view` on the executor's stream (see the host overload).
+template <class Traits>
+void stash(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
+           StashRecord<Traits>& rec) {
+  detail::check_stash(ex.memory, pool, view, rec);
+  detail::launch<Traits, detail::Operation::stash>(ex, pool, view, rec, false, rec.max_tiles());
+}
+
+/// Enqueues the reload of `rec` into `dest` on the executor's stream.
+template <class Traits>
+void reload(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
+            const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
+  detail::check_reload(ex.memory, pool, rec, dest);
+  // A larger destination has more bytes to zero than the record's shape.
+  const cuda::std::int64_t max_tiles =
+      dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : detail::work_bounds<Traits>(dest).tiles;
+  detail::launch<Traits, detail::Operation::reload>(ex, pool, dest, rec, options.zero_tail, max_tiles);
+}
+
+/// Enqueues the return of `rec`'s pages, without copying.
+template <class Traits>
+void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
+  detail::check_pool_and_record("discard", ex.memory, pool, rec);
+  GroupedView<typename Traits::layout> none;
+  none.max_tokens = rec.max_tokens();
+  none.hidden = rec.hidden();
+  none.groups = rec.groups();
+  detail::launch<Traits, detail::Operation::discard>(ex, pool, none, rec, false, 0);
+}
+
+/// Enqueues a reset of the pool: every page free, flags and statistics cleared. Nothing
+/// else may run on the pool meanwhile; records stashed before become stale.
+inline void reset(const CudaExecutor& ex, PagePool& pool) {
+  if (pool.space() != ex.memory) detail::invalid_call("reset", "the pool is in host memory; use pagestash::host");
+  detail::reset_kernel<><<<1, detail::threads_per_block, 0, ex.stream>>>(pool.ref());
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,43 @@
+#pragma once
+// Where an operation runs, chosen by the caller as in Thrust:
+//
+//   pagestash::host        the reference executor: runs the steps on the calling CPU thread
+//                          (HostExecutor{n} copies with n threads), on a host-memory pool
+//   pagestash::on(stream)  CUDA kernels enqueued on `stream`, on a device-memory pool
+//
+// The operations themselves (stash, reload, discard, reset) are declared in
+// execution/host.hpp and execution/cuda.cuh.
+
+#include <pagestash/pool/allocation.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+struct HostExecutor {
+  static constexpr MemorySpace memory = MemorySpace::host;
+  unsigned threads = 1;  ///< CPU threads that copy tiles (the planning step runs on the caller's)
+};
+inline constexpr HostExecutor host{};
+
+struct CudaExecutor {
+  static constexpr MemorySpace memory = MemorySpace::device;
+  cudaStream_t stream = nullptr;
+  int max_blocks = 0;  ///< caps the grid (e.g. to leave SMs to the GEMMs beside it); 0: full occupancy
+
+  CudaExecutor with_max_blocks(int blocks) const { return CudaExecutor{stream, blocks}; }
+};
+
+/// The executor for `stream`. The legacy default stream (null) is refused: it cannot be
+/// captured into a graph and serialises with every other stream; use a created stream or
+/// cudaStreamPerThread.
+inline CudaExecutor on(cudaStream_t stream) {
+  if (stream == nullptr)
+    throw std::invalid_argument("pagestash::on: the null (legacy default) stream is not accepted; pass a created "
+                                "stream or cudaStreamPerThread");
+  return CudaExecutor{stream, 0};
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,72 @@
+#pragma once
+// The host reference executor: stash, reload, discard and reset on a host-memory pool, by
+// the same steps and per-tile copies the CUDA kernels run (stash/steps.hpp). Synchronous.
+// Operations on different records may run at once on different threads against one pool.
+
+#include <pagestash/execution/executor.hpp>
+#include <pagestash/stash/checks.hpp>
+#include <pagestash/stash/steps.hpp>
+
+#include <thread>
+#include <vector>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+/// Options of reload (either executor).
+struct ReloadOptions {
+  bool zero_tail = false;  ///< also clear the bytes of the paged buffers outside the live rows
+};
+
+namespace detail {
+
+/// Every tile of the plan, split over the executor's threads.
+inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
+  const auto threads = static_cast<cuda::std::int64_t>(ex.threads > 1 ? ex.threads : 1);
+  auto run_share = [&](cuda::std::int64_t k) {
+    for (cuda::std::int64_t t = k; t < tiles; t += threads) run_tile(SerialTeam{}, work, t);
+  };
+  if (threads == 1) return run_share(0);
+  std::vector<std::thread> workers;
+  for (cuda::std::int64_t k = 1; k < threads; ++k) workers.emplace_back(run_share, k);
+  run_share(0);
+  for (auto& w : workers) w.join();
+}
+
+}  // namespace detail
+
+/// Moves the live bytes of every buffer Traits pages into pages of `pool`, and the kept
+/// buffers into `rec`. See RecordState / RecordError for what happens when it cannot.
+template <class Traits>
+void stash(const HostExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
+           StashRecord<Traits>& rec) {
+  detail::check_stash(ex.memory, pool, view, rec);
+  if (detail::begin_stash<Traits>(detail::SerialTeam{}, pool.ref(), view, rec.ref()))
+    detail::run_tiles_on_host(ex, detail::tile_work<Traits>(pool.ref(), view, rec.ref(), true), rec.ref().header->tiles);
+}
+
+/// Copies the record's bytes back into `dest` (same hidden and groups, max_tokens at least
+/// the record's) and returns its pages to the pool.
+template <class Traits>
+void reload(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
+            const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
+  detail::check_reload(ex.memory, pool, rec, dest);
+  if (!detail::begin_reload<Traits>(detail::SerialTeam{}, pool.ref(), dest, rec.ref(), options.zero_tail)) return;
+  detail::run_tiles_on_host(ex, detail::tile_work<Traits>(pool.ref(), dest, rec.ref(), false), rec.ref().header->tiles);
+  detail::end_reload(detail::SerialTeam{}, pool.ref(), rec.ref());
+}
+
+/// Returns the record's pages without copying (a backward that is skipped).
+template <class Traits>
+void discard(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
+  detail::check_pool_and_record("discard", ex.memory, pool, rec);
+  detail::discard_pages(detail::SerialTeam{}, pool.ref(), rec.ref());
+}
+
+/// Frees every page, clears the flags and statistics; records stashed before become stale.
+/// No operation may be in flight on the pool.
+inline void reset(const HostExecutor& ex, PagePool& pool) {
+  if (pool.space() != ex.memory) detail::invalid_call("reset", "the pool is in device memory; use pagestash::on(stream)");
+  detail::reset_pool(detail::SerialTeam{}, pool.ref());
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,87 @@
+#pragma once
+// The memory a pool or a record owns: one RAII allocation in host memory (for the host
+// executor), device memory, or pinned host memory mapped into the device's address space.
+// Allocations happen when a pool or record is made, never inside stash or reload.
+
+#include <pagestash/cuda/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <utility>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+/// Where a pool and its records keep their memory; it decides which executor may use them.
+enum class MemorySpace : int { host = 0, device = 1 };
+
+inline const char* name_of(MemorySpace s) { return s == MemorySpace::host ? "host" : "device"; }
+
+namespace detail {
+
+enum class MemoryKind : int { host, device, mapped_host };
+
+class Allocation {
+ public:
+  Allocation() = default;
+  Allocation(MemoryKind kind, std::size_t bytes) : kind_(kind), bytes_(bytes) {
+    if (bytes == 0) return;
+    switch (kind) {
+      case MemoryKind::host: ptr_ = ::operator new(bytes, std::align_val_t{256}); break;
+      case MemoryKind::device: PAGESTASH_CUDA_TRY(cudaMalloc(&ptr_, bytes)); break;
+      case MemoryKind::mapped_host: PAGESTASH_CUDA_TRY(cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped)); break;
+    }
+  }
+  ~Allocation() { release(); }
+  Allocation(Allocation&& o) noexcept { *this = std::move(o); }
+  Allocation& operator=(Allocation&& o) noexcept {
+    if (this != &o) {
+      release();
+      kind_ = o.kind_;
+      bytes_ = o.bytes_;
+      ptr_ = std::exchange(o.ptr_, nullptr);
+    }
+    return *this;
+  }
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+  /// The address kernels use (the device alias of mapped host memory).
+  void* device_view() const {
+    if (kind_ != MemoryKind::mapped_host || ptr_ == nullptr) return ptr_;
+    void* d = nullptr;
+    PAGESTASH_CUDA_TRY(cudaHostGetDevicePointer(&d, ptr_, 0));
+    return d;
+  }
+
+ private:
+  void release() noexcept {
+    if (ptr_ == nullptr) return;
+    switch (kind_) {
+      case MemoryKind::host: ::operator delete(ptr_, std::align_val_t{256}); break;
+      case MemoryKind::device: cudaFree(ptr_); break;
+      case MemoryKind::mapped_host: cudaFreeHost(ptr_); break;
+    }
+    ptr_ = nullptr;
+  }
+
+  MemoryKind kind_ = MemoryKind::host;
+  std::size_t bytes_ = 0;
+  void* ptr_ = nullptr;
+};
+
+/// Copies between a space's memory and the host: plain memcpy, or a synchronous cudaMemcpy.
+inline void copy_bytes(MemorySpace space, void* dst, const void* src, std::size_t bytes, bool to_host) {
+  if (space == MemorySpace::host) {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  PAGESTASH_CUDA_TRY(cudaMemcpy(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,188 @@
+#pragma once
+// The pool's mutable state and the steps that change it, written once for every team
+// (detail/team.hpp): the host executor and the kernels take and return pages with the same
+// code.
+//
+// Free pages sit on two stacks of page ids, one for device pages (ids [0, D)) and one for
+// host pages (ids [D, D + H)). A stash takes the pages it needs from the top of the device
+// stack, and the rest from the host stack; a reload pushes them back. A short critical
+// section guarded by one spin lock (device-scope acquire/release) makes the stacks safe
+// for stashes and reloads of different records running at once on different streams or
+// host threads; the argument is in docs/design.md, "Memory ordering".
+
+#include <pagestash/detail/team.hpp>
+
+#include <cuda/std/cstdint>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+/// The pool's counters, in the pool's memory. Everything but `lock` is guarded by `lock`.
+struct PoolCounters {
+  cuda::std::int32_t lock;
+  cuda::std::int32_t overflow;    ///< sticky until reset: stashes do nothing while set
+  cuda::std::int32_t host_spill;  ///< sticky until reset
+  cuda::std::int32_t generation;  ///< bumped by reset; a record stashed before it is stale
+  cuda::std::int64_t device_free;  ///< ids on the device stack
+  cuda::std::int64_t host_free;    ///< ids on the host stack
+  cuda::std::int64_t peak_used;
+  cuda::std::int64_t peak_device_used;
+  cuda::std::int64_t live_bytes;
+  cuda::std::int64_t peak_live_bytes;
+  cuda::std::int64_t stashes;
+  cuda::std::int64_t reloads;
+  cuda::std::int64_t failures;
+};
+
+/// A trivially copyable handle on a pool, passed by value to kernels.
+struct PoolRef {
+  PoolCounters* counters = nullptr;
+  cuda::std::int32_t* device_stack = nullptr;
+  cuda::std::int32_t* host_stack = nullptr;
+  unsigned char* device_arena = nullptr;
+  unsigned char* host_arena = nullptr;  ///< as the executor sees it (device-mapped for kernels)
+  cuda::std::int64_t page_bytes = 0;
+  cuda::std::int32_t page_shift = 0;  ///< log2(page_bytes)
+  cuda::std::int32_t device_pages = 0;
+  cuda::std::int32_t host_pages = 0;
+
+  PAGESTASH_HOST_DEVICE unsigned char* page(cuda::std::int32_t id) const {
+    return id < device_pages ? device_arena + (cuda::std::int64_t{id} << page_shift)
+                             : host_arena + (cuda::std::int64_t{id - device_pages} << page_shift);
+  }
+};
+
+namespace detail {
+
+template <class Team>
+PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
+  if (team.leader()) {
+    device_atomic<cuda::std::int32_t> lock(pool.counters->lock);
+    while (lock.exchange(1, cuda::std::memory_order_acquire) != 0) spin_pause();
+  }
+  team.sync();
+}
+
+template <class Team>
+PAGESTASH_HOST_DEVICE void unlock_pool(const Team& team, const PoolRef& pool) {
+  team.sync();  // every thread's stack writes before the release
+  if (team.leader()) device_atomic<cuda::std::int32_t>(pool.counters->lock).store(0, cuda::std::memory_order_release);
+}
+
+/// Records an operation that did nothing: sets the sticky overflow flag and counts a
+/// failure. Plain atomics, no lock.
+PAGESTASH_HOST_DEVICE inline void raise_overflow(const PoolRef& pool) {
+  device_atomic<cuda::std::int32_t>(pool.counters->overflow).store(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int64_t>(pool.counters->failures).fetch_add(1, cuda::std::memory_order_relaxed);
+}
+
+PAGESTASH_HOST_DEVICE inline bool overflow_raised(const PoolRef& pool) {
+  return device_atomic<cuda::std::int32_t>(pool.counters->overflow).load(cuda::std::memory_order_relaxed) != 0;
+}
+
+enum class TakeResult : cuda::std::int32_t { taken = 0, overflow_set = 1, pool_full = 2 };
+
+struct Taken {
+  TakeResult result;
+  cuda::std::int32_t generation;
+  cuda::std::int64_t device_pages;  ///< ids[0, device_pages) are device pages, the rest host pages
+};
+
+/// Takes `need` pages into ids[0, need): device pages first, then host pages. Does nothing
+/// when the overflow flag is set; when the pool cannot give `need` pages it sets the flag
+/// and takes nothing. `live_bytes` feeds the pool's statistics.
+template <class Team>
+PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cuda::std::int64_t need,
+                                       cuda::std::int64_t live_bytes, cuda::std::int32_t* ids) {
+  lock_pool(team, pool);
+  PoolCounters& c = *pool.counters;
+  Taken t{TakeResult::taken, 0, 0};
+  cuda::std::int64_t device_top = 0, host_top = 0;
+  if (team.leader()) {
+    t.generation = c.generation;
+    if (c.overflow != 0) {
+      t.result = TakeResult::overflow_set;
+    } else {
+      t.device_pages = need < c.device_free ? need : c.device_free;
+      const cuda::std::int64_t from_host = need - t.device_pages;
+      if (from_host > c.host_free) {
+        t.result = TakeResult::pool_full;
+        c.overflow = 1;  // at once, so that a stash racing with this one skips too
+      } else {
+        c.device_free -= t.device_pages;
+        c.host_free -= from_host;
+        if (from_host > 0) c.host_spill = 1;
+        const cuda::std::int64_t used = pool.device_pages + pool.host_pages - c.device_free - c.host_free;
+        const cuda::std::int64_t device_used = pool.device_pages - c.device_free;
+        c.peak_used = used > c.peak_used ? used : c.peak_used;
+        c.peak_device_used = device_used > c.peak_device_used ? device_used : c.peak_device_used;
+        c.live_bytes += live_bytes;
+        c.peak_live_bytes = c.live_bytes > c.peak_live_bytes ? c.live_bytes : c.peak_live_bytes;
+        ++c.stashes;
+      }
+    }
+    device_top = c.device_free;
+    host_top = c.host_free;
+  }
+  t = team.share(t);
+  device_top = team.share(device_top);
+  host_top = team.share(host_top);
+  if (t.result == TakeResult::taken) {
+    // The ids just above the new tops are ours; copy them before a push can reuse the slots.
+    for (cuda::std::int64_t i = team.rank(); i < need; i += team.size()) {
+      ids[i] = i < t.device_pages ? pool.device_stack[device_top + i] : pool.host_stack[host_top + i - t.device_pages];
+    }
+  }
+  unlock_pool(team, pool);
+  return t;
+}
+
+/// Pushes ids[0, count) back, ids[0, device_pages) onto the device stack and the rest onto
+/// the host stack, in any order relative to other records.
+template <class Team>
+PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, const cuda::std::int32_t* ids,
+                                        cuda::std::int64_t count, cuda::std::int64_t device_pages,
+                                        cuda::std::int64_t live_bytes) {
+  lock_pool(team, pool);
+  PoolCounters& c = *pool.counters;
+  cuda::std::int64_t device_top = 0, host_top = 0;
+  if (team.leader()) {
+    device_top = c.device_free;
+    host_top = c.host_free;
+    c.device_free += device_pages;
+    c.host_free += count - device_pages;
+    c.live_bytes -= live_bytes;
+    ++c.reloads;
+  }
+  device_top = team.share(device_top);
+  host_top = team.share(host_top);
+  for (cuda::std::int64_t i = team.rank(); i < count; i += team.size()) {
+    if (i < device_pages) {
+      pool.device_stack[device_top + i] = ids[i];
+    } else {
+      pool.host_stack[host_top + i - device_pages] = ids[i];
+    }
+  }
+  unlock_pool(team, pool);
+}
+
+/// Every page free, flags and statistics cleared, generation bumped; no allocation, so a
+/// graph may contain it. Nothing may run on the pool meanwhile.
+template <class Team>
+PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
+  for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
+    pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
+  for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())
+    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+  if (team.leader()) {
+    PoolCounters& c = *pool.counters;
+    const cuda::std::int32_t generation = c.generation + 1;
+    c = PoolCounters{};
+    c.generation = generation;
+    c.device_free = pool.device_pages;
+    c.host_free = pool.host_pages;
+  }
+  team.sync();
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

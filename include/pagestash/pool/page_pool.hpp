@@ -1,0 +1,122 @@
+#pragma once
+// PagePool: owns the page arenas (device memory, plus optional pinned device-mapped host
+// memory for spill) and the free-page state. Made once, up front; stash, reload, discard
+// and reset never allocate. Move-only.
+
+#include <pagestash/pool/allocation.hpp>
+#include <pagestash/pool/free_list.hpp>
+#include <pagestash/pool/pool_config.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+class PagePool {
+ public:
+  /// A pool in `space`: MemorySpace::device for pagestash::on(stream), MemorySpace::host for
+  /// the host executor (then every "device" page is host memory too). Throws
+  /// std::invalid_argument for a bad config, pagestash::CudaError if allocation fails.
+  explicit PagePool(const PoolConfig& config, MemorySpace space = MemorySpace::device)
+      : config_(config), space_(space), id_(next_id()) {
+    validate(config);
+    const bool device = space == MemorySpace::device;
+    const auto d = static_cast<std::size_t>(config.device_pages), h = static_cast<std::size_t>(config.host_pages);
+    control_ = detail::Allocation(device ? detail::MemoryKind::device : detail::MemoryKind::host,
+                                  control_offset + (d + h) * sizeof(std::int32_t));
+    device_arena_ = detail::Allocation(device ? detail::MemoryKind::device : detail::MemoryKind::host,
+                                       d * static_cast<std::size_t>(config.page_bytes));
+    host_arena_ = detail::Allocation(device ? detail::MemoryKind::mapped_host : detail::MemoryKind::host,
+                                     h * static_cast<std::size_t>(config.page_bytes));
+    ref_ = make_ref();
+    // The initial state is the reset state, built on the host and copied once.
+    std::vector<unsigned char> image(control_.bytes());
+    PoolRef staging = ref_;
+    staging.counters = reinterpret_cast<PoolCounters*>(image.data());
+    staging.device_stack = reinterpret_cast<std::int32_t*>(image.data() + control_offset);
+    staging.host_stack = staging.device_stack + d;
+    *staging.counters = PoolCounters{};
+    staging.counters->generation = -1;
+    detail::reset_pool(detail::SerialTeam{}, staging);
+    detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
+  }
+
+  PagePool(PagePool&&) noexcept = default;
+  PagePool& operator=(PagePool&&) noexcept = default;
+
+  const PoolConfig& config() const { return config_; }
+  MemorySpace space() const { return space_; }
+  /// Identity of this pool, for checking that a record belongs to it.
+  std::uint64_t id() const { return id_; }
+  /// The handle executors pass to their steps.
+  const PoolRef& ref() const { return ref_; }
+
+  /// Reads the flags and counters back. For a device pool this synchronises the whole
+  /// device first (cudaDeviceSynchronize); for a host pool no operation may be in flight.
+  PoolStats stats() const {
+    if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    PoolCounters c{};
+    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
+    PoolStats s;
+    s.config = config_;
+    s.overflow = c.overflow != 0;
+    s.host_spill = c.host_spill != 0;
+    s.device_pages_free = c.device_free;
+    s.host_pages_free = c.host_free;
+    s.peak_pages_used = c.peak_used;
+    s.peak_device_pages_used = c.peak_device_used;
+    s.live_bytes = c.live_bytes;
+    s.peak_live_bytes = c.peak_live_bytes;
+    s.generation = c.generation;
+    s.stashes = c.stashes;
+    s.reloads = c.reloads;
+    s.failures = c.failures;
+    return s;
+  }
+
+  /// The free page ids, device stack then host stack (tests check the page invariants with
+  /// it). Same synchronisation as stats().
+  std::vector<std::int32_t> free_pages() const {
+    if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    PoolCounters c{};
+    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(c.device_free + c.host_free));
+    const auto d = static_cast<std::size_t>(c.device_free);
+    detail::copy_bytes(space_, ids.data(), ref_.device_stack, d * sizeof(std::int32_t), true);
+    detail::copy_bytes(space_, ids.data() + d, ref_.host_stack, (ids.size() - d) * sizeof(std::int32_t), true);
+    return ids;
+  }
+
+ private:
+  static constexpr std::size_t control_offset = 256;  // PoolCounters, then the stacks
+  static_assert(sizeof(PoolCounters) <= control_offset);
+
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
+  PoolRef make_ref() const {
+    PoolRef r;
+    auto* control = static_cast<unsigned char*>(control_.get());
+    r.counters = reinterpret_cast<PoolCounters*>(control);
+    r.device_stack = reinterpret_cast<std::int32_t*>(control + control_offset);
+    r.host_stack = r.device_stack + config_.device_pages;
+    r.device_arena = static_cast<unsigned char*>(device_arena_.get());
+    r.host_arena = static_cast<unsigned char*>(host_arena_.device_view());
+    r.page_bytes = config_.page_bytes;
+    while ((std::int64_t{1} << r.page_shift) < config_.page_bytes) ++r.page_shift;
+    r.device_pages = static_cast<std::int32_t>(config_.device_pages);
+    r.host_pages = static_cast<std::int32_t>(config_.host_pages);
+    return r;
+  }
+
+  PoolConfig config_;
+  MemorySpace space_;
+  std::uint64_t id_;
+  detail::Allocation control_, device_arena_, host_arena_;
+  PoolRef ref_;
+};
+
+PAGESTASH_NAMESPACE_END

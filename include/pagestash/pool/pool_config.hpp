@@ -1,0 +1,76 @@
+#pragma once
+// How big a page pool is, what it reports, and how to size it from an observed step.
+
+#include <pagestash/config.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+/// Pages are sized in bytes, so one pool serves every buffer, dtype and hidden size.
+struct PoolConfig {
+  std::int64_t page_bytes = std::int64_t{64} << 10;  ///< a power of two, at least 256
+  std::int64_t device_pages = 0;                     ///< pages in device memory
+  std::int64_t host_pages = 0;  ///< spill pages in pinned, device-mapped host memory
+
+  std::int64_t device_bytes() const { return device_pages * page_bytes; }
+  std::int64_t host_bytes() const { return host_pages * page_bytes; }
+};
+
+/// What a pool did since its last reset, read back by PagePool::stats().
+struct PoolStats {
+  PoolConfig config;
+  bool overflow = false;    ///< a stash or reload failed: the step must be rerun (see docs/api.md)
+  bool host_spill = false;  ///< some stash used host pages
+  std::int64_t device_pages_free = 0;
+  std::int64_t host_pages_free = 0;
+  std::int64_t peak_pages_used = 0;       ///< device + host pages held at once, at most
+  std::int64_t peak_device_pages_used = 0;
+  std::int64_t live_bytes = 0;       ///< bytes held in pages now (runs padded to 16 bytes)
+  std::int64_t peak_live_bytes = 0;  ///< most bytes held in pages at once
+  std::int64_t generation = 0;       ///< resets so far
+  std::int64_t stashes = 0;          ///< stashes that took pages
+  std::int64_t reloads = 0;          ///< reloads and discards that returned pages
+  std::int64_t failures = 0;         ///< stashes and reloads that did nothing (see each record)
+};
+
+namespace detail {
+[[noreturn]] inline void invalid_pool(const std::string& what) { throw std::invalid_argument("PoolConfig: " + what); }
+}  // namespace detail
+
+/// Throws std::invalid_argument naming the bad field.
+inline void validate(const PoolConfig& c) {
+  if (c.page_bytes < 256 || (c.page_bytes & (c.page_bytes - 1)) != 0)
+    detail::invalid_pool("page_bytes = " + std::to_string(c.page_bytes) + " must be a power of two >= 256");
+  if (c.device_pages < 0 || c.host_pages < 0)
+    detail::invalid_pool("device_pages = " + std::to_string(c.device_pages) +
+                         ", host_pages = " + std::to_string(c.host_pages) + ": must not be negative");
+  if (c.device_pages + c.host_pages > INT32_MAX)
+    detail::invalid_pool("device_pages + host_pages = " + std::to_string(c.device_pages + c.host_pages) +
+                         " exceeds 2^31 - 1 page ids");
+}
+
+/// Pages needed to hold `bytes` (rounded up).
+inline std::int64_t pages_for(std::int64_t bytes, std::int64_t page_bytes) {
+  return (bytes + page_bytes - 1) / page_bytes;
+}
+
+/// A pool sized from an observed step (typically an eager step run with a generous pool):
+/// the peak number of pages held at once, times a safety factor for each memory. Pages
+/// already include the rounding of each stash to whole pages, so the factor only covers
+/// step-to-step variation. The observed pool's page size is kept.
+inline PoolConfig size_pool(const PoolStats& observed, double device_factor = 1.10, double host_factor = 0.0) {
+  if (!(device_factor >= 0.0) || !(host_factor >= 0.0))
+    throw std::invalid_argument("size_pool: factors must be non-negative");
+  PoolConfig c;
+  c.page_bytes = observed.config.page_bytes;
+  const double peak = static_cast<double>(observed.peak_pages_used);
+  c.device_pages = static_cast<std::int64_t>(std::ceil(peak * device_factor));
+  c.host_pages = static_cast<std::int64_t>(std::ceil(peak * host_factor));
+  return c;
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,52 @@
+#pragma once
+// Host checks every executor makes before it runs or launches anything: each throws
+// std::invalid_argument saying what does not match.
+
+#include <pagestash/stash/record.hpp>
+
+#include <stdexcept>
+#include <string>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+[[noreturn]] inline void invalid_call(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string("pagestash::") + op + ": " + what);
+}
+
+template <class Traits>
+void check_pool_and_record(const char* op, MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec) {
+  if (pool.space() != executor)
+    invalid_call(op, std::string("the pool is in ") + name_of(pool.space()) + " memory but the executor runs on the " +
+                         name_of(executor));
+  if (rec.pool_id() != pool.id()) invalid_call(op, "the record was made for another pool");
+}
+
+template <class Traits>
+void check_stash(MemorySpace executor, const PagePool& pool, const GroupedView<typename Traits::layout>& v,
+                 const StashRecord<Traits>& rec) {
+  check_pool_and_record("stash", executor, pool, rec);
+  validate<Traits>(v);
+  if (v.max_tokens != rec.max_tokens() || v.hidden != rec.hidden() || v.groups != rec.groups())
+    invalid_call("stash", "the view's shape (max_tokens " + std::to_string(v.max_tokens) + ", hidden " +
+                              std::to_string(v.hidden) + ", groups " + std::to_string(v.groups) +
+                              ") differs from the record's (" + std::to_string(rec.max_tokens()) + ", " +
+                              std::to_string(rec.hidden()) + ", " + std::to_string(rec.groups()) + ")");
+}
+
+template <class Traits>
+void check_reload(MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec,
+                  const GroupedView<typename Traits::layout>& dest) {
+  check_pool_and_record("reload", executor, pool, rec);
+  validate<Traits>(dest, /*counts_read=*/false);
+  if (dest.hidden != rec.hidden() || dest.groups != rec.groups())
+    invalid_call("reload", "the destination's hidden " + std::to_string(dest.hidden) + " and groups " +
+                               std::to_string(dest.groups) + " differ from the record's (" +
+                               std::to_string(rec.hidden()) + ", " + std::to_string(rec.groups()) + ")");
+  if (dest.max_tokens < rec.max_tokens())
+    invalid_call("reload", "the destination is too small: max_tokens " + std::to_string(dest.max_tokens) + " < " +
+                               std::to_string(rec.max_tokens()) + " of the record");
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,227 @@
+#pragma once
+// StashRecord<Traits>: what one stashed grouped tensor keeps, in the pool's memory space,
+// allocated once when the record is made (size from the view's shape): the counts the stash
+// saw, the page ids, the work plan, the kept small buffers, and a state. The state makes a
+// double reload, or a reload of a stash that overflowed, a reported no-op.
+
+#include <pagestash/pool/page_pool.hpp>
+#include <pagestash/stash/work.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+enum class RecordState : cuda::std::int32_t {
+  empty = 0,       ///< never stashed
+  stashed = 1,     ///< holds pages
+  overflowed = 2,  ///< the stash found the pool full or the overflow flag set; holds nothing
+  failed = 3,      ///< the stash found a count the view cannot hold; holds nothing
+  reloaded = 4,    ///< pages copied back and returned
+  discarded = 5,   ///< pages returned without copying
+};
+
+/// Why the last operation on a record did nothing (none when it did its work).
+enum class RecordError : cuda::std::int32_t {
+  none = 0,
+  bad_counts = 1,     ///< stash: a count is negative, beyond max_tokens, or off the packed alignment
+  pool_overflow = 2,  ///< stash: no room, or the overflow flag was already set
+  still_stashed = 3,  ///< stash: the record holds pages not yet reloaded or discarded
+  not_stashed = 4,    ///< reload/discard: the record holds no pages (double reload, overflow)
+  stale = 5,          ///< reload/discard: the pool was reset since the stash
+};
+
+/// The record's header in the pool's memory space.
+struct RecordHeader {
+  RecordState state;
+  RecordError error;
+  cuda::std::int32_t first_bad_group;  ///< with bad_counts
+  cuda::std::int32_t generation;       ///< the pool's, when stashed
+  cuda::std::int64_t pages;
+  cuda::std::int64_t device_pages;
+  cuda::std::int64_t stream_bytes;
+  cuda::std::int64_t live_bytes;
+  cuda::std::int64_t tiles;  ///< of the current operation's plan
+  cuda::std::int32_t items;
+  // One kernel launch per operation: the first block to arrive plans, the others wait for
+  // its verdict, the last to finish completes the operation and clears these for the next.
+  cuda::std::int32_t arrived;
+  cuda::std::int32_t finished;
+  cuda::std::int32_t verdict;
+};
+
+/// A trivially copyable handle on a record's memory, passed by value to kernels.
+struct RecordRef {
+  RecordHeader* header = nullptr;
+  cuda::std::int32_t* counts = nullptr;
+  WorkItem* items = nullptr;
+  cuda::std::int32_t* page_ids = nullptr;
+  unsigned char* kept = nullptr;  ///< kept buffers, in role order, each 16-byte aligned
+};
+
+/// What a record holds, read back on the host.
+struct RecordStatus {
+  RecordState state = RecordState::empty;
+  RecordError error = RecordError::none;
+  std::int32_t first_bad_group = -1;
+  std::int64_t pages = 0;
+  std::int64_t device_pages = 0;
+  std::int64_t host_pages = 0;
+  std::int64_t stream_bytes = 0;
+  std::int64_t live_bytes = 0;
+};
+
+namespace detail {
+
+struct WorkBounds {
+  cuda::std::int64_t stream_bytes;  ///< of the largest stash
+  cuda::std::int64_t tiles;         ///< most tiles a stash or reload (with zero_tail) can have
+};
+
+/// Bounds for a tensor of `shape`'s shape: stream bytes grow with the counts, so the
+/// largest stash has every count full; a reload's zeroing is largest with every count 0.
+template <class Traits>
+WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape) {
+  if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
+  const auto groups = static_cast<std::size_t>(shape.groups);
+  std::vector<cuda::std::int32_t> full(groups, static_cast<cuda::std::int32_t>(shape.max_tokens));
+  for (std::size_t g = 1; Traits::layout::placement::packed && g < groups; ++g) full[g] = 0;  // all in group 0
+  const std::vector<cuda::std::int32_t> none(groups, 0);
+  const WorkTotals most = plan_work<Traits>(shape, full.data(), false, nullptr);
+  return {most.stream_bytes, most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr).tiles};
+}
+
+}  // namespace detail
+
+template <class Traits>
+class StashRecord {
+ public:
+  using traits = Traits;
+  using layout = typename Traits::layout;
+
+  /// Allocates a record for tensors of `shape`'s shape (max_tokens, hidden, groups) in
+  /// `pool`'s memory space. Only the shape of `shape` is read.
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape)
+      : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes) {
+    static_assert(check_stash_traits<Traits>());
+    validate_shape(shape);
+    const detail::WorkBounds most = detail::work_bounds<Traits>(shape);
+    max_pages_ = pages_for(most.stream_bytes, page_bytes_);
+    max_tiles_ = most.tiles;
+
+    const auto g = static_cast<std::size_t>(shape.groups);
+    std::size_t offset = round16(sizeof(RecordHeader));
+    const std::size_t counts_at = offset;
+    offset += round16(g * sizeof(cuda::std::int32_t));
+    const std::size_t items_at = offset;
+    offset += round16(static_cast<std::size_t>(detail::max_work_items(shape.groups)) * sizeof(WorkItem));
+    const std::size_t ids_at = offset;
+    offset += round16(static_cast<std::size_t>(max_pages_) * sizeof(cuda::std::int32_t));
+    const std::size_t kept_at = offset;
+    for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+      if (handling_of<Traits>(role) == Handling::kept) offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
+    }
+    memory_ = detail::Allocation(space_ == MemorySpace::device ? detail::MemoryKind::device : detail::MemoryKind::host,
+                                 offset);
+    auto* base = static_cast<unsigned char*>(memory_.get());
+    ref_.header = reinterpret_cast<RecordHeader*>(base);
+    ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + counts_at);
+    ref_.items = reinterpret_cast<WorkItem*>(base + items_at);
+    ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + ids_at);
+    ref_.kept = base + kept_at;
+    RecordHeader empty{};
+    empty.state = RecordState::empty;
+    empty.first_bad_group = -1;
+    detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
+  }
+
+  StashRecord(StashRecord&&) noexcept = default;
+  StashRecord& operator=(StashRecord&&) noexcept = default;
+
+  const RecordRef& ref() const { return ref_; }
+  std::uint64_t pool_id() const { return pool_id_; }
+  MemorySpace space() const { return space_; }
+  /// The shape the record was made for (pointers and counts are not kept).
+  cuda::std::int64_t max_tokens() const { return shape_.max_tokens; }
+  cuda::std::int64_t hidden() const { return shape_.hidden; }
+  cuda::std::int32_t groups() const { return shape_.groups; }
+  /// Pages the largest stash of this shape takes, and the bytes allocated for the record.
+  cuda::std::int64_t max_pages() const { return max_pages_; }
+  cuda::std::int64_t max_tiles() const { return max_tiles_; }
+  std::size_t bytes() const { return memory_.bytes(); }
+  /// The counts the last stash saw (in the pool's memory space; read them on the device).
+  const cuda::std::int32_t* counts() const { return ref_.counts; }
+
+  /// Reads the header back. A device record synchronises the whole device first; a host
+  /// record may not be in use by another thread meanwhile.
+  RecordStatus status() const {
+    if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    RecordHeader h{};
+    detail::copy_bytes(space_, &h, ref_.header, sizeof(h), true);
+    RecordStatus s;
+    s.state = h.state;
+    s.error = h.error;
+    s.first_bad_group = h.first_bad_group;
+    s.pages = h.pages;
+    s.device_pages = h.device_pages;
+    s.host_pages = h.pages - h.device_pages;
+    s.stream_bytes = h.stream_bytes;
+    s.live_bytes = h.live_bytes;
+    return s;
+  }
+
+  /// The page ids the record holds (empty unless stashed). Same synchronisation as status().
+  std::vector<std::int32_t> page_ids() const {
+    const RecordStatus s = status();
+    std::vector<std::int32_t> ids(s.state == RecordState::stashed ? static_cast<std::size_t>(s.pages) : 0);
+    detail::copy_bytes(space_, ids.data(), ref_.page_ids, ids.size() * sizeof(std::int32_t), true);
+    return ids;
+  }
+
+ private:
+  static std::size_t round16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+  std::uint64_t pool_id_;
+  MemorySpace space_;
+  GroupedView<layout> shape_;
+  cuda::std::int64_t page_bytes_;
+  cuda::std::int64_t max_pages_ = 0;
+  cuda::std::int64_t max_tiles_ = 0;
+  detail::Allocation memory_;
+  RecordRef ref_;
+};
+
+/// Makes the record a stash of `view` needs, in `pool`'s memory space. Allocates; call it
+/// once, up front, outside any graph capture.
+template <class Traits>
+StashRecord<Traits> make_record(const PagePool& pool, const GroupedView<typename Traits::layout>& view) {
+  return StashRecord<Traits>(pool, view);
+}
+
+inline const char* name_of(RecordState s) {
+  switch (s) {
+    case RecordState::empty: return "empty";
+    case RecordState::stashed: return "stashed";
+    case RecordState::overflowed: return "overflowed";
+    case RecordState::failed: return "failed";
+    case RecordState::reloaded: return "reloaded";
+    case RecordState::discarded: return "discarded";
+  }
+  return "?";
+}
+
+inline const char* name_of(RecordError e) {
+  switch (e) {
+    case RecordError::none: return "none";
+    case RecordError::bad_counts: return "bad_counts";
+    case RecordError::pool_overflow: return "pool_overflow";
+    case RecordError::still_stashed: return "still_stashed";
+    case RecordError::not_stashed: return "not_stashed";
+    case RecordError::stale: return "stale";
+  }
+  return "?";
+}
+
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,159 @@
+#pragma once
+// The steps of stash, reload and discard, written once for any team (detail/team.hpp). An
+// executor runs `begin_*` on one team, then every tile of the plan (run_tile), then
+// `end_reload`; the host executor does this on one CPU thread, the CUDA executor inside one
+// kernel launch. A step that cannot do its work records why in the record and, for stash
+// and reload, raises the pool's overflow flag: the step's results cannot be trusted and the
+// caller reruns it (docs/api.md, "Failures").
+
+#include <pagestash/stash/record.hpp>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+/// Copies the buffers Traits keeps whole (e.g. NVFP4 amax) into the record, or back.
+template <class Traits, class Team>
+PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typename Traits::layout>& v,
+                                     const RecordRef& rec, bool to_record) {
+  unsigned char* kept = rec.kept;
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    if (handling_of<Traits>(role) != Handling::kept) continue;
+    auto* buf = static_cast<unsigned char*>(v.buffer(role));
+    const cuda::std::int64_t n = v.buffer_bytes(role);
+    for (cuda::std::int64_t i = team.rank(); i < n; i += team.size()) {
+      if (to_record) kept[i] = buf[i]; else buf[i] = kept[i];
+    }
+    kept += round_up(n, 16);
+  }
+}
+
+/// Whether the record holds pages of the pool's current generation.
+PAGESTASH_HOST_DEVICE inline RecordError check_holds_pages(const PoolRef& pool, const RecordHeader& h) {
+  if (h.state != RecordState::stashed) return RecordError::not_stashed;
+  const cuda::std::int32_t generation =
+      device_atomic<cuda::std::int32_t>(pool.counters->generation).load(cuda::std::memory_order_relaxed);
+  return h.generation == generation ? RecordError::none : RecordError::stale;
+}
+
+/// Stash, first step: snapshot the counts, check them, plan, take pages, keep the small
+/// buffers. Returns whether the tiles are to be copied.
+template <class Traits, class Team>
+PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
+                                       const GroupedView<typename Traits::layout>& v, const RecordRef& rec) {
+  RecordHeader& h = *rec.header;
+  if (team.share(check_holds_pages(pool, h) == RecordError::none)) {  // would lose its pages
+    if (team.leader()) {
+      h.error = RecordError::still_stashed;
+      raise_overflow(pool);
+    }
+    team.sync();
+    return false;
+  }
+  for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) rec.counts[g] = v.counts[g];
+  team.sync();
+
+  RecordError error = RecordError::none;
+  WorkTotals totals{};
+  if (team.leader()) {
+    h.first_bad_group = plan_groups(v, rec.counts, nullptr);
+    if (h.first_bad_group >= 0) {
+      error = RecordError::bad_counts;
+    } else {
+      totals = plan_work<Traits>(v, rec.counts, false, rec.items);
+      h.tiles = totals.tiles;
+      h.items = totals.items;
+      h.stream_bytes = totals.stream_bytes;
+      h.live_bytes = totals.live_bytes;
+    }
+  }
+  error = team.share(error);
+  totals = team.share(totals);
+  const cuda::std::int64_t need = ceil_div(totals.stream_bytes, pool.page_bytes);
+  Taken taken{TakeResult::taken, 0, 0};
+  if (error == RecordError::none) {
+    taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);
+    if (taken.result != TakeResult::taken) error = RecordError::pool_overflow;
+  }
+  if (team.leader()) {
+    h.error = error;
+    h.pages = error == RecordError::none ? need : 0;
+    h.device_pages = error == RecordError::none ? taken.device_pages : 0;
+    h.generation = taken.generation;
+    h.state = error == RecordError::none ? RecordState::stashed
+                                         : (error == RecordError::bad_counts ? RecordState::failed : RecordState::overflowed);
+    if (error != RecordError::none) raise_overflow(pool);
+  }
+  if (error == RecordError::none) copy_kept<Traits>(team, v, rec, true);
+  team.sync();
+  return error == RecordError::none;
+}
+
+/// Reload, first step: check the record, plan the copy back (and the zeroing), restore the
+/// kept buffers. Returns whether the tiles are to be copied (then end_reload must follow).
+template <class Traits, class Team>
+PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
+                                        const GroupedView<typename Traits::layout>& dest, const RecordRef& rec,
+                                        bool zero_tail) {
+  RecordHeader& h = *rec.header;
+  RecordError error = RecordError::none;
+  if (team.leader()) {
+    error = check_holds_pages(pool, h);
+    if (error == RecordError::none) {
+      const WorkTotals totals = plan_work<Traits>(dest, rec.counts, zero_tail, rec.items);
+      h.tiles = totals.tiles;
+      h.items = totals.items;
+    }
+    h.error = error;
+    if (error != RecordError::none) raise_overflow(pool);
+  }
+  error = team.share(error);
+  if (error == RecordError::none) copy_kept<Traits>(team, dest, rec, false);
+  team.sync();
+  return error == RecordError::none;
+}
+
+/// Reload, last step, after every tile is copied: return the pages.
+template <class Team>
+PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, const RecordRef& rec,
+                                      RecordState final_state = RecordState::reloaded) {
+  RecordHeader& h = *rec.header;
+  return_pages(team, pool, rec.page_ids, h.pages, h.device_pages, h.stream_bytes);
+  if (team.leader()) {
+    h.state = final_state;
+    h.pages = 0;
+    h.device_pages = 0;
+  }
+  team.sync();
+}
+
+/// Discard: return the pages without copying. A record that holds none is left alone and
+/// the reason recorded; the overflow flag is not raised, as nothing was lost.
+template <class Team>
+PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
+  RecordHeader& h = *rec.header;
+  RecordError error = RecordError::none;
+  if (team.leader()) h.error = error = check_holds_pages(pool, h);
+  if (team.share(error) == RecordError::none) end_reload(team, pool, rec, RecordState::discarded);
+}
+
+/// The tile work of the plan the record holds, over view's buffers.
+template <class Traits>
+PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
+                                         const RecordRef& rec, bool to_pages) {
+  TileWork w{};
+  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    const auto r = static_cast<int>(role);
+    w.buffers[r] = static_cast<unsigned char*>(v.buffer(role));
+    w.geometry[r] = v.geometry(role);
+  }
+  w.counts = rec.counts;
+  w.items = rec.items;
+  w.item_count = rec.header->items;
+  w.page_ids = rec.page_ids;
+  w.pool = pool;
+  w.to_pages = to_pages;
+  return w;
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,184 @@
+#pragma once
+// What one stash or reload moves, and the per-tile copy both executors run.
+//
+// The page stream: the live bytes of every paged buffer of a grouped tensor, laid end to
+// end and cut into pages. Buffers come in role order (data, then scales), segments in
+// group order, lines in order; each line starts on a 16-byte boundary of the stream, so
+// that vector copies stay aligned and a vector never straddles two pages.
+//
+// The work: a list of items, one per (paged buffer, segment, kind). A `copy` item moves the
+// live runs of a segment between the buffer and the stream; a `zero` item (reload with
+// zero_tail) clears the dead rest of each line. Each line is cut into tiles of at most
+// tile_bytes; item k owns tiles [first_tile(k), first_tile(k + 1)). A tile is the unit
+// one warp (or one host thread) copies.
+
+#include <pagestash/detail/team.hpp>
+#include <pagestash/layouts/view.hpp>
+#include <pagestash/pool/free_list.hpp>
+
+#include <cuda/std/cstdint>
+
+#if !defined(__CUDA_ARCH__)
+#  include <cstring>
+#endif
+
+PAGESTASH_NAMESPACE_BEGIN
+
+/// Alignment of every line in the page stream.
+inline constexpr cuda::std::int64_t stream_alignment = 16;
+/// Largest piece of a line one tile covers.
+inline constexpr cuda::std::int64_t tile_bytes = 4096;
+
+enum class WorkKind : cuda::std::int32_t { copy = 0, zero = 1 };
+
+struct WorkItem {
+  cuda::std::int64_t first_tile;  ///< tiles of the items before this one
+  cuda::std::int64_t stream;      ///< copy: stream offset of the segment's first line
+  BufferRole role;
+  cuda::std::int32_t segment;
+  WorkKind kind;
+  cuda::std::int32_t unused;
+};
+
+struct WorkTotals {  // no member initializers: teams share it through __shared__ memory
+  cuda::std::int32_t items;
+  cuda::std::int64_t tiles;
+  cuda::std::int64_t stream_bytes;  ///< bytes the pages hold (lines padded to 16)
+  cuda::std::int64_t live_bytes;    ///< bytes of the live runs
+};
+
+namespace detail {
+
+PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t ceil_div(cuda::std::int64_t a, cuda::std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/// The bytes of one line a work item covers: the live run (copy) or the dead rest (zero).
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_line_bytes(const Segment& seg, WorkKind kind) {
+  return kind == WorkKind::copy ? seg.live : seg.pitch - seg.live;
+}
+
+/// Most items a plan of `groups` groups can have: two paged buffers, each with one
+/// segment per group and both kinds.
+PAGESTASH_HOST_DEVICE constexpr cuda::std::int32_t max_work_items(cuda::std::int32_t groups) { return 4 * groups; }
+
+/// Plans the work of a stash (zero_tail = false) or reload over the buffers Traits pages,
+/// for the given counts. Writes the items when `items` is non-null. One thread.
+template <class Traits>
+PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::layout>& v,
+                                           const cuda::std::int32_t* counts, bool zero_tail, WorkItem* items) {
+  WorkTotals t{};
+  for (WorkKind kind : {WorkKind::copy, WorkKind::zero}) {
+    if (kind == WorkKind::zero && !zero_tail) break;
+    for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+      if (handling_of<Traits>(role) != Handling::paged) continue;
+      const BufferGeometry geo = v.geometry(role);
+      for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s) {
+        const Segment seg = geo.segment(s, counts);
+        const cuda::std::int64_t line_bytes = item_line_bytes(seg, kind);
+        if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, role, s, kind, 0};
+        ++t.items;
+        t.tiles += seg.lines * ceil_div(line_bytes, tile_bytes);
+        if (kind == WorkKind::copy) {
+          t.stream_bytes += seg.lines * ceil_div(seg.live, stream_alignment) * stream_alignment;
+          t.live_bytes += seg.lines * seg.live;
+        }
+      }
+    }
+  }
+  return t;
+}
+
+/// Everything a tile needs, trivially copyable (a kernel argument or a host local).
+struct TileWork {
+  unsigned char* buffers[2];  ///< data, scales of the view being stashed or restored
+  BufferGeometry geometry[2];
+  const cuda::std::int32_t* counts;  ///< the counts the stash saw (the record's copy)
+  const WorkItem* items;
+  cuda::std::int32_t item_count;
+  const cuda::std::int32_t* page_ids;
+  PoolRef pool;
+  bool to_pages;  ///< stash: buffer -> pages; reload: pages -> buffer
+};
+
+PAGESTASH_HOST_DEVICE inline void copy16(unsigned char* dst, const unsigned char* src) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#else
+  std::memcpy(dst, src, 16);
+#endif
+}
+
+PAGESTASH_HOST_DEVICE inline void zero16(unsigned char* dst) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+#else
+  std::memset(dst, 0, 16);
+#endif
+}
+
+/// The item that owns `tile`: the last one whose first_tile <= tile (empty items share
+/// their first_tile with the next one and are skipped).
+PAGESTASH_HOST_DEVICE inline cuda::std::int32_t find_item(const TileWork& w, cuda::std::int64_t tile) {
+  cuda::std::int32_t lo = 0, hi = w.item_count;  // answer in [lo, hi)
+  while (hi - lo > 1) {
+    const cuda::std::int32_t mid = lo + (hi - lo) / 2;
+    if (w.items[mid].first_tile <= tile) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+/// Copies (or clears) one tile; the lanes of a team split its 16-byte vectors. Lines of the
+/// buffer that are not 16-byte aligned are copied byte by byte.
+template <class Lanes>
+PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda::std::int64_t tile) {
+  const WorkItem item = w.items[find_item(w, tile)];
+  const auto r = static_cast<int>(item.role);
+  const Segment seg = w.geometry[r].segment(item.segment, w.counts);
+  const cuda::std::int64_t line_bytes = item_line_bytes(seg, item.kind);
+  const cuda::std::int64_t tiles_per_line = ceil_div(line_bytes, tile_bytes);
+  const cuda::std::int64_t local = tile - item.first_tile;
+  const cuda::std::int64_t line = local / tiles_per_line;
+  const cuda::std::int64_t begin = (local % tiles_per_line) * tile_bytes;
+  const cuda::std::int64_t n = line_bytes - begin < tile_bytes ? line_bytes - begin : tile_bytes;
+  const bool zero = item.kind == WorkKind::zero;
+  unsigned char* buf = w.buffers[r] + seg.line_offset(line) + (zero ? seg.live : 0) + begin;
+  const bool aligned = reinterpret_cast<cuda::std::uintptr_t>(buf) % 16 == 0;
+
+  if (zero) {
+    // Bytes up to the first aligned address, then vectors, then the tail.
+    const cuda::std::int64_t head =
+        aligned ? 0 : cuda::std::int64_t{16} - static_cast<cuda::std::int64_t>(reinterpret_cast<cuda::std::uintptr_t>(buf) % 16);
+    const cuda::std::int64_t h = head < n ? head : n;
+    const cuda::std::int64_t vectors = (n - h) / 16;
+    for (cuda::std::int64_t i = lanes.rank(); i < h; i += lanes.size()) buf[i] = 0;
+    for (cuda::std::int64_t i = lanes.rank(); i < vectors; i += lanes.size()) zero16(buf + h + 16 * i);
+    for (cuda::std::int64_t i = h + 16 * vectors + lanes.rank(); i < n; i += lanes.size()) buf[i] = 0;
+    return;
+  }
+
+  const cuda::std::int64_t stream = item.stream + line * ceil_div(seg.live, stream_alignment) * stream_alignment + begin;
+  const cuda::std::int64_t page_mask = w.pool.page_bytes - 1;
+  auto at_stream = [&](cuda::std::int64_t pos) {
+    return w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & page_mask);
+  };
+  if (aligned) {
+    const cuda::std::int64_t vectors = n / 16;
+    for (cuda::std::int64_t i = lanes.rank(); i < vectors; i += lanes.size()) {
+      unsigned char* page = at_stream(stream + 16 * i);
+      if (w.to_pages) copy16(page, buf + 16 * i); else copy16(buf + 16 * i, page);
+    }
+    for (cuda::std::int64_t i = 16 * vectors + lanes.rank(); i < n; i += lanes.size()) {
+      unsigned char* page = at_stream(stream + i);
+      if (w.to_pages) *page = buf[i]; else buf[i] = *page;
+    }
+    return;
+  }
+  for (cuda::std::int64_t i = lanes.rank(); i < n; i += lanes.size()) {
+    unsigned char* page = at_stream(stream + i);
+    if (w.to_pages) *page = buf[i]; else buf[i] = *page;
+  }
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

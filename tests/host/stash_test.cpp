@@ -1,0 +1,387 @@
+// The page pool, stash records and the host reference executor: randomised sequences for
+// every layout, the failure paths, the host-side argument checks, and host threads running
+// stashes and reloads of different records against one pool at once.
+
+#include <pagestash/pagestash.hpp>
+
+#include <doctest/doctest.h>
+
+#include "../common/layout_list.hpp"
+#include "../common/stash_sequence.hpp"
+
+#include <atomic>
+#include <thread>
+
+namespace {
+
+namespace ps = pagestash;
+using namespace pagestash_test;
+
+template <unsigned Threads>
+struct HostBackend {
+  static constexpr ps::MemorySpace space = ps::MemorySpace::host;
+  static constexpr ps::HostExecutor executor{Threads};
+
+  struct Bytes {
+    std::vector<std::uint8_t> v;
+    explicit Bytes(std::size_t n) : v(n) {}
+    std::uint8_t* ptr() const { return const_cast<std::uint8_t*>(v.data()); }
+    void upload(const std::vector<std::uint8_t>& b) {
+      REQUIRE(b.size() == v.size());
+      std::copy(b.begin(), b.end(), v.begin());
+    }
+    std::vector<std::uint8_t> download() const { return v; }
+  };
+
+  template <class Tr>
+  static void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) {
+    ps::stash(executor, pool, v, rec);
+  }
+  template <class Tr>
+  static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
+                     bool zero_tail) {
+    ps::reload(executor, pool, rec, dest, ps::ReloadOptions{zero_tail});
+  }
+  template <class Tr>
+  static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
+    ps::discard(executor, pool, rec);
+  }
+  static void reset(ps::PagePool& pool) { ps::reset(executor, pool); }
+};
+
+/// A shape with round sizes, and one with odd ones (lines that are not 16-byte aligned).
+template <class L>
+ps::GroupedView<L> sequence_shape(bool odd) {
+  ps::GroupedView<L> v;
+  const bool plain = std::is_same_v<L, layouts::Pf32> || std::is_same_v<L, layouts::Pbf16>;
+  v.groups = plain ? 1 : (odd ? 4 : 3);
+  if constexpr (L::has(BufferRole::scales)) {
+    v.hidden = odd ? 96 : 160;
+    const std::int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(v.hidden));
+    v.max_tokens = (odd ? 3 : 2) * granule;
+  } else {
+    v.hidden = odd ? 5 : 160;
+    v.max_tokens = odd ? 7 : 48;
+  }
+  return v;
+}
+
+template <class Traits, class Backend = HostBackend<1>>
+int run_orders(std::uint32_t& seed, int ops) {
+  int checked = 0;
+  for (bool odd : {false, true}) {
+    for (Order order : {Order::lifo, Order::fifo, Order::random}) {
+      const auto shape = sequence_shape<typename Traits::layout>(odd);
+      checked += run_stash_sequence<Traits, Backend>(shape, order, ops, ++seed, odd ? 256 : 1024);
+    }
+  }
+  return checked;
+}
+
+}  // namespace
+
+using namespace pagestash_test::layouts;
+
+TEST_CASE("every layout: random stash / reload / discard sequences match a byte-for-byte copy") {
+  std::uint32_t seed = 1000;
+  int plain = 0, rowwise_unquantized = 0, columnwise = 0, rowwise_quantized = 0;
+#define PAGESTASH_SEQUENCES(L)                                                                     \
+  {                                                                                                \
+    CAPTURE(#L);                                                                                   \
+    const int n = run_orders<ps::StashTraits<L>>(seed, 200);                                       \
+    using Layout = L;                                                                              \
+    if (std::is_same_v<Layout, Pf32> || std::is_same_v<Layout, Pbf16>) plain += n;                 \
+    else if (!Layout::has(BufferRole::scales)) rowwise_unquantized += n;                           \
+    else if (std::string(#L).rfind("Col", 0) == 0) columnwise += n;                                \
+    else rowwise_quantized += n;                                                                   \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SEQUENCES)
+#undef PAGESTASH_SEQUENCES
+  // At least 1,000 checked operations per layout family.
+  CHECK(plain >= 1000);
+  CHECK(rowwise_unquantized >= 1000);
+  CHECK(columnwise >= 1000);
+  CHECK(rowwise_quantized >= 1000);
+}
+
+TEST_CASE("non-default StashTraits: only data, only scales (amax kept), amax dropped") {
+  std::uint32_t seed = 5000;
+  using DataOnly = ps::BufferSelection<ColNv4CapCo, ps::Handling::paged>;
+  using ScalesOnly = ps::BufferSelection<ColNv4PackSw, ps::Handling::dropped, ps::Handling::paged, ps::Handling::kept>;
+  using NoAmax = ps::BufferSelection<RowNv4CapSw, ps::Handling::paged, ps::Handling::paged, ps::Handling::dropped>;
+  using MxScales = ps::BufferSelection<RowMx4PackCo, ps::Handling::dropped, ps::Handling::paged>;
+  CHECK(run_orders<DataOnly>(seed, 60) > 0);
+  CHECK(run_orders<ScalesOnly>(seed, 60) > 0);
+  CHECK(run_orders<NoAmax>(seed, 60) > 0);
+  CHECK(run_orders<MxScales>(seed, 60) > 0);
+}
+
+TEST_CASE("the host executor copies with several threads the same bytes as with one") {
+  std::uint32_t seed = 7000;
+  CHECK(run_orders<ps::StashTraits<ColNv4CapSw>, HostBackend<4>>(seed, 40) > 0);
+  CHECK(run_orders<ps::StashTraits<RuBf16Cap>, HostBackend<3>>(seed, 40) > 0);
+}
+
+namespace {
+
+using Nv = ColNv4CapCo;
+using NvTraits = ps::StashTraits<Nv>;
+using Host = Tensor<Nv, HostBackend<1>>;
+
+ps::GroupedView<Nv> nv_shape() { return sequence_shape<Nv>(false); }
+
+std::vector<std::int32_t> half_counts(const ps::GroupedView<Nv>& v) {
+  return std::vector<std::int32_t>(static_cast<std::size_t>(v.groups), static_cast<std::int32_t>(v.max_tokens / 2));
+}
+
+}  // namespace
+
+TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a held record are reported no-ops") {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<NvTraits>(nv_shape()).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  Host src(nv_shape()), dest(nv_shape());
+  std::mt19937 rng(3);
+  src.set_counts(half_counts(src.view));
+  for (BufferRole role : all_roles) src.set(role, random_bytes(static_cast<std::size_t>(src.view.buffer_bytes(role)), rng));
+  auto a = ps::make_record<NvTraits>(pool, src.view);
+  auto b = ps::make_record<NvTraits>(pool, src.view);
+  CHECK(a.status().state == ps::RecordState::empty);
+
+  ps::stash(ps::host, pool, src.view, a);
+  REQUIRE(a.status().state == ps::RecordState::stashed);
+  const auto held = a.page_ids();
+
+  SUBCASE("stash over a record that holds pages") {
+    ps::stash(ps::host, pool, src.view, a);
+    CHECK(a.status().state == ps::RecordState::stashed);
+    CHECK(a.status().error == ps::RecordError::still_stashed);
+    CHECK(a.page_ids() == held);
+    CHECK(pool.stats().overflow);
+  }
+  SUBCASE("double reload") {
+    ps::reload(ps::host, pool, a, dest.view);
+    CHECK(a.status().state == ps::RecordState::reloaded);
+    CHECK(!pool.stats().overflow);
+    const auto first = dest.bytes(BufferRole::data);
+    dest.set(BufferRole::data, std::vector<std::uint8_t>(first.size(), 0x77));
+    ps::reload(ps::host, pool, a, dest.view);
+    CHECK(a.status().error == ps::RecordError::not_stashed);
+    CHECK(dest.bytes(BufferRole::data) == std::vector<std::uint8_t>(first.size(), 0x77));
+    CHECK(pool.stats().overflow);
+    CHECK(pool.stats().device_pages_free == cfg.device_pages);
+  }
+  SUBCASE("the pool is full: overflow, and later stashes do nothing until reset") {
+    ps::stash(ps::host, pool, src.view, b);  // needs as many pages again: only a full pool's worth exists
+    CHECK(b.status().state == ps::RecordState::overflowed);
+    CHECK(b.status().error == ps::RecordError::pool_overflow);
+    CHECK(pool.stats().overflow);
+    CHECK(a.page_ids() == held);  // earlier stashes stay intact
+    ps::reload(ps::host, pool, b, dest.view);
+    CHECK(b.status().error == ps::RecordError::not_stashed);
+    ps::reload(ps::host, pool, a, dest.view);  // still works
+    CHECK(a.status().state == ps::RecordState::reloaded);
+    ps::stash(ps::host, pool, src.view, b);  // pages are free again, but overflow is sticky
+    CHECK(b.status().state == ps::RecordState::overflowed);
+    ps::reset(ps::host, pool);
+    ps::stash(ps::host, pool, src.view, b);
+    CHECK(b.status().state == ps::RecordState::stashed);
+    CHECK(pool.stats().generation == 1);
+  }
+  SUBCASE("discard returns the pages; a second discard does nothing and raises nothing") {
+    ps::discard(ps::host, pool, a);
+    CHECK(a.status().state == ps::RecordState::discarded);
+    ps::discard(ps::host, pool, a);
+    CHECK(a.status().error == ps::RecordError::not_stashed);
+    CHECK(!pool.stats().overflow);
+    CHECK(pool.stats().device_pages_free == cfg.device_pages);
+  }
+}
+
+TEST_CASE("bad input is rejected on the host before anything runs") {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 64;
+  ps::PagePool pool(cfg, ps::MemorySpace::host), other(cfg, ps::MemorySpace::host);
+  Host src(nv_shape());
+  src.set_counts(half_counts(src.view));
+  auto rec = ps::make_record<NvTraits>(pool, src.view);
+
+  CHECK_THROWS_WITH_AS(ps::stash(ps::host, other, src.view, rec), doctest::Contains("another pool"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::reload(ps::host, other, rec, src.view), doctest::Contains("another pool"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::discard(ps::host, other, rec), doctest::Contains("another pool"), std::invalid_argument);
+
+  auto wrong_shape = src.view;
+  wrong_shape.hidden = 128;
+  CHECK_THROWS_WITH_AS(ps::stash(ps::host, pool, wrong_shape, rec), doctest::Contains("differs from the record"),
+                       std::invalid_argument);
+  auto small = src.view;
+  small.max_tokens /= 2;
+  CHECK_THROWS_WITH_AS(ps::reload(ps::host, pool, rec, small), doctest::Contains("too small"), std::invalid_argument);
+  auto no_scales = src.view;
+  no_scales.scales = nullptr;
+  CHECK_THROWS_WITH_AS(ps::stash(ps::host, pool, no_scales, rec), doctest::Contains("scales is null"),
+                       std::invalid_argument);
+  auto no_counts = src.view;
+  no_counts.counts = nullptr;
+  CHECK_THROWS_WITH_AS(ps::stash(ps::host, pool, no_counts, rec), doctest::Contains("counts is null"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::on(nullptr), doctest::Contains("null"), std::invalid_argument);
+
+  ps::PoolConfig bad = cfg;
+  bad.page_bytes = 1000;
+  CHECK_THROWS_WITH_AS(ps::PagePool(bad, ps::MemorySpace::host), doctest::Contains("power of two"),
+                       std::invalid_argument);
+  // Nothing ran: the record is still empty and the pool untouched.
+  CHECK(rec.status().state == ps::RecordState::empty);
+  CHECK(pool.stats().device_pages_free == 64);
+}
+
+TEST_CASE("reload into a larger destination, and the zero tail reaches its end") {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  cfg.device_pages = 256;
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  std::mt19937 rng(11);
+  Tensor<RuBf16Cap, HostBackend<1>> src(sequence_shape<RuBf16Cap>(false));
+  auto big_shape = src.view;
+  big_shape.max_tokens *= 2;
+  Tensor<RuBf16Cap, HostBackend<1>> dest(big_shape);
+  const std::vector<std::int32_t> counts = {5, 0, 48};
+  src.set_counts(counts);
+  const auto source = random_bytes(static_cast<std::size_t>(src.view.buffer_bytes(BufferRole::data)), rng);
+  src.set(BufferRole::data, source);
+  dest.set(BufferRole::data, random_bytes(static_cast<std::size_t>(dest.view.buffer_bytes(BufferRole::data)), rng));
+  auto rec = ps::make_record<ps::StashTraits<RuBf16Cap>>(pool, src.view);
+  ps::stash(ps::host, pool, src.view, rec);
+  ps::reload(ps::host, pool, rec, dest.view, ps::ReloadOptions{true});
+  const auto out = dest.bytes(BufferRole::data);
+  const std::int64_t row = src.view.hidden * 2;
+  std::vector<std::uint8_t> expected(out.size(), 0);
+  for (std::size_t g = 0; g < counts.size(); ++g)
+    std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(g) * src.view.max_tokens * row, counts[g] * row,
+                expected.begin() + static_cast<std::ptrdiff_t>(g) * big_shape.max_tokens * row);
+  CHECK(out == expected);
+}
+
+TEST_CASE("the sizing helper turns an observed peak into a pool") {
+  ps::PoolStats observed;
+  observed.config.page_bytes = 4096;
+  observed.peak_pages_used = 1000;
+  const ps::PoolConfig c = ps::size_pool(observed);
+  CHECK(c.page_bytes == 4096);
+  CHECK(c.device_pages == 1100);
+  CHECK(c.host_pages == 0);
+  CHECK(ps::size_pool(observed, 1.0, 0.5).host_pages == 500);
+  CHECK(ps::pages_for(4097, 4096) == 2);
+  CHECK_THROWS_AS(ps::size_pool(observed, -1.0), std::invalid_argument);
+
+  // An eager step with a generous pool observes the peak; the sized pool then holds it.
+  ps::PoolConfig generous;
+  generous.page_bytes = 1024;
+  generous.device_pages = 4096;
+  ps::PagePool big(generous, ps::MemorySpace::host);
+  Host a(nv_shape()), b(nv_shape());
+  a.set_counts(half_counts(a.view));
+  b.set_counts(std::vector<std::int32_t>(3, static_cast<std::int32_t>(b.view.max_tokens)));
+  auto ra = ps::make_record<NvTraits>(big, a.view);
+  auto rb = ps::make_record<NvTraits>(big, b.view);
+  ps::stash(ps::host, big, a.view, ra);
+  ps::stash(ps::host, big, b.view, rb);
+  const std::int64_t pages_a = ra.status().pages;
+  ps::reload(ps::host, big, ra, a.view);
+  const ps::PoolStats seen = big.stats();
+  CHECK(seen.peak_pages_used == pages_a + rb.status().pages);
+  CHECK(seen.peak_live_bytes == ra.status().stream_bytes + rb.status().stream_bytes);
+  CHECK(seen.live_bytes == rb.status().stream_bytes);
+
+  ps::PagePool sized(ps::size_pool(seen, 1.0), ps::MemorySpace::host);
+  auto sa = ps::make_record<NvTraits>(sized, a.view);
+  auto sb = ps::make_record<NvTraits>(sized, b.view);
+  ps::stash(ps::host, sized, a.view, sa);
+  ps::stash(ps::host, sized, b.view, sb);
+  CHECK(sb.status().state == ps::RecordState::stashed);
+  CHECK(sized.stats().device_pages_free == 0);
+}
+
+namespace {
+
+/// One host thread's share of the concurrency test: its own tensors and records, random
+/// stashes and reloads against the shared pool, every reload checked against the oracle.
+void thread_sequence(ps::PagePool& pool, std::uint32_t seed, int ops, std::atomic<int>& bad_reloads,
+                     std::atomic<int>& reloads) {
+  std::mt19937 rng(seed);
+  using Tr = NvTraits;
+  const auto shape = nv_shape();
+  Host work(shape), dest(shape);
+  std::vector<ps::StashRecord<Tr>> records;
+  for (int i = 0; i < 3; ++i) records.push_back(ps::make_record<Tr>(pool, shape));
+  std::vector<std::vector<std::int32_t>> counts(3);
+  std::vector<std::array<std::vector<std::uint8_t>, 3>> saved(3);
+  std::vector<bool> held(3, false);
+  const ps::HostExecutor ex{seed % 2 == 0 ? 1u : 2u};
+  for (int op = 0; op < ops; ++op) {
+    const auto r = std::uniform_int_distribution<std::size_t>(0, 2)(rng);
+    if (!held[r]) {
+      counts[r] = random_counts(shape, rng);
+      work.set_counts(counts[r]);
+      for (BufferRole role : all_roles) {
+        saved[r][static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        work.set(role, saved[r][static_cast<std::size_t>(role)]);
+      }
+      ps::stash(ex, pool, work.view, records[r]);
+      held[r] = records[r].status().state == ps::RecordState::stashed;
+    } else {
+      std::array<std::vector<std::uint8_t>, 3> poisoned;
+      for (BufferRole role : all_roles) {
+        poisoned[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        dest.set(role, poisoned[static_cast<std::size_t>(role)]);
+      }
+      ps::reload(ex, pool, records[r], dest.view);
+      held[r] = false;
+      ++reloads;
+      for (BufferRole role : all_roles) {
+        const auto i = static_cast<std::size_t>(role);
+        if (dest.bytes(role) != expected_reload<Tr>(shape, role, counts[r], saved[r][i], poisoned[i], false)) ++bad_reloads;
+      }
+    }
+  }
+  for (std::size_t r = 0; r < 3; ++r)
+    if (held[r]) ps::discard(ex, pool, records[r]);
+}
+
+}  // namespace
+
+TEST_CASE("concurrent stashes and reloads of different records on host threads share one pool") {
+  const std::int64_t full = ps::detail::work_bounds<NvTraits>(nv_shape()).stream_bytes;
+  for (bool roomy : {true, false}) {
+    CAPTURE(roomy);
+    ps::PoolConfig cfg;
+    cfg.page_bytes = 256;
+    // Roomy: every record of every thread fits at once. Tight: overflow will happen, and
+    // must still leave every held record intact and every page accounted for.
+    cfg.device_pages = (roomy ? 4 * 3 : 3) * ps::pages_for(full, cfg.page_bytes);
+    cfg.host_pages = ps::pages_for(full, cfg.page_bytes);
+    ps::PagePool pool(cfg, ps::MemorySpace::host);
+    std::atomic<int> bad_reloads{0}, reloads{0};
+    std::vector<std::thread> threads;
+    for (std::uint32_t t = 0; t < 4; ++t)
+      threads.emplace_back(thread_sequence, std::ref(pool), 900 + t, 60, std::ref(bad_reloads), std::ref(reloads));
+    for (auto& t : threads) t.join();
+    CHECK(reloads.load() > 0);
+    CHECK(bad_reloads.load() == 0);
+    const ps::PoolStats st = pool.stats();
+    if (roomy) CHECK(!st.overflow);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    CHECK(st.host_pages_free == cfg.host_pages);
+    CHECK(st.live_bytes == 0);
+    std::vector<std::int32_t> ids = pool.free_pages();
+    std::sort(ids.begin(), ids.end());
+    std::vector<std::int32_t> all(ids.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int32_t>(i);
+    CHECK(ids == all);
+  }
+}

@@ -41,6 +41,56 @@ inline const char* name_of(Order o) { return o == Order::lifo ? "LIFO" : (o == O
 
 inline constexpr std::array<BufferRole, 3> all_roles = {BufferRole::data, BufferRole::scales, BufferRole::amax};
 
+/// The host executor (with Threads copying threads) on host memory.
+template <unsigned Threads>
+struct HostBackend {
+  static constexpr ps::MemorySpace space = ps::MemorySpace::host;
+  static constexpr ps::HostExecutor executor{Threads};
+
+  struct Bytes {
+    std::vector<std::uint8_t> v;
+    explicit Bytes(std::size_t n) : v(n) {}
+    std::uint8_t* ptr() const { return const_cast<std::uint8_t*>(v.data()); }
+    void upload(const std::vector<std::uint8_t>& b) {
+      REQUIRE(b.size() == v.size());
+      std::copy(b.begin(), b.end(), v.begin());
+    }
+    std::vector<std::uint8_t> download() const { return v; }
+  };
+
+  template <class Tr>
+  static void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) {
+    ps::stash(executor, pool, v, rec);
+  }
+  template <class Tr>
+  static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
+                     bool zero_tail) {
+    ps::reload(executor, pool, rec, dest, ps::ReloadOptions{zero_tail});
+  }
+  template <class Tr>
+  static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
+    ps::discard(executor, pool, rec);
+  }
+  static void reset(ps::PagePool& pool) { ps::reset(executor, pool); }
+};
+
+/// A shape with round sizes, and one with odd ones (lines that are not 16-byte aligned).
+template <class L>
+ps::GroupedView<L> sequence_shape(bool odd) {
+  ps::GroupedView<L> v;
+  const bool plain = std::is_same_v<L, ps::Plain<typename L::data_type>>;
+  v.groups = plain ? 1 : (odd ? 4 : 3);
+  if constexpr (L::has(BufferRole::scales)) {
+    v.hidden = odd ? 96 : 160;
+    const std::int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(v.hidden));
+    v.max_tokens = (odd ? 3 : 2) * granule;
+  } else {
+    v.hidden = odd ? 5 : 160;
+    v.max_tokens = odd ? 7 : 48;
+  }
+  return v;
+}
+
 /// The buffers of one grouped tensor in the backend's memory, and a view of them.
 template <class L, class Backend>
 struct Tensor {

@@ -16,7 +16,8 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The pool's counters, in the pool's memory. Everything but `lock` is guarded by `lock`.
+/// The pool's counters, in the pool's memory. `lock`, `overflow`, `generation` and
+/// `failures` are accessed atomically; the rest only under `lock`.
 struct PoolCounters {
   cuda::std::int32_t lock;
   cuda::std::int32_t overflow;    ///< sticky until reset: stashes do nothing while set
@@ -99,14 +100,15 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
     t.generation = c.generation;
-    if (c.overflow != 0) {
+    if (overflow_raised(pool)) {
       t.result = TakeResult::overflow_set;
     } else {
       t.device_pages = need < c.device_free ? need : c.device_free;
       const cuda::std::int64_t from_host = need - t.device_pages;
       if (from_host > c.host_free) {
         t.result = TakeResult::pool_full;
-        c.overflow = 1;  // at once, so that a stash racing with this one skips too
+        // At once, so that a stash racing with this one skips too.
+        device_atomic<cuda::std::int32_t>(c.overflow).store(1, cuda::std::memory_order_relaxed);
       } else {
         c.device_free -= t.device_pages;
         c.host_free -= from_host;

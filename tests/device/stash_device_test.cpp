@@ -1,0 +1,342 @@
+// The CUDA executor: the host parity suite on the device, byte-for-byte agreement with the
+// host executor, a captured graph replayed with different device counts, and stashes and
+// reloads of different records on concurrent streams against one pool.
+
+#include <pagestash/pagestash.hpp>
+
+#include "../common/device_buffer.hpp"
+#include "../common/layout_list.hpp"
+#include "../common/stash_sequence.hpp"
+#include "stash_kernels.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+namespace {
+
+namespace ps = pagestash;
+using namespace pagestash_test;
+
+/// Device memory and the CUDA executor on the per-thread stream, synchronised after each
+/// operation so that the sequence can check the results.
+struct DeviceBackend {
+  static constexpr ps::MemorySpace space = ps::MemorySpace::device;
+
+  struct Bytes {
+    DeviceBuffer<std::uint8_t> buffer;
+    explicit Bytes(std::size_t n) : buffer(n) {}
+    std::uint8_t* ptr() const { return buffer.ptr; }
+    void upload(const std::vector<std::uint8_t>& b) {
+      REQUIRE(b.size() == buffer.count);
+      buffer.upload(b);
+    }
+    std::vector<std::uint8_t> download() const { return buffer.download(); }
+  };
+
+  static void sync() { PAGESTASH_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread)); }
+  template <class Tr>
+  static void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) {
+    stash_on(cudaStreamPerThread, pool, v, rec);
+    sync();
+  }
+  template <class Tr>
+  static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
+                     bool zero_tail) {
+    reload_on(cudaStreamPerThread, pool, rec, dest, zero_tail);
+    sync();
+  }
+  template <class Tr>
+  static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
+    discard_on(cudaStreamPerThread, pool, rec);
+    sync();
+  }
+  static void reset(ps::PagePool& pool) {
+    reset_on(cudaStreamPerThread, pool);
+    sync();
+  }
+};
+
+template <class Traits>
+void device_sequences(std::uint32_t& seed, int ops) {
+  for (bool odd : {false, true})
+    for (Order order : {Order::lifo, Order::fifo, Order::random})
+      CHECK(run_stash_sequence<Traits, DeviceBackend>(sequence_shape<typename Traits::layout>(odd), order, ops, ++seed,
+                                                      odd ? 256 : 1024) == ops);
+}
+
+}  // namespace
+
+using namespace pagestash_test::layouts;
+
+TEST_CASE("every layout, random stash / reload / discard sequences match a byte-for-byte copy") {
+  std::uint32_t seed = 1000;
+#define PAGESTASH_DEVICE_SEQUENCES(L) \
+  {                                   \
+    CAPTURE(#L);                      \
+    device_sequences<ps::StashTraits<L>>(seed, 60); \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_DEVICE_SEQUENCES)
+#undef PAGESTASH_DEVICE_SEQUENCES
+#define PAGESTASH_DEVICE_SEQUENCES_TRAITS(Tr) device_sequences<Tr>(seed, 30);
+  PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(PAGESTASH_DEVICE_SEQUENCES_TRAITS)
+#undef PAGESTASH_DEVICE_SEQUENCES_TRAITS
+}
+
+namespace {
+
+template <class L, class Backend>
+void fill(Tensor<L, Backend>& t, const std::vector<std::int32_t>& counts, std::mt19937& rng,
+          std::array<std::vector<std::uint8_t>, 3>* kept = nullptr) {
+  t.set_counts(counts);
+  for (BufferRole role : all_roles) {
+    auto b = random_bytes(static_cast<std::size_t>(t.view.buffer_bytes(role)), rng);
+    t.set(role, b);
+    if (kept != nullptr) (*kept)[static_cast<std::size_t>(role)] = std::move(b);
+  }
+}
+
+std::vector<std::uint8_t> page_bytes_of(const ps::PagePool& pool, const std::vector<std::int32_t>& ids) {
+  const auto page = static_cast<std::size_t>(pool.config().page_bytes);
+  std::vector<std::uint8_t> out(ids.size() * page);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const void* src = pool.ref().page(ids[i]);
+    if (pool.space() == ps::MemorySpace::host) std::memcpy(out.data() + i * page, src, page);
+    else PAGESTASH_CUDA_TRY(cudaMemcpy(out.data() + i * page, src, page, cudaMemcpyDefault));
+  }
+  return out;
+}
+
+/// The same stash on the host and on the device: same page ids (device and spilled host
+/// pages), same bytes in the pages, same reloaded bytes.
+template <class L>
+void check_same_as_host(std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(seed % 2 == 1);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 256;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
+  cfg.host_pages = cfg.device_pages;  // a large stash spills
+  ps::PagePool host_pool(cfg, ps::MemorySpace::host), device_pool(cfg, ps::MemorySpace::device);
+  Tensor<L, DeviceBackend> d_src(shape), d_dest(shape);
+  Tensor<L, HostBackend<1>> h_src(shape), h_dest(shape);
+  auto h_rec = ps::make_record<Tr>(host_pool, shape);
+  auto d_rec = ps::make_record<Tr>(device_pool, shape);
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    const auto counts = random_counts(shape, rng);
+    std::array<std::vector<std::uint8_t>, 3> bytes;
+    fill(h_src, counts, rng, &bytes);
+    d_src.set_counts(counts);
+    for (BufferRole role : all_roles) d_src.set(role, bytes[static_cast<std::size_t>(role)]);
+    ps::stash(ps::host, host_pool, h_src.view, h_rec);
+    DeviceBackend::stash(device_pool, d_src.view, d_rec);
+    const ps::RecordStatus hs = h_rec.status(), ds = d_rec.status();
+    CHECK(ds.state == hs.state);
+    CHECK(ds.pages == hs.pages);
+    CHECK(ds.device_pages == hs.device_pages);
+    CHECK(ds.stream_bytes == hs.stream_bytes);
+    CHECK(d_rec.page_ids() == h_rec.page_ids());
+    CHECK(page_bytes_of(device_pool, d_rec.page_ids()) == page_bytes_of(host_pool, h_rec.page_ids()));
+    for (BufferRole role : all_roles) {
+      const auto poison = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+      h_dest.set(role, poison);
+      d_dest.set(role, poison);
+    }
+    ps::reload(ps::host, host_pool, h_rec, h_dest.view, ps::ReloadOptions{round % 2 == 0});
+    DeviceBackend::reload(device_pool, d_rec, d_dest.view, round % 2 == 0);
+    for (BufferRole role : all_roles) CHECK(d_dest.bytes(role) == h_dest.bytes(role));
+    CHECK(device_pool.free_pages() == host_pool.free_pages());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the CUDA executor writes the host executor's pages and bytes") {
+  std::uint32_t seed = 40;
+#define PAGESTASH_SAME_AS_HOST(L) \
+  {                               \
+    CAPTURE(#L);                  \
+    check_same_as_host<L>(++seed); \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SAME_AS_HOST)
+#undef PAGESTASH_SAME_AS_HOST
+}
+
+namespace {
+
+/// Stash three tensors and reload them out of order (one with zero_tail), all captured in
+/// one graph; replay it with new counts and data in the same device buffers each time.
+template <class L>
+void check_graph_replays(int replays, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 3 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::device);
+  std::vector<std::unique_ptr<Tensor<L, DeviceBackend>>> src, dest;
+  std::vector<std::unique_ptr<ps::StashRecord<Tr>>> recs;
+  for (int i = 0; i < 3; ++i) {
+    src.push_back(std::make_unique<Tensor<L, DeviceBackend>>(shape));
+    dest.push_back(std::make_unique<Tensor<L, DeviceBackend>>(shape));
+    recs.push_back(std::make_unique<ps::StashRecord<Tr>>(pool, shape));
+  }
+  cudaStream_t stream = nullptr;
+  PAGESTASH_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  PAGESTASH_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 3; ++i) stash_on(stream, pool, src[i]->view, *recs[i]);
+  const int order[3] = {2, 0, 1};
+  for (int i : order) reload_on(stream, pool, *recs[i], dest[i]->view, i == 1);
+  PAGESTASH_CUDA_TRY(cudaStreamEndCapture(stream, &graph));
+  PAGESTASH_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+
+  int checked = 0;
+  for (int replay = 0; replay < replays; ++replay) {
+    CAPTURE(replay);
+    std::array<std::vector<std::int32_t>, 3> counts;
+    std::array<std::array<std::vector<std::uint8_t>, 3>, 3> bytes, poison;
+    for (int i = 0; i < 3; ++i) {
+      counts[i] = random_counts(shape, rng);
+      fill(*src[i], counts[i], rng, &bytes[i]);
+      for (BufferRole role : all_roles) {
+        poison[i][static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        dest[i]->set(role, poison[i][static_cast<std::size_t>(role)]);
+      }
+    }
+    PAGESTASH_CUDA_TRY(cudaGraphLaunch(exec, stream));
+    PAGESTASH_CUDA_TRY(cudaStreamSynchronize(stream));
+    bool all_equal = true;
+    for (int i = 0; i < 3; ++i) {
+      CHECK(recs[i]->status().state == ps::RecordState::reloaded);
+      for (BufferRole role : all_roles) {
+        const auto r = static_cast<std::size_t>(role);
+        all_equal = all_equal && dest[i]->bytes(role) == expected_reload<Tr>(shape, role, counts[i], bytes[i][r],
+                                                                             poison[i][r], i == 1);
+      }
+    }
+    CHECK(all_equal);
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.overflow);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    checked += all_equal;
+  }
+  CHECK(checked == replays);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("a captured graph of stashes and out-of-order reloads, replayed with new device counts") {
+  check_graph_replays<ColNv4CapSw>(120, 1);
+  check_graph_replays<RuBf16>(120, 2);
+  check_graph_replays<RowMx4PackSw>(40, 3);
+}
+
+namespace {
+
+/// Streams enqueue interleaved stashes and reloads of their own records, all at once,
+/// against one pool; then every destination is checked and every page is back.
+template <class L>
+void check_concurrent_streams(int streams, int rounds, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  constexpr int per_stream = 4;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  cfg.device_pages = streams * 3 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.host_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::device);
+  const int n = streams * per_stream;
+  std::vector<std::unique_ptr<Tensor<L, DeviceBackend>>> src, dest;
+  std::vector<std::unique_ptr<ps::StashRecord<Tr>>> recs;
+  for (int i = 0; i < n; ++i) {
+    src.push_back(std::make_unique<Tensor<L, DeviceBackend>>(shape));
+    dest.push_back(std::make_unique<Tensor<L, DeviceBackend>>(shape));
+    recs.push_back(std::make_unique<ps::StashRecord<Tr>>(pool, shape));
+  }
+  std::vector<cudaStream_t> s(static_cast<std::size_t>(streams));
+  for (auto& x : s) PAGESTASH_CUDA_TRY(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+
+  for (int round = 0; round < rounds; ++round) {
+    CAPTURE(round);
+    std::vector<std::vector<std::int32_t>> counts(static_cast<std::size_t>(n));
+    std::vector<std::array<std::vector<std::uint8_t>, 3>> bytes(static_cast<std::size_t>(n)),
+        poison(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      counts[i] = random_counts(shape, rng);
+      fill(*src[i], counts[i], rng, &bytes[i]);
+      for (BufferRole role : all_roles) {
+        poison[i][static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        dest[i]->set(role, poison[i][static_cast<std::size_t>(role)]);
+      }
+    }
+    PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    // Per stream: stash 0, stash 1, reload 0, stash 2, reload 2, stash 3, reload 1, reload 3;
+    // the streams' steps are enqueued round-robin so that they overlap.
+    const int steps[8][2] = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 2}, {0, 3}, {1, 1}, {1, 3}};
+    for (const auto& step : steps) {
+      for (int k = 0; k < streams; ++k) {
+        const int i = k * per_stream + step[1];
+        if (step[0] == 0) stash_on(s[static_cast<std::size_t>(k)], pool, src[i]->view, *recs[i]);
+        else reload_on(s[static_cast<std::size_t>(k)], pool, *recs[i], dest[i]->view, (i + round) % 2 == 0);
+      }
+    }
+    PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    int wrong = 0;
+    for (int i = 0; i < n; ++i) {
+      wrong += recs[i]->status().state != ps::RecordState::reloaded;
+      for (BufferRole role : all_roles) {
+        const auto r = static_cast<std::size_t>(role);
+        wrong += dest[i]->bytes(role) !=
+                 expected_reload<Tr>(shape, role, counts[i], bytes[i][r], poison[i][r], (i + round) % 2 == 0);
+      }
+    }
+    CHECK(wrong == 0);
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.overflow);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    CHECK(st.host_pages_free == cfg.host_pages);
+    std::vector<std::int32_t> ids = pool.free_pages();
+    std::sort(ids.begin(), ids.end());
+    bool permutation = true;
+    for (std::size_t i = 0; i < ids.size(); ++i) permutation = permutation && ids[i] == static_cast<std::int32_t>(i);
+    CHECK(permutation);
+  }
+  for (auto x : s) cudaStreamDestroy(x);
+}
+
+}  // namespace
+
+TEST_CASE("stashes and reloads of different records on concurrent streams share one pool") {
+  check_concurrent_streams<RuBf16Cap>(8, 20, 7);
+  check_concurrent_streams<ColMx4CapSw>(4, 10, 8);
+}
+
+TEST_CASE("bad input is rejected on the host before any launch") {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 8;
+  ps::PagePool device_pool(cfg, ps::MemorySpace::device), host_pool(cfg, ps::MemorySpace::host);
+  const auto shape = sequence_shape<RuBf16>(false);
+  Tensor<RuBf16, DeviceBackend> t(shape);
+  t.set_counts({8});
+  auto rec = ps::make_record<ps::StashTraits<RuBf16>>(device_pool, shape);
+  CHECK_THROWS_WITH_AS(ps::stash(ps::host, device_pool, t.view, rec), doctest::Contains("device memory"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(stash_on(nullptr, device_pool, t.view, rec), doctest::Contains("null"), std::invalid_argument);
+  auto host_rec = ps::make_record<ps::StashTraits<RuBf16>>(host_pool, shape);
+  CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, host_pool, t.view, host_rec), doctest::Contains("host memory"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, device_pool, t.view, host_rec),
+                       doctest::Contains("another pool"), std::invalid_argument);
+  CHECK(rec.status().state == ps::RecordState::empty);
+}

@@ -1,0 +1,41 @@
+#pragma once
+// Host entry points of the stash kernels in stash_kernels*.cu (callable from g++ code): the
+// CUDA executor's operations on `stream`, asynchronous as the library's are.
+
+#include <pagestash/pagestash.hpp>
+
+#include <cuda_runtime_api.h>
+
+namespace pagestash_test {
+
+namespace ps = pagestash;
+
+template <class Tr>
+void stash_on(cudaStream_t stream, ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& view,
+              ps::StashRecord<Tr>& rec);
+template <class Tr>
+void reload_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec,
+               const ps::GroupedView<typename Tr::layout>& dest, bool zero_tail);
+template <class Tr>
+void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec);
+void reset_on(cudaStream_t stream, ps::PagePool& pool);
+
+/// The non-default StashTraits the tests use (each also instantiated).
+namespace traits {
+using DataOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>,
+                                     ps::Handling::paged>;
+using ScalesOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>,
+                                       ps::Handling::dropped, ps::Handling::paged, ps::Handling::kept>;
+using NoAmax = ps::BufferSelection<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>,
+                                   ps::Handling::paged, ps::Handling::paged, ps::Handling::dropped>;
+using MxScales = ps::BufferSelection<ps::RowwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>,
+                                     ps::Handling::dropped, ps::Handling::paged>;
+}  // namespace traits
+
+}  // namespace pagestash_test
+
+/// Every StashTraits the kernels are instantiated for: the default one of every layout,
+/// and the selections above.
+#define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X)                                                   \
+  X(pagestash_test::traits::DataOnly) X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) \
+  X(pagestash_test::traits::MxScales)

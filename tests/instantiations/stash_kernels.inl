@@ -1,0 +1,35 @@
+// The definitions behind stash_kernels.hpp; each stash_kernels_*.cu instantiates a share
+// of the traits (two files, so that nvcc builds them in parallel).
+
+#include "stash_kernels.hpp"
+
+#include <pagestash/pagestash.cuh>
+
+#include "../common/layout_list.hpp"
+
+namespace pagestash_test {
+
+template <class Tr>
+void stash_on(cudaStream_t stream, ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& view,
+              ps::StashRecord<Tr>& rec) {
+  ps::stash(ps::on(stream), pool, view, rec);
+}
+template <class Tr>
+void reload_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec,
+               const ps::GroupedView<typename Tr::layout>& dest, bool zero_tail) {
+  ps::reload(ps::on(stream), pool, rec, dest, ps::ReloadOptions{zero_tail});
+}
+template <class Tr>
+void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
+  ps::discard(ps::on(stream), pool, rec);
+}
+
+}  // namespace pagestash_test
+
+#define PAGESTASH_INSTANTIATE_STASH_TRAITS(Tr)                                                                   \
+  template void pagestash_test::stash_on<Tr>(cudaStream_t, pagestash::PagePool&,                                 \
+                                             const pagestash::GroupedView<Tr::layout>&, pagestash::StashRecord<Tr>&); \
+  template void pagestash_test::reload_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&,   \
+                                              const pagestash::GroupedView<Tr::layout>&, bool);                  \
+  template void pagestash_test::discard_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&);
+#define PAGESTASH_INSTANTIATE_STASH(L) PAGESTASH_INSTANTIATE_STASH_TRAITS(pagestash::StashTraits<pagestash_test::layouts::L>)

@@ -1,0 +1,14 @@
+// Stash kernels for the unquantized and columnwise-quantized layouts, and the non-default
+// traits.
+#include "stash_kernels.inl"
+
+void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) { pagestash::reset(pagestash::on(stream), pool); }
+
+PAGESTASH_INSTANTIATE_STASH(Pf32)
+PAGESTASH_INSTANTIATE_STASH(Pbf16)
+PAGESTASH_INSTANTIATE_STASH(RuBf16)
+PAGESTASH_INSTANTIATE_STASH(RuFp16)
+PAGESTASH_INSTANTIATE_STASH(RuBf16Cap)
+PAGESTASH_INSTANTIATE_STASH(RuFp16Cap)
+PAGESTASH_TEST_QUANTIZED(PAGESTASH_INSTANTIATE_STASH, Col)
+PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(PAGESTASH_INSTANTIATE_STASH_TRAITS)

@@ -248,8 +248,35 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
   CHECK(bad == 0);
 }
 
+// The host producer's per-block fast path writes what produced_byte, byte by byte, gives.
+template <class L>
+void check_fast_path_matches_bytes(int64_t max_tokens, int64_t hidden, int groups, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  HostTensor<L> fast(max_tokens, hidden, groups, std::vector<std::int32_t>(groups, 0));
+  fast.counts = random_counts(fast.view, rng);
+  fast.view.counts = fast.counts.data();
+  HostTensor<L> slow(max_tokens, hidden, groups, fast.counts);
+  const auto source = random_source(fast.view.token_rows(), hidden, seed);
+  ps::produce(fast.view, source.data(), fast.counts.data(), 0x6B);
+  std::vector<int64_t> rows(static_cast<std::size_t>(groups));
+  REQUIRE(ps::plan_groups(slow.view, slow.counts.data(), rows.data()) < 0);
+  const ps::ProducerInput in{source.data(), slow.counts.data(), rows.data(), fast.amax.empty() ? nullptr : fast.amax.data()};
+  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    if (!L::has(role)) continue;
+    std::fill(slow.bytes(role), slow.bytes(role) + slow.view.buffer_bytes(role), std::uint8_t{0x6B});
+    for (int g = 0; g < groups; ++g)
+      ps::for_each_live_byte(slow.view, in, role, g,
+                             [&](std::uint8_t* byte, const ps::BlockShape& blk, int64_t r, int64_t c) {
+                               *byte = ps::produced_byte(slow.view, in, role, g, blk, r, c);
+                             });
+    CAPTURE(ps::name_of(role));
+    CHECK(std::equal(slow.bytes(role), slow.bytes(role) + slow.view.buffer_bytes(role), fast.bytes(role)));
+  }
+}
+
 template <class L>
 void check_layout(int64_t max_tokens, int64_t hidden, int groups, std::uint32_t seed) {
+  check_fast_path_matches_bytes<L>(max_tokens, hidden, groups, seed + 200);
   check_geometry_matches_producer<L>(max_tokens, hidden, groups, seed);
   check_dequantized<L>(max_tokens, hidden, groups, seed + 100);
 }

@@ -120,6 +120,69 @@ PAGESTASH_HOST_DEVICE void group_block(const GroupedView<Layout>& v, const Produ
   }
 }
 
+/// Calls f(byte pointer, block, r, c) for every byte of group g's live region of one buffer.
+template <class Layout, class F>
+void for_each_live_byte(const GroupedView<Layout>& v, const ProducerInput& in, BufferRole role, cuda::std::int32_t g,
+                        F&& f) {
+  BlockShape blk;
+  cuda::std::int64_t base = 0;
+  group_block(v, in, role, g, blk, base);
+  auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
+  const cuda::std::int64_t live = blk.live_indices(in.counts[g]);
+  const bool token_rows = blk.token_axis == TokenAxis::rows;
+  for (cuda::std::int64_t r = 0; r < (token_rows ? live : blk.rows); ++r)
+    for (cuda::std::int64_t c = 0; c < (token_rows ? blk.cols : live); ++c) f(bytes + base + blk.offset(r, c), blk, r, c);
+}
+
+namespace detail {
+
+/// The host producer's fast path for quantized layouts: each block quantized once, its
+/// codes and scale written where produced_byte would put them (the tests check both agree).
+/// Scale bytes of TE's padding are zero, as produced_byte makes them.
+template <class Layout>
+void produce_group_blocks(const GroupedView<Layout>& v, const ProducerInput& in, cuda::std::int32_t g) {
+  using F = typename Layout::format;
+  constexpr int b = F::block_size;
+  constexpr int per_byte = 8 / F::element_bits;
+  constexpr bool columnwise = Layout::direction == Direction::columnwise;
+  for_each_live_byte(v, in, BufferRole::scales, g, [](cuda::std::uint8_t* byte, const BlockShape&, cuda::std::int64_t,
+                                                      cuda::std::int64_t) { *byte = 0; });
+  BlockShape data_blk, scale_blk;
+  cuda::std::int64_t data_base = 0, scale_base = 0;
+  group_block(v, in, BufferRole::data, g, data_blk, data_base);
+  group_block(v, in, BufferRole::scales, g, scale_blk, scale_base);
+  auto* data = static_cast<cuda::std::uint8_t*>(v.buffer(BufferRole::data)) + data_base;
+  auto* scales = static_cast<cuda::std::uint8_t*>(v.buffer(BufferRole::scales)) + scale_base;
+  // Live token indices of each buffer (whole granules), and the tokens they span.
+  const cuda::std::int64_t data_live = data_blk.live_indices(in.counts[g]);
+  const cuda::std::int64_t scale_live = scale_blk.live_indices(in.counts[g]);
+  const cuda::std::int64_t data_tokens = data_live * (columnwise ? per_byte : 1);
+  const cuda::std::int64_t scale_tokens = scale_live * (columnwise ? b : 1);
+  const cuda::std::int64_t tokens = data_tokens > scale_tokens ? data_tokens : scale_tokens;
+  auto at = [](const BlockShape& blk, cuda::std::int64_t token_index, cuda::std::int64_t other) {
+    return blk.token_axis == TokenAxis::rows ? blk.offset(token_index, other) : blk.offset(other, token_index);
+  };
+  typename F::element_type codes[b];
+  for (cuda::std::int64_t t = 0; t < tokens; t += columnwise ? b : 1) {
+    for (cuda::std::int64_t k = 0; k < v.hidden; k += columnwise ? 1 : b) {
+      const auto scale = quantize_group_block(v, in, g, t, k, codes);
+      const cuda::std::int64_t scale_index = columnwise ? t / b : t;
+      if (scale_index < scale_live) scales[at(scale_blk, scale_index, columnwise ? k : k / b)] = scale.bits;
+      for (int i = 0; i < b; i += per_byte) {
+        const cuda::std::int64_t token = columnwise ? t + i : t;
+        const cuda::std::int64_t index = columnwise ? token / per_byte : token;
+        if (index >= data_live) break;
+        cuda::std::uint8_t byte = 0;
+        if constexpr (per_byte == 2) byte = E2M1x2::pack(codes[i], codes[i + 1]).bits;
+        else byte = codes[i].bits;
+        data[at(data_blk, index, columnwise ? k : (k + i) / per_byte)] = byte;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
 /// Host producer. `counts` is host memory. Fills every buffer the layout has (the view's
 /// pointers are host memory): poison outside the live region, produced bytes inside it.
 template <class Layout>
@@ -144,19 +207,16 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
     if (!Layout::has(role)) continue;
     auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
     std::memset(bytes, poison, static_cast<std::size_t>(v.buffer_bytes(role)));
-    if (role == BufferRole::amax) {
-      std::memcpy(bytes, group_amax.data(), sizeof(float) * static_cast<std::size_t>(v.groups));
-      continue;
-    }
-    for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
-      BlockShape blk;
-      cuda::std::int64_t base = 0;
-      group_block(v, in, role, g, blk, base);
-      const cuda::std::int64_t live = blk.live_indices(counts[g]);
-      const bool token_rows = blk.token_axis == TokenAxis::rows;
-      for (cuda::std::int64_t r = 0; r < (token_rows ? live : blk.rows); ++r)
-        for (cuda::std::int64_t c = 0; c < (token_rows ? blk.cols : live); ++c)
-          bytes[base + blk.offset(r, c)] = produced_byte(v, in, role, g, blk, r, c);
+    if (role == BufferRole::amax) std::memcpy(bytes, group_amax.data(), sizeof(float) * static_cast<std::size_t>(v.groups));
+  }
+  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
+    if constexpr (Layout::has(BufferRole::scales)) {
+      detail::produce_group_blocks(v, in, g);
+    } else {
+      for_each_live_byte(v, in, BufferRole::data, g, [&](cuda::std::uint8_t* byte, const BlockShape& blk, cuda::std::int64_t r,
+                                                         cuda::std::int64_t c) {
+        *byte = produced_byte(v, in, BufferRole::data, g, blk, r, c);
+      });
     }
   }
 }

@@ -141,12 +141,8 @@ template <class Traits>
 PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
                                          const RecordRef& rec, bool to_pages) {
   TileWork w{};
-  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
-    const auto r = static_cast<int>(role);
-    w.buffers[r] = static_cast<unsigned char*>(v.buffer(role));
-    w.geometry[r] = v.geometry(role);
-  }
-  w.counts = rec.counts;
+  for (BufferRole role : {BufferRole::data, BufferRole::scales})
+    w.buffers[static_cast<int>(role)] = static_cast<unsigned char*>(v.buffer(role));
   w.items = rec.items;
   w.item_count = rec.header->items;
   w.page_ids = rec.page_ids;

@@ -34,10 +34,9 @@ enum class WorkKind : cuda::std::int32_t { copy = 0, zero = 1 };
 struct WorkItem {
   cuda::std::int64_t first_tile;  ///< tiles of the items before this one
   cuda::std::int64_t stream;      ///< copy: stream offset of the segment's first line
+  Segment segment;                ///< where its lines are in the buffer, for the planned counts
   BufferRole role;
-  cuda::std::int32_t segment;
   WorkKind kind;
-  cuda::std::int32_t unused;
 };
 
 struct WorkTotals {  // no member initializers: teams share it through __shared__ memory
@@ -76,7 +75,7 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
       for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s) {
         const Segment seg = geo.segment(s, counts);
         const cuda::std::int64_t line_bytes = item_line_bytes(seg, kind);
-        if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, role, s, kind, 0};
+        if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
         ++t.items;
         t.tiles += seg.lines * ceil_div(line_bytes, tile_bytes);
         if (kind == WorkKind::copy) {
@@ -92,8 +91,6 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
 /// Everything a tile needs, trivially copyable (a kernel argument or a host local).
 struct TileWork {
   unsigned char* buffers[2];  ///< data, scales of the view being stashed or restored
-  BufferGeometry geometry[2];
-  const cuda::std::int32_t* counts;  ///< the counts the stash saw (the record's copy)
   const WorkItem* items;
   cuda::std::int32_t item_count;
   const cuda::std::int32_t* page_ids;
@@ -133,8 +130,7 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int32_t find_item(const TileWork& w, cud
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda::std::int64_t tile) {
   const WorkItem item = w.items[find_item(w, tile)];
-  const auto r = static_cast<int>(item.role);
-  const Segment seg = w.geometry[r].segment(item.segment, w.counts);
+  const Segment& seg = item.segment;
   const cuda::std::int64_t line_bytes = item_line_bytes(seg, item.kind);
   const cuda::std::int64_t tiles_per_line = ceil_div(line_bytes, tile_bytes);
   const cuda::std::int64_t local = tile - item.first_tile;
@@ -142,7 +138,7 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
   const cuda::std::int64_t begin = (local % tiles_per_line) * tile_bytes;
   const cuda::std::int64_t n = line_bytes - begin < tile_bytes ? line_bytes - begin : tile_bytes;
   const bool zero = item.kind == WorkKind::zero;
-  unsigned char* buf = w.buffers[r] + seg.line_offset(line) + (zero ? seg.live : 0) + begin;
+  unsigned char* buf = w.buffers[static_cast<int>(item.role)] + seg.line_offset(line) + (zero ? seg.live : 0) + begin;
   const bool aligned = reinterpret_cast<cuda::std::uintptr_t>(buf) % 16 == 0;
 
   if (zero) {

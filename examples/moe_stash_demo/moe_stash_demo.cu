@@ -1,0 +1,570 @@
+// moe_stash_demo: a sync-free MoE training step with paged stashing, end to end.
+//
+// L MoE layers, G experts, M microbatches. A seeded router (Dirichlet over experts, top-k)
+// draws per-expert token counts; each layer's forward makes its saved activation in the
+// chosen recipe in an oversized [G, capacity, K] buffer (one static buffer, reused by every
+// layer), stashes the live rows into a page pool, and backward reloads them and checks
+// them bit for bit. The pool is sized from an eager step (every tensor fits) times a factor.
+// Runs the CUDA executor when a GPU is present, the host reference executor otherwise.
+//
+//   moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
+//                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
+//                  [--capacity-factor 2.0] [--pool-factor 1.10] [--spill-factor 0]
+//                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
+//                  [--executor auto|host|cuda] [--json]
+
+#include <pagestash/pagestash.cuh>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ps = pagestash;
+using std::int64_t;
+
+namespace {
+
+// ---- Options ------------------------------------------------------------------------------
+
+struct Options {
+  std::vector<std::string> recipes = {"bf16", "fp16", "mxfp8", "nvfp4"};
+  int layers = 4, experts = 8, microbatches = 4, topk = 2;
+  int64_t tokens = 1024, hidden = 1024;
+  double capacity_factor = 2.0, pool_factor = 1.10, spill_factor = 0.0;
+  int64_t page_kib = 64;
+  std::vector<std::string> schedules = {"lifo", "1f1b"};
+  unsigned seed = 7;
+  std::string executor = "auto";
+  bool json = false;
+};
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+template <class T>
+T parse_number(const std::string& flag, const std::string& value) {
+  std::size_t used = 0;
+  T x{};
+  try {
+    if constexpr (std::is_floating_point_v<T>) x = static_cast<T>(std::stod(value, &used));
+    else x = static_cast<T>(std::stoll(value, &used));
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty()) throw UsageError(flag + ": '" + value + "' is not a number");
+  return x;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    if (flag == "--json") {
+      o.json = true;
+      continue;
+    }
+    if (flag == "--help" || flag == "-h") throw UsageError("");
+    const auto eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw UsageError(flag + ": missing value");
+    }
+    if (flag == "--recipes") o.recipes = split(value);
+    else if (flag == "--layers") o.layers = parse_number<int>(flag, value);
+    else if (flag == "--experts") o.experts = parse_number<int>(flag, value);
+    else if (flag == "--microbatches") o.microbatches = parse_number<int>(flag, value);
+    else if (flag == "--tokens") o.tokens = parse_number<int64_t>(flag, value);
+    else if (flag == "--topk") o.topk = parse_number<int>(flag, value);
+    else if (flag == "--hidden") o.hidden = parse_number<int64_t>(flag, value);
+    else if (flag == "--capacity-factor") o.capacity_factor = parse_number<double>(flag, value);
+    else if (flag == "--pool-factor") o.pool_factor = parse_number<double>(flag, value);
+    else if (flag == "--spill-factor") o.spill_factor = parse_number<double>(flag, value);
+    else if (flag == "--page-kib") o.page_kib = parse_number<int64_t>(flag, value);
+    else if (flag == "--schedule") o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
+    else if (flag == "--seed") o.seed = parse_number<unsigned>(flag, value);
+    else if (flag == "--executor") o.executor = value;
+    else throw UsageError("unknown flag " + flag);
+  }
+  for (const auto& r : o.recipes)
+    if (r != "bf16" && r != "fp16" && r != "mxfp8" && r != "nvfp4")
+      throw UsageError("--recipes: unknown recipe '" + r + "' (bf16, fp16, mxfp8, nvfp4)");
+  for (const auto& s : o.schedules)
+    if (s != "lifo" && s != "1f1b") throw UsageError("--schedule: unknown schedule '" + s + "' (lifo, 1f1b, both)");
+  if (o.recipes.empty()) throw UsageError("--recipes: name at least one recipe");
+  if (o.layers < 1) throw UsageError("--layers must be at least 1");
+  if (o.experts < 1) throw UsageError("--experts must be at least 1");
+  if (o.microbatches < 1) throw UsageError("--microbatches must be at least 1");
+  if (o.tokens < 1) throw UsageError("--tokens must be at least 1");
+  if (o.topk < 1 || o.topk > o.experts) throw UsageError("--topk must be between 1 and --experts");
+  if (o.hidden < 1) throw UsageError("--hidden must be positive");
+  if (!(o.capacity_factor > 0)) throw UsageError("--capacity-factor must be positive");
+  if (!(o.pool_factor >= 0) || !(o.spill_factor >= 0)) throw UsageError("--pool-factor and --spill-factor must be >= 0");
+  if (o.page_kib < 1 || (o.page_kib & (o.page_kib - 1)) != 0) throw UsageError("--page-kib must be a power of two");
+  if (o.executor != "auto" && o.executor != "host" && o.executor != "cuda")
+    throw UsageError("--executor: 'auto', 'host' or 'cuda'");
+  return o;
+}
+
+// ---- Recipes --------------------------------------------------------------------------------
+
+template <class L>
+struct Recipe;
+template <>
+struct Recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>> {
+  static constexpr const char* name = "bf16";
+};
+template <>
+struct Recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>> {
+  static constexpr const char* name = "fp16";
+};
+template <>
+struct Recipe<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>> {
+  static constexpr const char* name = "mxfp8";
+};
+template <>
+struct Recipe<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>> {
+  static constexpr const char* name = "nvfp4";
+};
+
+// ---- Memory and executors ---------------------------------------------------------------------
+
+/// A buffer in host or device memory.
+struct Buffer {
+  ps::MemorySpace space;
+  std::size_t bytes;
+  void* ptr = nullptr;
+  Buffer(ps::MemorySpace s, std::size_t n) : space(s), bytes(n) {
+    if (space == ps::MemorySpace::host) ptr = std::calloc(n + 16, 1);
+    else PAGESTASH_CUDA_TRY(cudaMalloc(&ptr, n + 16));
+  }
+  ~Buffer() {
+    if (space == ps::MemorySpace::host) std::free(ptr);
+    else cudaFree(ptr);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void upload(const void* src, std::size_t n) {
+    if (space == ps::MemorySpace::host) std::memcpy(ptr, src, n);
+    else PAGESTASH_CUDA_TRY(cudaMemcpy(ptr, src, n, cudaMemcpyHostToDevice));
+  }
+  std::vector<unsigned char> download() const {
+    std::vector<unsigned char> out(bytes);
+    if (space == ps::MemorySpace::host) std::memcpy(out.data(), ptr, bytes);
+    else PAGESTASH_CUDA_TRY(cudaMemcpy(out.data(), ptr, bytes, cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+// ---- Router ---------------------------------------------------------------------------------
+
+/// Per-expert counts of one (layer, microbatch): expert popularity from a Dirichlet(0.5)
+/// draw (imbalanced, as real routers are), each token sent to `topk` distinct experts,
+/// every expert capped at `capacity` (tokens beyond it dropped, as a capacity factor does).
+std::vector<std::int32_t> route(const Options& o, int64_t capacity, std::mt19937& rng, int64_t& dropped) {
+  std::gamma_distribution<double> gamma(0.5, 1.0);
+  std::vector<double> weight(static_cast<std::size_t>(o.experts));
+  for (auto& w : weight) w = gamma(rng) + 1e-6;
+  std::vector<std::int32_t> counts(weight.size(), 0);
+  for (int64_t t = 0; t < o.tokens; ++t) {
+    std::vector<double> w = weight;
+    for (int k = 0; k < o.topk; ++k) {
+      std::discrete_distribution<int> pick(w.begin(), w.end());
+      const auto e = static_cast<std::size_t>(pick(rng));
+      w[e] = 0;
+      if (counts[e] < capacity) ++counts[e];
+      else ++dropped;
+    }
+  }
+  return counts;
+}
+
+/// Activations: a cheap deterministic generator (splitmix64), never zero.
+std::vector<ps::BF16> activations(int64_t rows, int64_t hidden, const std::vector<std::int32_t>& counts,
+                                  int64_t capacity, std::uint64_t seed) {
+  std::vector<ps::BF16> s(static_cast<std::size_t>(rows * hidden), ps::BF16::from_float(0.0f));
+  for (std::size_t g = 0; g < counts.size(); ++g) {
+    for (int64_t i = 0; i < counts[g] * hidden; ++i) {
+      std::uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
+      const float x = (u - 0.5f) * 4.0f;
+      s[static_cast<std::size_t>(static_cast<int64_t>(g) * capacity * hidden + i)] = ps::BF16::from_float(x == 0 ? 0.25f : x);
+    }
+  }
+  return s;
+}
+
+/// FNV-1a over the live bytes of every buffer Traits saves (the whole buffer if kept).
+template <class Traits>
+std::uint64_t live_hash(const ps::GroupedView<typename Traits::layout>& v, const std::vector<std::int32_t>& counts,
+                        const std::map<ps::BufferRole, std::vector<unsigned char>>& bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& entry : bytes) {
+    const ps::BufferRole role = entry.first;
+    const std::vector<unsigned char>& b = entry.second;
+    const ps::Handling handling = ps::handling_of<Traits>(role);
+    if (handling == ps::Handling::dropped) continue;
+    const ps::BufferGeometry geo = v.geometry(role);
+    auto mix = [&](int64_t offset, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) h = (h ^ b[static_cast<std::size_t>(offset + i)]) * 1099511628211ull;
+    };
+    if (handling == ps::Handling::kept) mix(0, geo.total_bytes);
+    else for (int64_t i = 0; i < geo.run_count(); ++i) {
+        const ps::ByteRun run = geo.run(i, counts.data());
+        mix(run.offset, run.bytes);
+      }
+  }
+  return h;
+}
+
+// ---- One recipe, one schedule -----------------------------------------------------------------
+
+struct Result {
+  std::string recipe, schedule, executor;
+  int64_t tensors = 0, capacity = 0, dropped_tokens = 0;
+  int64_t oversized_bytes = 0;      ///< peak bytes of saved tensors held at full shape, no stashing
+  int64_t pool_bytes = 0;           ///< device reserve of the sized pool
+  int64_t host_pool_bytes = 0;      ///< host spill reserve
+  int64_t peak_pool_bytes = 0;      ///< peak pages used x page size
+  int64_t eager_peak_pages = 0, pool_pages = 0, peak_pages = 0;
+  int64_t live_bytes = 0;           ///< moved by all stashes
+  bool host_spill = false;
+  int64_t overflows = 0;            ///< stashes or reloads that could not do their work
+  int64_t lost = 0;                 ///< tensors not restored because their stash overflowed
+  int64_t parity_ok = 0, parity_bad = 0;
+  double stash_seconds = 0, reload_seconds = 0;
+  double saved_percent() const { return oversized_bytes > 0 ? 100.0 * (1.0 - double(pool_bytes) / double(oversized_bytes)) : 0; }
+};
+
+/// The forward (F) and backward (B) events of one microbatch, in schedule order.
+std::vector<std::pair<char, int>> schedule(const std::string& name, int microbatches) {
+  std::vector<std::pair<char, int>> s;
+  if (name == "lifo") {
+    for (int m = 0; m < microbatches; ++m) s.push_back({'F', m});
+    for (int m = microbatches - 1; m >= 0; --m) s.push_back({'B', m});
+    return s;
+  }
+  // 1F1B with a warm-up of two microbatches: F0 F1 B0 F2 B1 ... frees out of stash order.
+  const int warmup = std::min(2, microbatches);
+  int next_f = 0, next_b = 0;
+  for (; next_f < warmup; ++next_f) s.push_back({'F', next_f});
+  while (next_b < microbatches) {
+    s.push_back({'B', next_b++});
+    if (next_f < microbatches) s.push_back({'F', next_f++});
+  }
+  return s;
+}
+
+template <class L>
+class Step {
+ public:
+  using Traits = ps::StashTraits<L>;
+
+  Step(const Options& o, bool cuda) : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host) {
+    shape_.hidden = o.hidden;
+    shape_.groups = o.experts;
+    const int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(o.hidden));
+    const auto mean = static_cast<double>(o.tokens) * o.topk / o.experts;
+    shape_.max_tokens = std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
+    ps::validate_shape(shape_);  // hidden not a multiple of the format's block: a clear error
+    view_ = shape_;
+    for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax})
+      buffers_[role] = std::make_unique<Buffer>(space_, static_cast<std::size_t>(shape_.buffer_bytes(role)));
+    counts_ = std::make_unique<Buffer>(space_, static_cast<std::size_t>(o.experts) * sizeof(std::int32_t));
+    source_ = std::make_unique<Buffer>(space_, static_cast<std::size_t>(shape_.token_rows() * o.hidden) * sizeof(ps::BF16));
+    view_.data = static_cast<typename L::data_type*>(buffers_[ps::BufferRole::data]->ptr);
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view_.scales = static_cast<typename L::scale_type*>(buffers_[ps::BufferRole::scales]->ptr);
+    if (L::has(ps::BufferRole::amax)) view_.amax = static_cast<float*>(buffers_[ps::BufferRole::amax]->ptr);
+    view_.counts = static_cast<const std::int32_t*>(counts_->ptr);
+    if (cuda_) PAGESTASH_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The router's draws for every (layer, microbatch), fixed by the seed.
+    std::mt19937 rng(o.seed);
+    for (int i = 0; i < o.layers * o.microbatches; ++i) routes_.push_back(route(o, shape_.max_tokens, rng, dropped_));
+  }
+  ~Step() {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Result run(const std::string& schedule_name) {
+    Result r;
+    r.recipe = Recipe<L>::name;
+    r.schedule = schedule_name;
+    r.executor = cuda_ ? "cuda" : "host";
+    r.capacity = shape_.max_tokens;
+    r.tensors = int64_t{o_.layers} * o_.microbatches;
+    r.dropped_tokens = dropped_;
+    const auto events = schedule(schedule_name, o_.microbatches);
+
+    // Eager step: a pool every saved tensor fits in at once, to observe the peak.
+    ps::PoolConfig generous;
+    generous.page_bytes = o_.page_kib << 10;
+    {
+      ps::PagePool probe(generous, space_);
+      const int64_t per_tensor = ps::make_record<Traits>(probe, shape_).max_pages();
+      generous.device_pages = per_tensor * r.tensors;
+    }
+    ps::PoolStats observed;
+    {
+      ps::PagePool eager(generous, space_);
+      Pass(*this, eager, r, false).run(events);
+      observed = eager.stats();
+    }
+    r.eager_peak_pages = observed.peak_pages_used;
+
+    // The measured step, on a pool sized from the eager one.
+    ps::PagePool pool(ps::size_pool(observed, o_.pool_factor, o_.spill_factor), space_);
+    Pass(*this, pool, r, true).run(events);
+    const ps::PoolStats st = pool.stats();
+    r.pool_pages = pool.config().device_pages;
+    r.pool_bytes = pool.config().device_bytes();
+    r.host_pool_bytes = pool.config().host_bytes();
+    r.peak_pages = st.peak_pages_used;
+    r.peak_pool_bytes = st.peak_pages_used * pool.config().page_bytes;
+    r.host_spill = st.host_spill;
+    r.overflows = st.failures;
+    // Without stashing, every saved tensor keeps its full-shape buffers until its backward.
+    int64_t per_tensor = 0;
+    for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax})
+      if (ps::handling_of<Traits>(role) != ps::Handling::dropped) per_tensor += shape_.buffer_bytes(role);
+    int64_t held = 0, peak_held = 0;
+    for (const auto& [kind, m] : events) {
+      (void)m;
+      held += (kind == 'F' ? 1 : -1) * o_.layers;
+      peak_held = std::max(peak_held, held);
+    }
+    r.oversized_bytes = peak_held * per_tensor;
+    return r;
+  }
+
+ private:
+  /// One pass over the schedule against one pool.
+  struct Pass {
+    Step& s;
+    ps::PagePool& pool;
+    Result& r;
+    bool measured;
+    std::vector<ps::StashRecord<Traits>> records;
+    std::vector<std::uint64_t> expected;
+
+    Pass(Step& step, ps::PagePool& p, Result& result, bool m) : s(step), pool(p), r(result), measured(m) {
+      for (int i = 0; i < s.o_.layers * s.o_.microbatches; ++i) records.push_back(ps::make_record<Traits>(pool, s.shape_));
+      expected.resize(records.size());
+    }
+
+    void run(const std::vector<std::pair<char, int>>& events) {
+      for (const auto& [kind, m] : events) {
+        if (kind == 'F') {
+          for (int l = 0; l < s.o_.layers; ++l) forward(l, m);
+        } else {
+          for (int l = s.o_.layers - 1; l >= 0; --l) backward(l, m);
+        }
+      }
+    }
+
+    std::size_t index(int l, int m) const { return static_cast<std::size_t>(m * s.o_.layers + l); }
+
+    void forward(int l, int m) {
+      const std::size_t i = index(l, m);
+      const auto& counts = s.routes_[i];
+      s.counts_->upload(counts.data(), counts.size() * sizeof(std::int32_t));
+      if (measured) produce(i);  // the eager step only needs the counts: they decide the pages
+      const auto t0 = std::chrono::steady_clock::now();
+      if (s.cuda_) {
+        ps::stash(ps::on(s.stream_), pool, s.view_, records[i]);
+        PAGESTASH_CUDA_TRY(cudaStreamSynchronize(s.stream_));
+      } else {
+        ps::stash(ps::host, pool, s.view_, records[i]);
+      }
+      if (measured) {
+        r.stash_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        r.live_bytes += records[i].status().live_bytes;
+      }
+    }
+
+    /// The layer's forward: its saved activation, made in the recipe in the static buffer.
+    void produce(std::size_t i) {
+      const auto& counts = s.routes_[i];
+      const auto source = activations(s.shape_.token_rows(), s.o_.hidden, counts, s.shape_.max_tokens, s.o_.seed * 7919 + i);
+      if (s.cuda_) {
+        s.source_->upload(source.data(), source.size() * sizeof(ps::BF16));
+        ps::produce_on_device(s.view_, static_cast<const ps::BF16*>(s.source_->ptr), 0xEE, s.stream_);
+        PAGESTASH_CUDA_TRY(cudaStreamSynchronize(s.stream_));
+      } else {
+        ps::produce(s.view_, source.data(), counts.data(), 0xEE);
+      }
+      expected[i] = live_hash<Traits>(s.shape_, counts, s.download());
+    }
+
+    void backward(int l, int m) {
+      const std::size_t i = index(l, m);
+      const bool held = records[i].status().state == ps::RecordState::stashed;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (s.cuda_) {
+        ps::reload(ps::on(s.stream_), pool, records[i], s.view_, ps::ReloadOptions{true});
+        PAGESTASH_CUDA_TRY(cudaStreamSynchronize(s.stream_));
+      } else {
+        ps::reload(ps::host, pool, records[i], s.view_, ps::ReloadOptions{true});
+      }
+      if (!measured) return;
+      r.reload_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!held) {
+        ++r.lost;  // its stash overflowed: reported, and the step would be rerun
+        return;
+      }
+      const bool same = live_hash<Traits>(s.shape_, s.routes_[i], s.download()) == expected[i];
+      (same ? r.parity_ok : r.parity_bad) += 1;
+    }
+  };
+
+  std::map<ps::BufferRole, std::vector<unsigned char>> download() const {
+    std::map<ps::BufferRole, std::vector<unsigned char>> out;
+    for (const auto& [role, b] : buffers_) out[role] = b->download();
+    return out;
+  }
+
+  const Options& o_;
+  bool cuda_;
+  ps::MemorySpace space_;
+  ps::GroupedView<L> shape_, view_;
+  std::map<ps::BufferRole, std::unique_ptr<Buffer>> buffers_;
+  std::unique_ptr<Buffer> counts_, source_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<std::vector<std::int32_t>> routes_;
+  int64_t dropped_ = 0;
+};
+
+template <class L>
+std::vector<Result> run_recipe(const Options& o, bool cuda) {
+  Step<L> step(o, cuda);
+  std::vector<Result> out;
+  for (const auto& s : o.schedules) out.push_back(step.run(s));
+  return out;
+}
+
+// ---- Output ---------------------------------------------------------------------------------
+
+std::string mib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", static_cast<double>(bytes) / (1 << 20));
+  return b;
+}
+
+double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
+
+void print_table(const std::vector<Result>& results, const Options& o) {
+  std::printf("\n%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
+              "no-stash", "pool", "peak used", "saved", "pages", "spill", "ovfl", "stash", "reload", "parity");
+  std::printf("%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%", "",
+              "", "", "GB/s", "GB/s");
+  for (const Result& r : results) {
+    char parity[64];
+    if (r.parity_bad == 0 && r.lost == 0) std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
+    else std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)", r.parity_bad ? "FAIL" : "OK",
+                       (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
+    std::printf("%-6s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
+                r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(),
+                mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages, r.host_spill ? "yes" : "no",
+                (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), parity);
+  }
+  std::printf("\n%d layers x %d microbatches of %lld tokens, top-%d of %d experts, hidden %lld; pool = eager peak x %.2f "
+              "(+ host spill x %.2f), pages of %lld KiB.\n",
+              o.layers, o.microbatches, (long long)o.tokens, o.topk, o.experts, (long long)o.hidden, o.pool_factor,
+              o.spill_factor, (long long)o.page_kib);
+  std::printf("no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
+              "reserve; saved = 1 - pool / no-stash.\n");
+}
+
+void print_json(const std::vector<Result>& results) {
+  std::printf("{\"results\": [");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::printf("%s\n  {\"recipe\": \"%s\", \"schedule\": \"%s\", \"executor\": \"%s\", \"tensors\": %lld, "
+                "\"capacity_tokens\": %lld, \"dropped_tokens\": %lld, \"oversized_bytes\": %lld, \"pool_bytes\": %lld, "
+                "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %.3f, \"pool_pages\": %lld, "
+                "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"host_spill\": %s, \"overflows\": %lld, "
+                "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
+                "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s}",
+                i ? "," : "", r.recipe.c_str(), r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
+                (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
+                (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
+                (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false",
+                (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
+                gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
+                r.parity_bad == 0 ? "true" : "false");
+  }
+  std::printf("\n]}\n");
+}
+
+bool gpu_present() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const UsageError& e) {
+    if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
+    std::fprintf(stderr, "usage: moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] [--experts N] "
+                         "[--microbatches N] [--tokens N] [--topk N] [--hidden N] [--capacity-factor X] "
+                         "[--pool-factor X] [--spill-factor X] [--page-kib N] [--schedule lifo|1f1b|both] [--seed N] "
+                         "[--executor auto|host|cuda] [--json]\n");
+    return 2;
+  }
+  const bool gpu = gpu_present();
+  if (o.executor == "cuda" && !gpu) {
+    std::fprintf(stderr, "moe_stash_demo: --executor cuda, but no CUDA device is present\n");
+    return 2;
+  }
+  const bool cuda = o.executor == "cuda" || (o.executor == "auto" && gpu);
+  if (!o.json)
+    std::printf("moe_stash_demo: %s executor (%s)\n", cuda ? "CUDA" : "host reference",
+                cuda ? "GPU present" : "no GPU: the same algorithm, run on the CPU");
+  std::vector<Result> results;
+  try {
+    for (const auto& recipe : o.recipes) {
+      if (!o.json) std::fprintf(stderr, "  %s ...\n", recipe.c_str());
+      std::vector<Result> r;
+      if (recipe == "bf16") r = run_recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>(o, cuda);
+      if (recipe == "fp16") r = run_recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>>(o, cuda);
+      if (recipe == "mxfp8") r = run_recipe<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>>(o, cuda);
+      if (recipe == "nvfp4") r = run_recipe<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>>(o, cuda);
+      results.insert(results.end(), r.begin(), r.end());
+    }
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
+    return 2;
+  }
+  if (o.json) print_json(results);
+  else print_table(results, o);
+  bool parity = true;
+  for (const Result& r : results) parity = parity && r.parity_bad == 0;
+  return parity ? 0 : 1;
+}

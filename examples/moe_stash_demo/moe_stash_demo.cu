@@ -9,7 +9,7 @@
 //
 //   moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
 //                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
-//                  [--capacity-factor 2.0] [--pool-factor 1.10] [--spill-factor 0]
+//                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10] [--spill-factor 0]
 //                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
 //                  [--executor auto|host|cuda] [--json]
 
@@ -39,6 +39,7 @@ struct Options {
   std::vector<std::string> recipes = {"bf16", "fp16", "mxfp8", "nvfp4"};
   int layers = 4, experts = 8, microbatches = 4, topk = 2;
   int64_t tokens = 1024, hidden = 1024;
+  int64_t capacity = 0;  ///< tokens per expert buffer; 0: from the capacity factor
   double capacity_factor = 2.0, pool_factor = 1.10, spill_factor = 0.0;
   int64_t page_kib = 64;
   std::vector<std::string> schedules = {"lifo", "1f1b"};
@@ -97,6 +98,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--tokens") o.tokens = parse_number<int64_t>(flag, value);
     else if (flag == "--topk") o.topk = parse_number<int>(flag, value);
     else if (flag == "--hidden") o.hidden = parse_number<int64_t>(flag, value);
+    else if (flag == "--capacity") o.capacity = parse_number<int64_t>(flag, value);
     else if (flag == "--capacity-factor") o.capacity_factor = parse_number<double>(flag, value);
     else if (flag == "--pool-factor") o.pool_factor = parse_number<double>(flag, value);
     else if (flag == "--spill-factor") o.spill_factor = parse_number<double>(flag, value);
@@ -289,7 +291,10 @@ class Step {
     const int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(o.hidden));
     const auto mean = static_cast<double>(o.tokens) * o.topk / o.experts;
     shape_.max_tokens = std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
-    ps::validate_shape(shape_);  // hidden not a multiple of the format's block: a clear error
+    if (o.capacity != 0) shape_.max_tokens = o.capacity;
+    // A hidden size or capacity the recipe's layout cannot hold: a clear error (exit 2).
+    ps::validate_shape(shape_);
+    if (shape_.max_tokens < 1) throw std::invalid_argument("--capacity must be positive");
     view_ = shape_;
     for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax})
       buffers_[role] = std::make_unique<Buffer>(space_, static_cast<std::size_t>(shape_.buffer_bytes(role)));
@@ -496,6 +501,13 @@ void print_table(const std::vector<Result>& results, const Options& o) {
               o.spill_factor, (long long)o.page_kib);
   std::printf("no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
               "reserve; saved = 1 - pool / no-stash.\n");
+  for (const Result& r : results) {
+    if (r.overflows == 0) continue;
+    std::printf("%s %s: the pool overflowed (%lld stashes or reloads did nothing, reported in their records); the %lld "
+                "tensors stashed before it reloaded bit-exactly. A trainer resets the pool and reruns the step.\n",
+                r.recipe.c_str(), r.schedule.c_str(), (long long)r.overflows, (long long)r.parity_ok);
+  }
+  std::fflush(stdout);
 }
 
 void print_json(const std::vector<Result>& results) {
@@ -533,7 +545,7 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
     std::fprintf(stderr, "usage: moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] [--experts N] "
-                         "[--microbatches N] [--tokens N] [--topk N] [--hidden N] [--capacity-factor X] "
+                         "[--microbatches N] [--tokens N] [--topk N] [--hidden N] [--capacity-factor X | --capacity N] "
                          "[--pool-factor X] [--spill-factor X] [--page-kib N] [--schedule lifo|1f1b|both] [--seed N] "
                          "[--executor auto|host|cuda] [--json]\n");
     return 2;
@@ -550,7 +562,7 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   try {
     for (const auto& recipe : o.recipes) {
-      if (!o.json) std::fprintf(stderr, "  %s ...\n", recipe.c_str());
+      if (!o.json) std::fprintf(stderr, "  %s: eager step, then the measured step ...\n", recipe.c_str());
       std::vector<Result> r;
       if (recipe == "bf16") r = run_recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>(o, cuda);
       if (recipe == "fp16") r = run_recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>>(o, cuda);

@@ -1,0 +1,635 @@
+// pagestash microbenchmarks (Google Benchmark, manual timing).
+//
+// GPU present: stash and reload with the CUDA executor for each recipe and live size, and,
+// on the same live bytes in the same run, the baselines: cudaMemcpyAsync device to device
+// (the ceiling), a per-token kernel in the reference algorithm's style (one block per
+// token row, 1024-element chunks, one launch per buffer) and cub::DeviceMemcpy::Batched
+// over the same page list; host spill against cudaMemcpyAsync device to host; a captured
+// graph of 32 stashes. Times come from CUDA events.
+//
+// No GPU: the host reference executor against std::memcpy of the same bytes, a sanity
+// figure for the reference path (reported as such).
+//
+// After the benchmarks a table gives GB/s (bytes read + written) and the ratios to the
+// ceiling. Flags: --preset=short|full (sizes), and Google Benchmark's own
+// (--benchmark_out=file.json --benchmark_out_format=json for the plot).
+
+#include <pagestash/pagestash.cuh>
+
+#include <benchmark/benchmark.h>
+#include <cub/device/device_memcpy.cuh>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ps = pagestash;
+using std::int64_t;
+
+namespace {
+
+bool g_gpu = false;
+std::vector<int64_t> g_sizes_mib;
+
+/// GB/s per (kernel, recipe, MiB), filled by the benchmarks, printed as a table at the end.
+std::map<std::string, std::map<std::pair<std::string, int64_t>, double>> g_rates;
+
+void record_rate(const std::string& kernel, const std::string& recipe, int64_t mib, int64_t bytes, double seconds,
+                 benchmark::State& state) {
+  const double rate = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+  g_rates[kernel][{recipe, mib}] = rate;
+  state.counters["GB/s"] = rate;
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+
+// ---- Recipes: a layout, and a shape whose live bytes are about the requested size ----------
+
+template <class L>
+struct Recipe;
+#define PAGESTASH_BENCH_RECIPE(L, label) \
+  template <>                            \
+  struct Recipe<L> {                     \
+    static constexpr const char* name = label; \
+  };
+using Plain = ps::Plain<ps::BF16>;
+using Bf16 = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
+using Fp16 = ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>;
+using Mxfp8 = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>;
+using Nvfp4 = ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>;
+PAGESTASH_BENCH_RECIPE(Plain, "plain")
+PAGESTASH_BENCH_RECIPE(Bf16, "bf16")
+PAGESTASH_BENCH_RECIPE(Fp16, "fp16")
+PAGESTASH_BENCH_RECIPE(Mxfp8, "mxfp8")
+PAGESTASH_BENCH_RECIPE(Nvfp4, "nvfp4")
+
+constexpr int64_t kHidden = 7168;  // DeepSeek-V3
+constexpr int kGroups = 8;
+
+/// A shape with capacity twice the live count, whose live bytes are close to `mib` MiB:
+/// up to 8 groups (fewer where one granule per group is already more).
+template <class L>
+ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v;
+  v.hidden = kHidden;
+  v.groups = 1;
+  const int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(kHidden));
+  v.max_tokens = granule;
+  const std::int32_t one = static_cast<std::int32_t>(granule);
+  const int64_t per_granule = ps::detail::plan_work<Tr>(v, &one, false, nullptr).live_bytes;
+  const int64_t granules = std::max<int64_t>(1, (mib << 20) / per_granule);
+  v.groups = std::is_same_v<L, Plain> ? 1 : static_cast<std::int32_t>(std::clamp<int64_t>(granules, 1, kGroups));
+  const int64_t per_group = std::max<int64_t>(1, granules / v.groups);
+  v.max_tokens = 2 * per_group * granule;
+  counts.assign(static_cast<std::size_t>(v.groups), static_cast<std::int32_t>(per_group * granule));
+  return v;
+}
+
+// ---- Memory ----------------------------------------------------------------------------------
+
+struct Bytes {
+  bool device;
+  std::size_t n;
+  unsigned char* p = nullptr;
+  Bytes(bool on_device, std::size_t bytes) : device(on_device), n(bytes) {
+    if (device) PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p), n + 16));
+    else p = static_cast<unsigned char*>(::operator new(n + 16, std::align_val_t{256}));
+  }
+  ~Bytes() {
+    if (device) cudaFree(p);
+    else ::operator delete(p, std::align_val_t{256});
+  }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  void fill_random(std::uint32_t seed) {  // non-zero bytes
+    std::vector<unsigned char> h(n);
+    std::mt19937 rng(seed);
+    for (std::size_t i = 0; i < n; i += 4) {
+      auto w = static_cast<std::uint32_t>(rng());
+      for (std::size_t j = i; j < i + 4 && j < n; ++j, w >>= 8) h[j] = static_cast<unsigned char>((w & 0xFF) | 1);
+    }
+    if (device) PAGESTASH_CUDA_TRY(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
+    else std::memcpy(p, h.data(), n);
+  }
+};
+
+/// One grouped tensor's buffers (and counts), in host or device memory.
+template <class L>
+struct Tensor {
+  ps::GroupedView<L> view;
+  std::vector<std::unique_ptr<Bytes>> owned;
+  Tensor(const ps::GroupedView<L>& shape, const std::vector<std::int32_t>& counts, bool device, std::uint32_t seed)
+      : view(shape) {
+    auto make = [&](std::size_t n) {
+      owned.push_back(std::make_unique<Bytes>(device, n));
+      return owned.back()->p;
+    };
+    for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax}) {
+      if (!L::has(role)) continue;
+      unsigned char* p = make(static_cast<std::size_t>(view.buffer_bytes(role)));
+      owned.back()->fill_random(seed + static_cast<std::uint32_t>(role));
+      if (role == ps::BufferRole::data) view.data = reinterpret_cast<typename L::data_type*>(p);
+      if constexpr (!std::is_void_v<typename L::scale_type>)
+        if (role == ps::BufferRole::scales) view.scales = reinterpret_cast<typename L::scale_type*>(p);
+      if (role == ps::BufferRole::amax) view.amax = reinterpret_cast<float*>(p);
+    }
+    unsigned char* c = make(counts.size() * sizeof(std::int32_t));
+    if (device) PAGESTASH_CUDA_TRY(cudaMemcpy(c, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+    else std::memcpy(c, counts.data(), counts.size() * 4);
+    view.counts = reinterpret_cast<const std::int32_t*>(c);
+  }
+};
+
+/// Enough copies of the tensor that rotating through them keeps small sizes out of L2
+/// (H200: 50 MB of L2; we rotate over at least 256 MiB).
+template <class L>
+std::vector<std::unique_ptr<Tensor<L>>> rotation(const ps::GroupedView<L>& shape, const std::vector<std::int32_t>& counts,
+                                                 bool device) {
+  int64_t bytes = 0;
+  for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) bytes += shape.buffer_bytes(role);
+  const int64_t copies = device ? std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 1), 1, 64) : 1;
+  std::vector<std::unique_ptr<Tensor<L>>> out;
+  for (int64_t i = 0; i < copies; ++i)
+    out.push_back(std::make_unique<Tensor<L>>(shape, counts, device, static_cast<std::uint32_t>(i * 7 + 1)));
+  return out;
+}
+
+ps::PoolConfig pool_for(int64_t pages, int64_t host_pages = 0) {
+  ps::PoolConfig c;
+  c.page_bytes = 64 << 10;
+  c.device_pages = pages;
+  c.host_pages = host_pages;
+  return c;
+}
+
+// ---- GPU timing ----------------------------------------------------------------------------
+
+struct Events {
+  cudaEvent_t start{}, stop{};
+  Events() {
+    PAGESTASH_CUDA_TRY(cudaEventCreate(&start));
+    PAGESTASH_CUDA_TRY(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  /// Seconds `work` takes on `stream`, from events around it.
+  double time(cudaStream_t stream, const std::function<void()>& work) {
+    PAGESTASH_CUDA_TRY(cudaEventRecord(start, stream));
+    work();
+    PAGESTASH_CUDA_TRY(cudaEventRecord(stop, stream));
+    PAGESTASH_CUDA_TRY(cudaEventSynchronize(stop));
+    float ms = 0;
+    PAGESTASH_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+    return ms / 1e3;
+  }
+};
+
+cudaStream_t bench_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t x;
+    PAGESTASH_CUDA_TRY(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+    return x;
+  }();
+  return s;
+}
+
+// ---- Baseline: a per-token kernel in the reference algorithm's style -------------------------
+
+/// One block per row (token), the row copied in chunks of 1024 elements of T, the page of
+/// row t at page_ids[t / rows_per_page]. One launch per buffer.
+template <class T>
+__global__ void per_token_kernel(const unsigned char* src, const int64_t* row_offsets, int64_t row_bytes,
+                                 const std::int32_t* page_ids, int64_t rows_per_page, unsigned char* arena,
+                                 int64_t page_bytes) {
+  const int64_t row = blockIdx.x;
+  const T* in = reinterpret_cast<const T*>(src + row_offsets[row]);
+  T* out = reinterpret_cast<T*>(arena + page_ids[row / rows_per_page] * page_bytes + (row % rows_per_page) * row_bytes);
+  const int64_t n = row_bytes / static_cast<int64_t>(sizeof(T));
+  for (int64_t chunk = 0; chunk < n; chunk += 1024)
+    for (int64_t i = chunk + threadIdx.x; i < chunk + 1024 && i < n; i += blockDim.x) out[i] = in[i];
+}
+
+/// The rows of one buffer's live runs: token-major buffers as rows of `row_bytes`, other
+/// runs (NVFP4's transposed lines) as rows of their own length, padded to the widest.
+struct Rows {
+  std::vector<int64_t> offsets;
+  int64_t row_bytes = 0;
+};
+
+template <class L>
+Rows rows_of(const ps::GroupedView<L>& v, ps::BufferRole role, const std::vector<std::int32_t>& counts) {
+  const ps::BufferGeometry geo = v.geometry(role);
+  Rows r;
+  const bool token_rows = geo.block.token_axis == ps::TokenAxis::rows && !geo.block.swizzled;
+  r.row_bytes = token_rows ? geo.block.cols : 0;
+  for (int64_t i = 0; i < geo.run_count(); ++i) {
+    const ps::ByteRun run = geo.run(i, counts.data());
+    if (!token_rows) r.row_bytes = std::max(r.row_bytes, run.bytes);
+  }
+  for (int64_t i = 0; i < geo.run_count(); ++i) {
+    const ps::ByteRun run = geo.run(i, counts.data());
+    if (token_rows) {
+      for (int64_t o = 0; o < run.bytes; o += r.row_bytes) r.offsets.push_back(run.offset + o);
+    } else if (run.bytes > 0) {
+      r.offsets.push_back(run.offset);
+    }
+  }
+  return r;
+}
+
+// ---- Benchmarks ------------------------------------------------------------------------------
+
+enum class Op { stash, reload };
+
+template <class L>
+void bm_stash(benchmark::State& state, Op op, int64_t mib) {
+  using Tr = ps::StashTraits<L>;
+  std::vector<std::int32_t> counts;
+  const auto shape = shape_for<L>(mib, counts);
+  auto tensors = rotation(shape, counts, g_gpu);
+  ps::PagePool pool(pool_for(ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1),
+                    g_gpu ? ps::MemorySpace::device : ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, shape);
+  Events* events = g_gpu ? new Events : nullptr;
+  std::size_t k = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    auto& t = *tensors[k++ % tensors.size()];
+    double s = 0;
+    if (g_gpu) {
+      const auto ex = ps::on(bench_stream());
+      if (op == Op::stash) {
+        s = events->time(bench_stream(), [&] { ps::stash(ex, pool, t.view, rec); });
+        ps::discard(ex, pool, rec);
+      } else {
+        ps::stash(ex, pool, t.view, rec);
+        s = events->time(bench_stream(), [&] { ps::reload(ex, pool, rec, t.view); });
+      }
+    } else {
+      using clock = std::chrono::steady_clock;
+      if (op == Op::stash) {
+        const auto t0 = clock::now();
+        ps::stash(ps::host, pool, t.view, rec);
+        s = std::chrono::duration<double>(clock::now() - t0).count();
+        ps::discard(ps::host, pool, rec);
+      } else {
+        ps::stash(ps::host, pool, t.view, rec);
+        const auto t0 = clock::now();
+        ps::reload(ps::host, pool, rec, t.view);
+        s = std::chrono::duration<double>(clock::now() - t0).count();
+      }
+    }
+    state.SetIterationTime(s);
+    seconds += s;
+    bytes += 2 * rec.status().stream_bytes;  // read + written (metadata below)
+  }
+  delete events;
+  const auto st = rec.status();
+  state.counters["meta_bytes"] = static_cast<double>(st.pages * 4 + 4 * shape.groups * 64);
+  record_rate(std::string(g_gpu ? "" : "host_") + (op == Op::stash ? "stash" : "reload"), Recipe<L>::name, mib, bytes,
+              seconds, state);
+}
+
+/// The ceiling: one contiguous copy of the same live bytes (cudaMemcpyAsync D2D, or
+/// std::memcpy on the host).
+template <class L>
+void bm_memcpy(benchmark::State& state, int64_t mib) {
+  using Tr = ps::StashTraits<L>;
+  std::vector<std::int32_t> counts;
+  const auto shape = shape_for<L>(mib, counts);
+  const int64_t live = ps::detail::plan_work<Tr>(shape, counts.data(), false, nullptr).live_bytes;
+  const int64_t copies = g_gpu ? std::clamp<int64_t>((int64_t{256} << 20) / live, 1, 64) : 1;
+  std::vector<std::unique_ptr<Bytes>> src;
+  for (int64_t i = 0; i < copies; ++i) {
+    src.push_back(std::make_unique<Bytes>(g_gpu, static_cast<std::size_t>(live)));
+    src.back()->fill_random(static_cast<std::uint32_t>(i));
+  }
+  Bytes dst(g_gpu, static_cast<std::size_t>(live));
+  Events* events = g_gpu ? new Events : nullptr;
+  std::size_t k = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    const unsigned char* s = src[k++ % src.size()]->p;
+    double t = 0;
+    if (g_gpu) {
+      t = events->time(bench_stream(), [&] {
+        PAGESTASH_CUDA_TRY(cudaMemcpyAsync(dst.p, s, static_cast<std::size_t>(live), cudaMemcpyDeviceToDevice, bench_stream()));
+      });
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::memcpy(dst.p, s, static_cast<std::size_t>(live));
+      benchmark::ClobberMemory();
+      t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    state.SetIterationTime(t);
+    seconds += t;
+    bytes += 2 * live;
+  }
+  delete events;
+  record_rate(g_gpu ? "memcpy_d2d" : "host_memcpy", Recipe<L>::name, mib, bytes, seconds, state);
+}
+
+/// The reference style: per-token blocks, one launch per paged buffer, into its own pages.
+template <class L>
+void bm_per_token(benchmark::State& state, int64_t mib) {
+  using Tr = ps::StashTraits<L>;
+  std::vector<std::int32_t> counts;
+  const auto shape = shape_for<L>(mib, counts);
+  auto tensors = rotation(shape, counts, true);
+  struct Buffer {
+    ps::BufferRole role;
+    int64_t rows, row_bytes, rows_per_page;
+    std::unique_ptr<Bytes> offsets, ids, arena;
+  };
+  const int64_t page_bytes = 64 << 10;
+  std::vector<Buffer> buffers;
+  int64_t live = 0;
+  for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) {
+    if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
+    const Rows r = rows_of(shape, role, counts);
+    Buffer b{role, static_cast<int64_t>(r.offsets.size()), r.row_bytes, std::max<int64_t>(1, page_bytes / r.row_bytes), {}, {}, {}};
+    const int64_t pages = (b.rows + b.rows_per_page - 1) / b.rows_per_page;
+    b.offsets = std::make_unique<Bytes>(true, r.offsets.size() * sizeof(int64_t));
+    PAGESTASH_CUDA_TRY(cudaMemcpy(b.offsets->p, r.offsets.data(), b.offsets->n, cudaMemcpyHostToDevice));
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(ids.size() - 1 - i);  // not in order
+    b.ids = std::make_unique<Bytes>(true, ids.size() * 4);
+    PAGESTASH_CUDA_TRY(cudaMemcpy(b.ids->p, ids.data(), b.ids->n, cudaMemcpyHostToDevice));
+    b.arena = std::make_unique<Bytes>(true, static_cast<std::size_t>(pages * std::max(page_bytes, r.row_bytes)));
+    live += b.rows * b.row_bytes;
+    buffers.push_back(std::move(b));
+  }
+  Events events;
+  std::size_t k = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    auto& t = *tensors[k++ % tensors.size()];
+    const double s = events.time(bench_stream(), [&] {
+      for (const Buffer& b : buffers) {
+        const auto* src = static_cast<const unsigned char*>(t.view.buffer(b.role));
+        const int64_t pb = std::max(page_bytes, b.row_bytes);
+        if (b.row_bytes % 2 == 0 && std::is_same_v<typename L::scale_type, void>)
+          per_token_kernel<std::uint16_t><<<static_cast<unsigned>(b.rows), 256, 0, bench_stream()>>>(
+              src, reinterpret_cast<const int64_t*>(b.offsets->p), b.row_bytes,
+              reinterpret_cast<const std::int32_t*>(b.ids->p), b.rows_per_page, b.arena->p, pb);
+        else
+          per_token_kernel<std::uint8_t><<<static_cast<unsigned>(b.rows), 256, 0, bench_stream()>>>(
+              src, reinterpret_cast<const int64_t*>(b.offsets->p), b.row_bytes,
+              reinterpret_cast<const std::int32_t*>(b.ids->p), b.rows_per_page, b.arena->p, pb);
+        PAGESTASH_CUDA_CHECK_LAUNCH();
+      }
+    });
+    state.SetIterationTime(s);
+    seconds += s;
+    bytes += 2 * live;
+  }
+  record_rate("per_token_ref", Recipe<L>::name, mib, bytes, seconds, state);
+}
+
+/// cub::DeviceMemcpy::Batched over the page list a real stash produced: one buffer per
+/// piece of a run inside one page.
+template <class L>
+void bm_cub_batched(benchmark::State& state, int64_t mib) {
+  using Tr = ps::StashTraits<L>;
+  std::vector<std::int32_t> counts;
+  const auto shape = shape_for<L>(mib, counts);
+  auto tensors = rotation(shape, counts, true);
+  ps::PagePool pool(pool_for(ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1));
+  auto rec = ps::make_record<Tr>(pool, shape);
+  ps::stash(ps::on(bench_stream()), pool, tensors[0]->view, rec);
+  const std::vector<std::int32_t> ids = rec.page_ids();
+  // Each tensor copy gets its own list of (source, destination, size).
+  struct List {
+    std::unique_ptr<Bytes> src, dst, sizes;
+    int64_t count = 0;
+  };
+  std::vector<List> lists;
+  int64_t live = 0;
+  for (auto& t : tensors) {
+    std::vector<const void*> s;
+    std::vector<void*> d;
+    std::vector<std::size_t> n;
+    int64_t stream = 0;
+    live = 0;
+    for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) {
+      if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
+      const ps::BufferGeometry geo = shape.geometry(role);
+      const auto* base = static_cast<const unsigned char*>(t->view.buffer(role));
+      for (int64_t i = 0; i < geo.run_count(); ++i) {
+        const ps::ByteRun run = geo.run(i, counts.data());
+        for (int64_t o = 0; o < run.bytes;) {
+          const int64_t pos = stream + o;
+          const int64_t in_page = std::min(run.bytes - o, (int64_t{64} << 10) - pos % (64 << 10));
+          s.push_back(base + run.offset + o);
+          d.push_back(pool.ref().page(ids[static_cast<std::size_t>(pos / (64 << 10))]) + pos % (64 << 10));
+          n.push_back(static_cast<std::size_t>(in_page));
+          o += in_page;
+        }
+        stream += (run.bytes + 15) / 16 * 16;
+        live += run.bytes;
+      }
+    }
+    List l;
+    l.count = static_cast<int64_t>(n.size());
+    l.src = std::make_unique<Bytes>(true, s.size() * sizeof(void*));
+    l.dst = std::make_unique<Bytes>(true, d.size() * sizeof(void*));
+    l.sizes = std::make_unique<Bytes>(true, n.size() * sizeof(std::size_t));
+    PAGESTASH_CUDA_TRY(cudaMemcpy(l.src->p, s.data(), l.src->n, cudaMemcpyHostToDevice));
+    PAGESTASH_CUDA_TRY(cudaMemcpy(l.dst->p, d.data(), l.dst->n, cudaMemcpyHostToDevice));
+    PAGESTASH_CUDA_TRY(cudaMemcpy(l.sizes->p, n.data(), l.sizes->n, cudaMemcpyHostToDevice));
+    lists.push_back(std::move(l));
+  }
+  std::size_t temp_bytes = 0;
+  PAGESTASH_CUDA_TRY(cub::DeviceMemcpy::Batched(nullptr, temp_bytes, reinterpret_cast<void**>(lists[0].src->p),
+                                                reinterpret_cast<void**>(lists[0].dst->p),
+                                                reinterpret_cast<std::size_t*>(lists[0].sizes->p),
+                                                static_cast<std::uint32_t>(lists[0].count), bench_stream()));
+  Bytes temp(true, temp_bytes);
+  Events events;
+  std::size_t k = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    const List& l = lists[k++ % lists.size()];
+    const double s = events.time(bench_stream(), [&] {
+      PAGESTASH_CUDA_TRY(cub::DeviceMemcpy::Batched(temp.p, temp_bytes, reinterpret_cast<void**>(l.src->p),
+                                                    reinterpret_cast<void**>(l.dst->p),
+                                                    reinterpret_cast<std::size_t*>(l.sizes->p),
+                                                    static_cast<std::uint32_t>(l.count), bench_stream()));
+    });
+    state.SetIterationTime(s);
+    seconds += s;
+    bytes += 2 * live;
+  }
+  state.counters["meta_bytes"] = static_cast<double>(lists[0].count * 24);
+  record_rate("cub_batched", Recipe<L>::name, mib, bytes, seconds, state);
+}
+
+/// Host spill: a stash into pinned host pages against cudaMemcpyAsync D2H of the same bytes.
+void bm_spill(benchmark::State& state, bool baseline, int64_t mib) {
+  using Tr = ps::StashTraits<Bf16>;
+  std::vector<std::int32_t> counts;
+  const auto shape = shape_for<Bf16>(mib, counts);
+  Tensor<Bf16> t(shape, counts, true, 3);
+  const int64_t pages = ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1;
+  ps::PagePool pool(pool_for(0, pages));
+  auto rec = ps::make_record<Tr>(pool, shape);
+  const int64_t live = ps::detail::plan_work<Tr>(shape, counts.data(), false, nullptr).live_bytes;
+  void* pinned = nullptr;
+  PAGESTASH_CUDA_TRY(cudaMallocHost(&pinned, static_cast<std::size_t>(live)));
+  Events events;
+  int64_t bytes = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    double s = 0;
+    if (baseline) {
+      s = events.time(bench_stream(), [&] {
+        PAGESTASH_CUDA_TRY(cudaMemcpyAsync(pinned, t.view.data, static_cast<std::size_t>(live), cudaMemcpyDeviceToHost,
+                                           bench_stream()));
+      });
+    } else {
+      s = events.time(bench_stream(), [&] { ps::stash(ps::on(bench_stream()), pool, t.view, rec); });
+      ps::discard(ps::on(bench_stream()), pool, rec);
+    }
+    state.SetIterationTime(s);
+    seconds += s;
+    bytes += live;  // one way over the link
+  }
+  cudaFreeHost(pinned);
+  record_rate(baseline ? "memcpy_d2h" : "spill_stash", "bf16", mib, bytes, seconds, state);
+}
+
+/// The launch-bound regime: a captured graph of 32 stashes of 1 MiB (each followed by a
+/// discard so that the graph can replay), GPU time per stash.
+void bm_graph32(benchmark::State& state) {
+  using Tr = ps::StashTraits<Bf16>;
+  std::vector<std::int32_t> counts;
+  const auto shape = shape_for<Bf16>(1, counts);
+  std::vector<std::unique_ptr<Tensor<Bf16>>> tensors;
+  ps::PagePool pool(pool_for(32 * (ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1)));
+  std::vector<ps::StashRecord<Tr>> recs;
+  for (int i = 0; i < 32; ++i) {
+    tensors.push_back(std::make_unique<Tensor<Bf16>>(shape, counts, true, static_cast<std::uint32_t>(i)));
+    recs.push_back(ps::make_record<Tr>(pool, shape));
+  }
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  const auto ex = ps::on(bench_stream());
+  PAGESTASH_CUDA_TRY(cudaStreamBeginCapture(bench_stream(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 32; ++i) ps::stash(ex, pool, tensors[static_cast<std::size_t>(i)]->view, recs[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 32; ++i) ps::discard(ex, pool, recs[static_cast<std::size_t>(i)]);
+  PAGESTASH_CUDA_TRY(cudaStreamEndCapture(bench_stream(), &graph));
+  PAGESTASH_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+  Events events;
+  double seconds = 0;
+  int64_t n = 0;
+  for (auto _ : state) {
+    const double s = events.time(bench_stream(), [&] { PAGESTASH_CUDA_TRY(cudaGraphLaunch(exec, bench_stream())); });
+    state.SetIterationTime(s);
+    seconds += s;
+    ++n;
+  }
+  state.counters["us_per_stash"] = n > 0 ? seconds / static_cast<double>(n) / 32 * 1e6 : 0;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+template <class L>
+void register_recipe() {
+  const std::string r = Recipe<L>::name;
+  for (int64_t mib : g_sizes_mib) {
+    const std::string size = "/" + std::to_string(mib) + "MiB";
+    auto reg = [&](const std::string& name, auto fn) {
+      benchmark::RegisterBenchmark((name + "/" + r + size).c_str(), fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
+    };
+    reg(g_gpu ? "stash" : "host_stash", [mib](benchmark::State& s) { bm_stash<L>(s, Op::stash, mib); });
+    reg(g_gpu ? "reload" : "host_reload", [mib](benchmark::State& s) { bm_stash<L>(s, Op::reload, mib); });
+    reg(g_gpu ? "memcpy_d2d" : "host_memcpy", [mib](benchmark::State& s) { bm_memcpy<L>(s, mib); });
+    if (g_gpu) {
+      reg("per_token_ref", [mib](benchmark::State& s) { bm_per_token<L>(s, mib); });
+      reg("cub_batched", [mib](benchmark::State& s) { bm_cub_batched<L>(s, mib); });
+    }
+  }
+}
+
+void print_table() {
+  const std::string ceiling = g_gpu ? "memcpy_d2d" : "host_memcpy";
+  const std::vector<std::string> kernels =
+      g_gpu ? std::vector<std::string>{"stash", "reload", "per_token_ref", "cub_batched"}
+            : std::vector<std::string>{"host_stash", "host_reload"};
+  std::printf("\n%s: GB/s (bytes read + written) and ratio to %s on the same live bytes\n",
+              g_gpu ? "GPU" : "CPU (host reference executor; a sanity figure, not a GPU result)", ceiling.c_str());
+  std::printf("%-7s %7s %10s", "recipe", "MiB", ceiling.c_str());
+  for (const auto& k : kernels) std::printf(" %13s %6s", k.c_str(), "ratio");
+  std::printf("\n");
+  for (const auto& [key, base] : g_rates[ceiling]) {
+    std::printf("%-7s %7lld %10.1f", key.first.c_str(), static_cast<long long>(key.second), base);
+    for (const auto& k : kernels) {
+      const auto it = g_rates[k].find(key);
+      if (it == g_rates[k].end()) std::printf(" %13s %6s", "-", "-");
+      else std::printf(" %13.1f %6.2f", it->second, base > 0 ? it->second / base : 0.0);
+    }
+    std::printf("\n");
+  }
+  if (g_gpu) {
+    for (const auto& [key, rate] : g_rates["spill_stash"]) {
+      const double base = g_rates["memcpy_d2h"][key];
+      std::printf("host spill %lld MiB: stash %.1f GB/s, memcpy D2H %.1f GB/s, ratio %.2f\n",
+                  static_cast<long long>(key.second), rate, base, base > 0 ? rate / base : 0.0);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "short";
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
+    else args.push_back(argv[i]);
+  }
+  int n = 0;
+  g_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  if (preset == "full") g_sizes_mib = g_gpu ? std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 2048} : std::vector<int64_t>{1, 16, 64};
+  else if (preset == "short") g_sizes_mib = g_gpu ? std::vector<int64_t>{1, 64, 256} : std::vector<int64_t>{1, 8};
+  else {
+    std::fprintf(stderr, "stash_bench: --preset must be short or full\n");
+    return 2;
+  }
+  std::printf("stash_bench: %s, preset %s\n", g_gpu ? "GPU (CUDA executor)" : "no GPU: host reference executor",
+              preset.c_str());
+  register_recipe<Plain>();
+  register_recipe<Bf16>();
+  register_recipe<Fp16>();
+  register_recipe<Mxfp8>();
+  register_recipe<Nvfp4>();
+  if (g_gpu) {
+    for (int64_t mib : g_sizes_mib) {
+      const std::string size = "/" + std::to_string(mib) + "MiB";
+      benchmark::RegisterBenchmark(("spill_stash/bf16" + size).c_str(), [mib](benchmark::State& s) { bm_spill(s, false, mib); })
+          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("memcpy_d2h/bf16" + size).c_str(), [mib](benchmark::State& s) { bm_spill(s, true, mib); })
+          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+    }
+    benchmark::RegisterBenchmark("graph32_stash/bf16/1MiB", bm_graph32)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  }
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_table();
+  return 0;
+}

@@ -272,6 +272,8 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       if (bad) {
         CHECK(st.state == ps::RecordState::failed);
         CHECK(st.error == ps::RecordError::bad_counts);
+        CHECK(st.pages == 0);
+        CHECK(st.live_bytes == 0);
         overflow = true;
       } else if (overflow) {
         CHECK(st.state == ps::RecordState::overflowed);

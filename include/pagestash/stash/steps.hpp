@@ -55,6 +55,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
   RecordError error = RecordError::none;
   WorkTotals totals{};
   if (team.leader()) {
+    h.stream_bytes = h.live_bytes = 0;  // a stash that fails on its counts holds nothing
     h.first_bad_group = plan_groups(v, rec.counts, nullptr);
     if (h.first_bad_group >= 0) {
       error = RecordError::bad_counts;

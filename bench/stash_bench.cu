@@ -80,7 +80,7 @@ ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
   ps::GroupedView<L> v;
   v.hidden = kHidden;
   v.groups = 1;
-  const int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(kHidden));
+  const int64_t granule = v.token_granule();
   v.max_tokens = granule;
   const std::int32_t one = static_cast<std::int32_t>(granule);
   const int64_t per_granule = ps::detail::plan_work<Tr>(v, &one, false, nullptr).live_bytes;

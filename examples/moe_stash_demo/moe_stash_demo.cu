@@ -288,7 +288,7 @@ class Step {
   Step(const Options& o, bool cuda) : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host) {
     shape_.hidden = o.hidden;
     shape_.groups = o.experts;
-    const int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(o.hidden));
+    const int64_t granule = shape_.token_granule();
     const auto mean = static_cast<double>(o.tokens) * o.topk / o.experts;
     shape_.max_tokens = std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
     if (o.capacity != 0) shape_.max_tokens = o.capacity;

@@ -82,7 +82,7 @@ ps::GroupedView<L> sequence_shape(bool odd) {
   v.groups = plain ? 1 : (odd ? 4 : 3);
   if constexpr (L::has(BufferRole::scales)) {
     v.hidden = odd ? 96 : 160;
-    const std::int64_t granule = std::max(L::token_multiple, ps::detail::largest_granule<L>(v.hidden));
+    const std::int64_t granule = v.token_granule();
     v.max_tokens = (odd ? 3 : 2) * granule;
   } else {
     v.hidden = odd ? 5 : 160;

@@ -1,13 +1,18 @@
 # Checks which layer may include which (docs/design.md, "Layers"). Run with -P.
-#   layer      may include (pagestash headers)
-#   formats/   config, version, detail/, formats/
-#   layouts/   config, version, detail/, formats/, layouts/, and cuda/ from .cuh only
-#   pool/      config, version, detail/, cuda/, pool/
-#   stash/     config, version, detail/, formats/, layouts/, pool/, stash/
-#   execution/ anything but the umbrella headers
-#   any .hpp   no .cuh (host-capable headers stay compilable by a plain C++ compiler)
+# Every header may include config.hpp and version.hpp; a .hpp never includes a .cuh (host-
+# capable headers stay compilable by a plain C++ compiler). Besides, per layer:
+#   headers matching              may include pagestash headers from these folders
+set(_rules
+  "^pagestash/formats/"           "detail|formats"
+  "^pagestash/layouts/.*\\.hpp$"  "detail|formats|layouts"
+  "^pagestash/layouts/.*\\.cuh$"  "detail|formats|layouts|cuda"
+  "^pagestash/pool/"              "detail|cuda|pool"
+  "^pagestash/stash/"             "detail|formats|layouts|pool|stash"
+  "^pagestash/execution/"         "detail|formats|layouts|cuda|pool|stash|execution")
 
 file(GLOB_RECURSE _headers RELATIVE "${INCLUDE_ROOT}" "${INCLUDE_ROOT}/pagestash/*.hpp" "${INCLUDE_ROOT}/pagestash/*.cuh")
+list(LENGTH _rules _length)
+math(EXPR _last "${_length} - 1")
 set(_errors "")
 foreach(_header IN LISTS _headers)
   file(STRINGS "${INCLUDE_ROOT}/${_header}" _includes REGEX "^#include <pagestash/")
@@ -16,24 +21,14 @@ foreach(_header IN LISTS _headers)
     if(_header MATCHES "\\.hpp$" AND _dep MATCHES "\\.cuh$")
       string(APPEND _errors "  ${_header} includes CUDA-only ${_dep}\n")
     endif()
-    if(_header MATCHES "^pagestash/formats/" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats)/")
-      string(APPEND _errors "  ${_header} (formats layer) includes ${_dep}\n")
-    endif()
-    if(_header MATCHES "^pagestash/layouts/.*\\.hpp$" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts)/")
-      string(APPEND _errors "  ${_header} (layouts layer) includes ${_dep}\n")
-    endif()
-    if(_header MATCHES "^pagestash/layouts/.*\\.cuh$" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts|cuda)/")
-      string(APPEND _errors "  ${_header} (layouts layer) includes ${_dep}\n")
-    endif()
-    if(_header MATCHES "^pagestash/pool/" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|cuda|pool)/")
-      string(APPEND _errors "  ${_header} (pool layer) includes ${_dep}\n")
-    endif()
-    if(_header MATCHES "^pagestash/stash/" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(detail|formats|layouts|pool|stash)/")
-      string(APPEND _errors "  ${_header} (stash layer) includes ${_dep}\n")
-    endif()
-    if(_header MATCHES "^pagestash/execution/" AND _dep MATCHES "^pagestash/pagestash\\.")
-      string(APPEND _errors "  ${_header} (execution layer) includes the umbrella ${_dep}\n")
-    endif()
+    foreach(_i RANGE 0 ${_last} 2)
+      math(EXPR _j "${_i} + 1")
+      list(GET _rules ${_i} _layer)
+      list(GET _rules ${_j} _folders)
+      if(_header MATCHES "${_layer}" AND NOT _dep MATCHES "^pagestash/(config|version)\\.hpp$|^pagestash/(${_folders})/")
+        string(APPEND _errors "  ${_header} may include only (${_folders})/, not ${_dep}\n")
+      endif()
+    endforeach()
   endforeach()
 endforeach()
 if(_errors)

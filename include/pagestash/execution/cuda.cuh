@@ -13,6 +13,7 @@
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/execution/host.hpp>
 
+#include <cuda/std/atomic>
 #include <cuda_runtime_api.h>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -76,14 +77,30 @@ __global__ void __launch_bounds__(threads_per_block) reset_kernel(PoolRef pool) 
   reset_pool(BlockTeam{}, pool);
 }
 
-/// Blocks for a launch: as many as fit on the device at once, no more than the tiles need.
-template <class Kernel>
-int grid_for(Kernel kernel, const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
-  int device = 0, sms = 0, per_sm = 0;
+/// Blocks of `kernel` that fit on the current device at once. Queried once per kernel and
+/// device (the first launch), so that later launches pay no occupancy query.
+template <class Traits, Operation Op>
+int resident_blocks() {
+  constexpr int max_devices = 64;
+  static cuda::std::atomic<int> cached[max_devices] = {};  // 0: not queried yet
+  int device = 0;
   PAGESTASH_CUDA_TRY(cudaGetDevice(&device));
-  PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  PAGESTASH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads_per_block, 0));
-  cuda::std::int64_t blocks = cuda::std::int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  int blocks = device < max_devices ? cached[device].load(cuda::std::memory_order_relaxed) : 0;
+  if (blocks == 0) {
+    int sms = 0, per_sm = 0;
+    PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    PAGESTASH_CUDA_TRY(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, operation_kernel<Traits, Op>, threads_per_block, 0));
+    blocks = sms * (per_sm > 0 ? per_sm : 1);
+    if (device < max_devices) cached[device].store(blocks, cuda::std::memory_order_relaxed);
+  }
+  return blocks;
+}
+
+/// Blocks for a launch: as many as fit on the device at once, no more than the tiles need.
+template <class Traits, Operation Op>
+int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
+  cuda::std::int64_t blocks = resident_blocks<Traits, Op>();
   if (ex.max_blocks > 0 && ex.max_blocks < blocks) blocks = ex.max_blocks;
   const cuda::std::int64_t needed = ceil_div(max_tiles, warps_per_block);
   if (needed < blocks) blocks = needed;
@@ -93,9 +110,8 @@ int grid_for(Kernel kernel, const CudaExecutor& ex, cuda::std::int64_t max_tiles
 template <class Traits, Operation Op>
 void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
             StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
-  auto kernel = operation_kernel<Traits, Op>;
-  const int blocks = grid_for(kernel, ex, max_tiles);
-  kernel<<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
+  const int blocks = grid_for<Traits, Op>(ex, max_tiles);
+  operation_kernel<Traits, Op><<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,9 +3,11 @@
 // counts, quantizing with the formats layer, and leave a poison byte everywhere outside the
 // live region. Tests, examples and benchmarks use them to make real inputs.
 //
-// The unit of work is one byte of one group's block (produced_byte), host+device: the host
-// loop below and the CUDA kernel in producer.cuh run the same function. Rows of the source
-// beyond a group's count read as zero, so partial granules hold well-defined bytes.
+// The unit of work is one byte of one group's block (produced_byte), host+device: the CUDA
+// kernel in producer.cuh and the host loop for unquantized layouts run it. For quantized
+// layouts the host quantizes each block once and writes its bytes where produced_byte puts
+// them (produce_group_blocks; the tests check both agree). Rows of the source beyond a
+// group's count read as zero, so partial granules hold well-defined bytes.
 
 #include <pagestash/layouts/view.hpp>
 

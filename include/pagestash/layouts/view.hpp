@@ -39,6 +39,12 @@ struct GroupedView {
   PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment() const {
     return Layout::placement::packed ? detail::largest_granule<Layout>(hidden) : 1;
   }
+  /// max_tokens must be a multiple of this: the layout's token multiple and every buffer's
+  /// token granule (validate_shape checks it).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t token_granule() const {
+    const cuda::std::int64_t largest = detail::largest_granule<Layout>(hidden);
+    return Layout::token_multiple > largest ? Layout::token_multiple : largest;
+  }
   /// Rows of the token space: where group g's rows start in a [rows, hidden] source.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t token_rows() const {
     return Layout::placement::packed ? max_tokens : groups * max_tokens;
@@ -85,8 +91,7 @@ void validate_shape(const GroupedView<Layout>& v) {
   if (v.hidden % Layout::hidden_multiple != 0)
     detail::invalid_view(n, "hidden = " + std::to_string(v.hidden) + " is not a multiple of the block size " +
                                 std::to_string(Layout::hidden_multiple));
-  const cuda::std::int64_t largest = detail::largest_granule<Layout>(v.hidden);
-  const cuda::std::int64_t granule = Layout::token_multiple > largest ? Layout::token_multiple : largest;
+  const cuda::std::int64_t granule = v.token_granule();
   if (v.max_tokens % granule != 0)
     detail::invalid_view(n, "max_tokens = " + std::to_string(v.max_tokens) + " is not a multiple of the granule " +
                                 std::to_string(granule));

@@ -55,9 +55,7 @@ class PagePool {
   /// Reads the flags and counters back. For a device pool this synchronises the whole
   /// device first (cudaDeviceSynchronize); for a host pool no operation may be in flight.
   PoolStats stats() const {
-    if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
-    PoolCounters c{};
-    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
+    const PoolCounters c = read_counters();
     PoolStats s;
     s.config = config_;
     s.overflow = c.overflow != 0;
@@ -78,9 +76,7 @@ class PagePool {
   /// The free page ids, device stack then host stack (tests check the page invariants with
   /// it). Same synchronisation as stats().
   std::vector<std::int32_t> free_pages() const {
-    if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
-    PoolCounters c{};
-    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
+    const PoolCounters c = read_counters();
     std::vector<std::int32_t> ids(static_cast<std::size_t>(c.device_free + c.host_free));
     const auto d = static_cast<std::size_t>(c.device_free);
     detail::copy_bytes(space_, ids.data(), ref_.device_stack, d * sizeof(std::int32_t), true);
@@ -91,6 +87,14 @@ class PagePool {
  private:
   static constexpr std::size_t control_offset = 256;  // PoolCounters, then the stacks
   static_assert(sizeof(PoolCounters) <= control_offset);
+
+  /// The counters, after synchronising the device for a device pool.
+  PoolCounters read_counters() const {
+    if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    PoolCounters c{};
+    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
+    return c;
+  }
 
   static std::uint64_t next_id() {
     static std::atomic<std::uint64_t> counter{0};

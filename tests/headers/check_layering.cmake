@@ -3,6 +3,7 @@
 # capable headers stay compilable by a plain C++ compiler). Besides, per layer:
 #   headers matching              may include pagestash headers from these folders
 set(_rules
+  "^pagestash/detail/"            "detail"
   "^pagestash/formats/"           "detail|formats"
   "^pagestash/layouts/.*\\.hpp$"  "detail|formats|layouts"
   "^pagestash/layouts/.*\\.cuh$"  "detail|formats|layouts|cuda"

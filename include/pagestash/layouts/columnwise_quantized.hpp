@@ -11,7 +11,7 @@
 //                  swizzled [Kp, t/16] in 128x4 tiles      token axis: cols, 64 tokens a tile
 //          amax    [G] FP32 (one per group)
 
-#include <pagestash/detail/quantized_layout.hpp>
+#include <pagestash/layouts/detail/quantized_layout.hpp>
 #include <pagestash/layouts/placement.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN

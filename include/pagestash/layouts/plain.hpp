@@ -3,7 +3,7 @@
 //
 //   data  [max_tokens, hidden * sizeof(T)] bytes     live: prefix n * hidden * sizeof(T)
 
-#include <pagestash/detail/layout_common.hpp>
+#include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/layouts/placement.hpp>
 
 #include <cuda/std/type_traits>

@@ -8,7 +8,7 @@
 //          scales  [t, roundup(K/16, 4)]   compact or 128x4 tiles
 //          amax    [G] FP32 (one per group)
 
-#include <pagestash/detail/quantized_layout.hpp>
+#include <pagestash/layouts/detail/quantized_layout.hpp>
 #include <pagestash/layouts/placement.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN

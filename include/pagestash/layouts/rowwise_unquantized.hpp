@@ -3,7 +3,7 @@
 //
 //   data  [M, K] elements            packed: prefix T*K*2    capacity: g: [g*C*K*2, +m_g*K*2)
 
-#include <pagestash/detail/layout_common.hpp>
+#include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/formats/scalar.hpp>
 #include <pagestash/layouts/placement.hpp>
 

@@ -3,7 +3,7 @@
 // value to kernels. The counts live in device memory (host memory for the host executor)
 // and are never read on the host by the stash.
 
-#include <pagestash/detail/layout_common.hpp>
+#include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/layouts/stash_traits.hpp>
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // What the quantized layouts share: format checks, buffer types, the buffers they have.
 // Not public API.
 
-#include <pagestash/detail/layout_common.hpp>
+#include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/formats/block.hpp>
 #include <pagestash/formats/matrix.hpp>
 

@@ -24,7 +24,7 @@ int main() {
   view.groups = 4;
   std::vector<unsigned char> scales(static_cast<std::size_t>(view.buffer_bytes(pagestash::BufferRole::scales)), 0x3C);
   std::vector<float> amax = {1, 2, 3, 4};
-  std::vector<std::int32_t> counts = {64, 0, 128, 256};  // packed: multiples of 64
+  std::vector<std::int32_t> counts = {128, 0, 384, 256};  // Packed, quantized: multiples of 128 (as TE's kernels)
   view.scales = reinterpret_cast<pagestash::E4M3*>(scales.data());
   view.amax = amax.data();
   view.counts = counts.data();  // view.data stays null: the selection drops it

@@ -1,6 +1,7 @@
 #pragma once
 // Every layout configuration the tests and the kernel instantiations cover: each dtype x
-// layout x placement x scale arrangement. X(name) is called once per alias.
+// layout x placement x scale arrangement (PackedPadded only where it differs from Packed:
+// layouts with scales). X(name) is called once per alias.
 
 #include <pagestash/layouts/layouts.hpp>
 
@@ -15,14 +16,20 @@ using RuFp16Cap = ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>;
 #define PAGESTASH_QUANTIZED_ALIASES(Prefix, Layout)                                       \
   using Prefix##Mx4PackSw = ps::Layout<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>;         \
   using Prefix##Mx4PackCo = ps::Layout<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>;          \
+  using Prefix##Mx4PadSw = ps::Layout<ps::MXFP8_E4M3, ps::PackedPadded, ps::SwizzledScales>;   \
+  using Prefix##Mx4PadCo = ps::Layout<ps::MXFP8_E4M3, ps::PackedPadded, ps::CompactScales>;    \
   using Prefix##Mx4CapSw = ps::Layout<ps::MXFP8_E4M3, ps::CapacityPadded, ps::SwizzledScales>;  \
   using Prefix##Mx4CapCo = ps::Layout<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>;   \
   using Prefix##Mx5PackSw = ps::Layout<ps::MXFP8_E5M2, ps::Packed, ps::SwizzledScales>;         \
   using Prefix##Mx5PackCo = ps::Layout<ps::MXFP8_E5M2, ps::Packed, ps::CompactScales>;          \
+  using Prefix##Mx5PadSw = ps::Layout<ps::MXFP8_E5M2, ps::PackedPadded, ps::SwizzledScales>;   \
+  using Prefix##Mx5PadCo = ps::Layout<ps::MXFP8_E5M2, ps::PackedPadded, ps::CompactScales>;    \
   using Prefix##Mx5CapSw = ps::Layout<ps::MXFP8_E5M2, ps::CapacityPadded, ps::SwizzledScales>;  \
   using Prefix##Mx5CapCo = ps::Layout<ps::MXFP8_E5M2, ps::CapacityPadded, ps::CompactScales>;   \
   using Prefix##Nv4PackSw = ps::Layout<ps::NVFP4, ps::Packed, ps::SwizzledScales>;              \
   using Prefix##Nv4PackCo = ps::Layout<ps::NVFP4, ps::Packed, ps::CompactScales>;               \
+  using Prefix##Nv4PadSw = ps::Layout<ps::NVFP4, ps::PackedPadded, ps::SwizzledScales>;         \
+  using Prefix##Nv4PadCo = ps::Layout<ps::NVFP4, ps::PackedPadded, ps::CompactScales>;          \
   using Prefix##Nv4CapSw = ps::Layout<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>;       \
   using Prefix##Nv4CapCo = ps::Layout<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>;
 PAGESTASH_QUANTIZED_ALIASES(Col, ColumnwiseQuantized)
@@ -30,10 +37,11 @@ PAGESTASH_QUANTIZED_ALIASES(Row, RowwiseQuantized)
 #undef PAGESTASH_QUANTIZED_ALIASES
 }  // namespace pagestash_test::layouts
 
-#define PAGESTASH_TEST_QUANTIZED(X, Prefix)                                                       \
-  X(Prefix##Mx4PackSw) X(Prefix##Mx4PackCo) X(Prefix##Mx4CapSw) X(Prefix##Mx4CapCo) X(Prefix##Mx5PackSw) \
-  X(Prefix##Mx5PackCo) X(Prefix##Mx5CapSw) X(Prefix##Mx5CapCo) X(Prefix##Nv4PackSw) X(Prefix##Nv4PackCo) \
-  X(Prefix##Nv4CapSw) X(Prefix##Nv4CapCo)
+#define PAGESTASH_TEST_QUANTIZED(X, Prefix)                                                             \
+  X(Prefix##Mx4PackSw) X(Prefix##Mx4PackCo) X(Prefix##Mx4PadSw) X(Prefix##Mx4PadCo) X(Prefix##Mx4CapSw)         \
+  X(Prefix##Mx4CapCo) X(Prefix##Mx5PackSw) X(Prefix##Mx5PackCo) X(Prefix##Mx5PadSw) X(Prefix##Mx5PadCo)        \
+  X(Prefix##Mx5CapSw) X(Prefix##Mx5CapCo) X(Prefix##Nv4PackSw) X(Prefix##Nv4PackCo) X(Prefix##Nv4PadSw)        \
+  X(Prefix##Nv4PadCo) X(Prefix##Nv4CapSw) X(Prefix##Nv4CapCo)
 #define PAGESTASH_TEST_FOR_EACH_LAYOUT(X)                                       \
   X(Pf32) X(Pbf16) X(RuBf16) X(RuFp16) X(RuBf16Cap) X(RuFp16Cap)                \
   PAGESTASH_TEST_QUANTIZED(X, Col) PAGESTASH_TEST_QUANTIZED(X, Row)

@@ -65,15 +65,25 @@ TEST_CASE("buffer sizes equal TransformerEngine's shapes") {
     check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::MXFP8_E5M2, CapacityPadded, CompactScales>>(M, K, G),
                 {G * te.data, G * te.scales, 0});
   }
-  SUBCASE("NVFP4 columnwise: data [K, M/2], scales [K, M/16] (swizzled: rows padded to 128), amax [G]") {
+  SUBCASE("NVFP4 columnwise: data [K, M/2], scales [roundup(K, 128), roundup(M/16, 4)], amax [G]") {
     check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, Packed, SwizzledScales>>(M, K, G),
                 {K * M / 2, Kp * ru(M / 16, 4), G * 4});
     check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, Packed, CompactScales>>(M, K, G),
-                {K * M / 2, K * M / 16, G * 4});
+                {K * M / 2, Kp * ru(M / 16, 4), G * 4});
     check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, CapacityPadded, SwizzledScales>>(M, K, G),
                 {G * K * M / 2, G * Kp * ru(M / 16, 4), G * 4});
     check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, CapacityPadded, CompactScales>>(M, K, G),
-                {G * K * M / 2, G * K * M / 16, G * 4});
+                {G * K * M / 2, G * Kp * ru(M / 16, 4), G * 4});
+  }
+  SUBCASE("PackedPadded: data as Packed; scales hold the most that padded groups can fill") {
+    // G = 3 groups of 32 (MXFP8) or 16 (NVFP4) tokens each padded to a whole tile, the other
+    // tokens in whole tiles: ru(M/32, 4) * Kp grows to (3 + (384 - 96) / 128) * 4 * Kp.
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::PackedPadded, CompactScales>>(M, K, G),
+                {M * K, (3 + (M - 3 * 32) / 128) * 4 * Kp, 0});
+    check_sizes(sizes_of<ps::ColumnwiseQuantized<ps::NVFP4, ps::PackedPadded, SwizzledScales>>(M, K, G),
+                {K * M / 2, (3 + (M - 3 * 16) / 64) * 4 * Kp, G * 4});
+    check_sizes(sizes_of<ps::RowwiseQuantized<ps::MXFP8_E5M2, ps::PackedPadded, CompactScales>>(M, K, G),
+                {M * K, (3 + (M - 3) / 128) * 128 * ru(K / 32, 4), 0});
   }
   SUBCASE("rowwise quantized: scales [roundup(M, 128), roundup(K/block, 4)]") {
     check_sizes(sizes_of<ps::RowwiseQuantized<ps::MXFP8_E4M3>>(M, K, G), {M * K, ru(M, 128) * ru(K / 32, 4), 0});
@@ -152,10 +162,10 @@ void check_geometry_matches_producer(int64_t max_tokens, int64_t hidden, int gro
 
 // Reads element (token, k) of group g back from the layout's buffers and dequantizes it.
 template <class L>
-float read_element(HostTensor<L>& t, int g, int64_t token, int64_t k, const ps::ProducerInput& in) {
-  ps::BlockShape data_blk, scale_blk;
-  int64_t data_base = 0, scale_base = 0;
-  ps::group_block(t.view, in, BufferRole::data, g, data_blk, data_base);
+float read_element(HostTensor<L>& t, int g, int64_t token, int64_t k) {
+  const ps::GroupBlock data_group = ps::group_block(t.view, t.counts.data(), BufferRole::data, g);
+  const ps::BlockShape& data_blk = data_group.shape;
+  const int64_t data_base = data_group.base;
   if constexpr (!L::has(BufferRole::scales)) {
     typename L::data_type value;
     std::memcpy(&value, t.bytes(BufferRole::data) + data_base + data_blk.offset(token, k * int64_t{sizeof(value)}),
@@ -163,7 +173,9 @@ float read_element(HostTensor<L>& t, int g, int64_t token, int64_t k, const ps::
     return ps::to_float(value);
   } else {
     using F = typename L::format;
-    ps::group_block(t.view, in, BufferRole::scales, g, scale_blk, scale_base);
+    const ps::GroupBlock scale_group = ps::group_block(t.view, t.counts.data(), BufferRole::scales, g);
+    const ps::BlockShape& scale_blk = scale_group.shape;
+    const int64_t scale_base = scale_group.base;
     const bool col = L::direction == ps::Direction::columnwise;
     // Data byte and nibble: the token axis index is token (or token / 2 for packed FP4).
     constexpr int per_byte = 8 / F::element_bits;
@@ -208,7 +220,6 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
   std::vector<int64_t> rows(static_cast<std::size_t>(groups));
   for (int g = 0, next = 0; g < groups; next += t.counts[static_cast<std::size_t>(g)], ++g)
     rows[static_cast<std::size_t>(g)] = L::placement::packed ? next : g * max_tokens;
-  const ps::ProducerInput in{source.data(), t.counts.data(), rows.data(), nullptr};
   int64_t checked = 0, bad = 0;
   for (int g = 0; g < groups; ++g) {
     // An NVFP4 block scale underflows E4M3 below 2^-10 / encode = 2^-10 * amax / 2688.
@@ -217,7 +228,7 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
     for (int64_t i = 0; i < t.counts[static_cast<std::size_t>(g)]; ++i) {
       for (int64_t k = 0; k < hidden; ++k) {
         const float x = source[static_cast<std::size_t>((rows[static_cast<std::size_t>(g)] + i) * hidden + k)].to_float();
-        const float y = read_element(t, g, i, k, in);
+        const float y = read_element(t, g, i, k);
         double bound = 0;  // unquantized: exact for BF16 -> BF16/float, FP16 rounding otherwise
         if constexpr (std::is_same_v<typename L::data_type, ps::FP16>) bound = std::fabs(x) / 2048;
         if constexpr (L::has(BufferRole::scales)) {
@@ -364,4 +375,38 @@ TEST_CASE("producer rejects counts that break the packed alignment or the capaci
                        std::invalid_argument);
   t.counts = {256, 128};
   CHECK_THROWS_AS(ps::produce(t.view, source.data(), t.counts.data(), 0), std::invalid_argument);
+}
+
+namespace {
+// docs/layouts.md's custom layout, with both placements: it needs no packed_count_multiple.
+template <class Placement>
+struct MyFp32Rows {
+  using data_type = float;
+  using scale_type = void;
+  using placement = Placement;
+  static constexpr const char* name = "MyFp32Rows";
+  static constexpr cuda::std::int64_t token_multiple = 1;
+  static constexpr cuda::std::int64_t hidden_multiple = 1;
+  PAGESTASH_HOST_DEVICE static constexpr bool has(ps::BufferRole role) { return role == ps::BufferRole::data; }
+  PAGESTASH_HOST_DEVICE static ps::BlockShape block(ps::BufferRole, cuda::std::int64_t tokens, cuda::std::int64_t hidden) {
+    return ps::BlockShape{tokens, hidden * 4, ps::TokenAxis::rows, 1, false};
+  }
+};
+}  // namespace
+
+TEST_CASE("a custom layout needs only the documented members") {
+  const std::vector<std::int32_t> counts = {3, 0, 5};
+  ps::GroupedView<MyFp32Rows<ps::Packed>> packed;
+  packed.max_tokens = 8;
+  packed.hidden = 6;
+  packed.groups = 3;
+  CHECK(packed.count_alignment() == 1);
+  CHECK(packed.geometry(BufferRole::data).segment(0, counts.data()).live == 8 * 6 * 4);
+  CHECK(packed.geometry(BufferRole::data).group_offset(2, counts.data()) == 3 * 6 * 4);
+  ps::GroupedView<MyFp32Rows<ps::CapacityPadded>> padded;
+  padded.max_tokens = 8;
+  padded.hidden = 6;
+  padded.groups = 3;
+  CHECK(padded.buffer_bytes(BufferRole::data) == 3 * 8 * 6 * 4);
+  CHECK(padded.geometry(BufferRole::data).segment(2, counts.data()).live == 5 * 6 * 4);
 }

@@ -40,11 +40,21 @@ struct BlockShape {
     return swizzled ? SwizzleTile::offset(r, c, cols) : r * cols + c;
   }
 
-  /// Smallest token count whose bytes are whole: a partial granule is live as a whole.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule_tokens() const {
-    if (!swizzled) return tokens_per_index;
-    return tokens_per_index * (token_axis == TokenAxis::rows ? SwizzleTile::rows : SwizzleTile::cols);
+  /// Tokens the block spans.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t tokens() const {
+    return (token_axis == TokenAxis::rows ? rows : cols) * tokens_per_index;
   }
+
+  /// Tokens one 128x4 tile of scales spans: scales of blocks along tokens (columnwise,
+  /// tokens_per_index > 1) put tokens on the tile's 4-wide side, rowwise scales on its
+  /// 128-high side. The granule of swizzled scales, and what TE pads each tensor's scales to,
+  /// compact or swizzled alike (for scale blocks only).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t tile_tokens() const {
+    return tokens_per_index * (tokens_per_index > 1 ? SwizzleTile::cols : SwizzleTile::rows);
+  }
+
+  /// Smallest token count whose bytes are whole: a partial granule is live as a whole.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule_tokens() const { return swizzled ? tile_tokens() : tokens_per_index; }
 
   /// Token indices that are live for m tokens (whole granules).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t live_indices(cuda::std::int64_t m) const {

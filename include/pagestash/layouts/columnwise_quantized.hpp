@@ -7,8 +7,10 @@
 //          scales  compact  [t/32, Kp]                     token axis: rows, 32 tokens a row
 //                  swizzled [Kp, t/32] in 128x4 tiles      token axis: cols, 128 tokens a tile
 //   NVFP4  data    [K, t/2] bytes, TRANSPOSED per group    token axis: cols, 2 tokens a byte
-//          scales  compact  [K, t/16]                      token axis: cols, 16 tokens a byte
+//          scales  compact  [Kp, t/16]                     token axis: cols, 16 tokens a byte
 //                  swizzled [Kp, t/16] in 128x4 tiles      token axis: cols, 64 tokens a tile
+//
+// Scale rows past K are TE's padding (it allocates [roundup(K, 128), ...] either way).
 //          amax    [G] FP32 (one per group)
 
 #include <pagestash/layouts/detail/quantized_layout.hpp>
@@ -26,7 +28,7 @@ struct ColumnwiseQuantized : detail::QuantizedLayoutBase<Format, Placement, Scal
     const cuda::std::int64_t Kp = detail::round_up(K, 128);
     if constexpr (Format::transposed_columnwise) {  // NVFP4
       if (role == BufferRole::data) return BlockShape{K, t / 2, TokenAxis::cols, 2, false};
-      return BlockShape{Scales::swizzled ? Kp : K, t / b, TokenAxis::cols, b, Scales::swizzled};
+      return BlockShape{Kp, t / b, TokenAxis::cols, b, Scales::swizzled};
     } else {  // MXFP8
       if (role == BufferRole::data) return BlockShape{t, K, TokenAxis::rows, 1, false};
       if (Scales::swizzled) return BlockShape{Kp, t / b, TokenAxis::cols, b, true};

@@ -4,7 +4,9 @@
 //
 //   capacity-padded  one segment per group: group g's block starts at g * block_bytes;
 //                    inside it, `lines` runs, `line_stride` apart, each of run_bytes(m_g)
-//   packed           one segment, one run: the prefix of bytes_for(T), T = sum of counts
+//   packed           one segment, one run: the prefix up to the end of the last group's
+//                    block; group g's block starts where group g - 1's ends and holds its
+//                    m_g tokens (PackedPadded scales: m_g rounded up to whole 128x4 tiles)
 //   whole            (small buffers kept whole, e.g. NVFP4 amax) one run: the whole buffer
 
 #include <pagestash/layouts/block_shape.hpp>
@@ -35,10 +37,32 @@ struct BufferGeometry {
   bool packed = false;
   cuda::std::int32_t groups = 1;
   BlockShape block;                   ///< per-group block (capacity-padded) or per granule (packed)
+  cuda::std::int64_t pad_tokens = 1;  ///< packed: each group's tokens rounded up to this (1: not padded)
   cuda::std::int64_t total_bytes = 0; ///< size of the allocation
 
   /// Token granule: live bytes come in whole granules of this many tokens.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t granule_tokens() const { return block.granule_tokens(); }
+
+  /// Tokens a packed group of m tokens occupies: m, or m padded on its own (PackedPadded scales).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t padded_tokens(cuda::std::int64_t m) const {
+    return (m + pad_tokens - 1) / pad_tokens * pad_tokens;
+  }
+
+  /// Bytes of the block of a group of m tokens: packed, whole granules of its padded tokens
+  /// (bytes are linear in granules); capacity-padded, the fixed block.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t group_bytes(cuda::std::int64_t m) const {
+    if (!packed) return block.bytes();
+    return (padded_tokens(m) + granule_tokens() - 1) / granule_tokens() * block.bytes();
+  }
+
+  /// Where group g's block starts: after the blocks of groups 0..g-1 (packed), or at g
+  /// blocks (capacity-padded). g = groups gives the end of the last block.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t group_offset(cuda::std::int32_t g, const cuda::std::int32_t* counts) const {
+    if (!packed) return g * block.bytes();
+    cuda::std::int64_t offset = 0;
+    for (cuda::std::int32_t h = 0; h < g; ++h) offset += group_bytes(counts[h]);
+    return offset;
+  }
 
   /// Segments: one per group for capacity-padded placement, one in all for packed or whole.
   PAGESTASH_HOST_DEVICE cuda::std::int32_t segment_count() const {
@@ -46,17 +70,18 @@ struct BufferGeometry {
     return whole || packed ? 1 : groups;
   }
 
-  /// Segment s for the given counts (counts[g] for each group; packed uses their sum).
+  /// Segment s for the given counts (counts[g] for each group).
   PAGESTASH_HOST_DEVICE Segment segment(cuda::std::int32_t s, const cuda::std::int32_t* counts) const {
     if (whole) return {0, 1, total_bytes, total_bytes};
-    if (packed) {
-      cuda::std::int64_t total = 0;
-      for (cuda::std::int32_t g = 0; g < groups; ++g) total += counts[g];
-      // block describes one granule: bytes are linear in whole granules.
-      const cuda::std::int64_t granules = (total + granule_tokens() - 1) / granule_tokens();
-      return {0, 1, total_bytes, granules * block.bytes()};
-    }
+    if (packed) return {0, 1, total_bytes, group_offset(groups, counts)};
     return {s * block.bytes(), block.lines(), block.bytes() / block.lines(), block.run_bytes(counts[s])};
+  }
+
+  /// Segment s at its largest, whatever the counts: a full group (capacity-padded), the
+  /// whole buffer (packed: total_bytes is the most any accepted counts can fill).
+  PAGESTASH_HOST_DEVICE Segment largest_segment(cuda::std::int32_t s) const {
+    if (whole || packed) return {0, 1, total_bytes, total_bytes};
+    return {s * block.bytes(), block.lines(), block.bytes() / block.lines(), block.run_bytes(block.tokens())};
   }
 
   PAGESTASH_HOST_DEVICE cuda::std::int64_t run_count() const {

@@ -38,18 +38,13 @@ template <class Layout>
 __global__ void producer_bytes_kernel(GroupedView<Layout> v, ProducerInput in, BufferRole role, const int* status) {
   if (*status == 0) return;
   const cuda::std::int32_t g = static_cast<cuda::std::int32_t>(blockIdx.y);
-  auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
-  BlockShape blk;
-  cuda::std::int64_t base = 0;
-  group_block(v, in, role, g, blk, base);
-  const cuda::std::int64_t live = blk.live_indices(in.counts[g]);
-  const bool token_rows = blk.token_axis == TokenAxis::rows;
-  const cuda::std::int64_t rows = token_rows ? live : blk.rows;
-  const cuda::std::int64_t cols = token_rows ? blk.cols : live;
-  for (cuda::std::int64_t i = blockIdx.x * cuda::std::int64_t{blockDim.x} + threadIdx.x; i < rows * cols;
+  const GroupBlock blk = group_block(v, in.counts, role, g);
+  auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role)) + blk.base;
+  const cuda::std::int64_t cols = blk.cols();
+  for (cuda::std::int64_t i = blockIdx.x * cuda::std::int64_t{blockDim.x} + threadIdx.x; i < blk.rows() * cols;
        i += cuda::std::int64_t{gridDim.x} * blockDim.x) {
     const cuda::std::int64_t r = i / cols, c = i % cols;
-    bytes[base + blk.offset(r, c)] = produced_byte(v, in, role, g, blk, r, c);
+    bytes[blk.shape.offset(r, c)] = produced_byte(v, in, role, g, blk.shape, r, c);
   }
 }
 

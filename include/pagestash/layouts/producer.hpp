@@ -66,6 +66,7 @@ PAGESTASH_HOST_DEVICE cuda::std::uint8_t quantized_byte(const GroupedView<Layout
   const cuda::std::int64_t token_index = blk.token_axis == TokenAxis::rows ? r : c;
   const cuda::std::int64_t other = blk.token_axis == TokenAxis::rows ? c : r;
   typename F::element_type codes[b];
+  if (token_index >= blk.live_indices(in.counts[g])) return 0;  // TE's per-group padding (PackedPadded)
   if (role == BufferRole::scales) {
     // Columnwise: one scale per (k, 32 or 16 tokens); rowwise: per (token, block of k).
     // Indices past the real hidden size are TE's padding and hold zero.
@@ -107,40 +108,49 @@ PAGESTASH_HOST_DEVICE cuda::std::uint8_t produced_byte(const GroupedView<Layout>
   }
 }
 
-/// Group g's block of one buffer: its shape and where it starts in the buffer.
+/// Group g's block of one buffer: its shape, where it starts in the buffer, and how many
+/// token indices of it the producer writes: the live ones (whole granules) and, for
+/// PackedPadded scales, the group's padding up to whole tiles (written as zero).
+struct GroupBlock {
+  BlockShape shape;
+  cuda::std::int64_t base = 0;
+  cuda::std::int64_t indices = 0;
+
+  /// Rows and columns of the written region.
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t rows() const { return shape.token_axis == TokenAxis::rows ? indices : shape.rows; }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t cols() const { return shape.token_axis == TokenAxis::rows ? shape.cols : indices; }
+};
+
+/// Group g's block of one buffer, from the buffer's geometry (the one description of where
+/// every group lives).
 template <class Layout>
-PAGESTASH_HOST_DEVICE void group_block(const GroupedView<Layout>& v, const ProducerInput& in, BufferRole role,
-                                       cuda::std::int32_t g, BlockShape& shape, cuda::std::int64_t& base) {
+PAGESTASH_HOST_DEVICE GroupBlock group_block(const GroupedView<Layout>& v, const cuda::std::int32_t* counts,
+                                             BufferRole role, cuda::std::int32_t g) {
   const BufferGeometry geo = v.geometry(role);
-  if (Layout::placement::packed) {
-    // Packed: group g is its own block of m_g tokens, after the blocks of the groups before it.
-    shape = Layout::block(role, in.counts[g], v.hidden);
-    base = in.group_rows[g] / geo.granule_tokens() * geo.block.bytes();
-  } else {
-    shape = geo.block;
-    base = g * geo.block.bytes();
-  }
+  const cuda::std::int64_t tokens = geo.padded_tokens(counts[g]);
+  GroupBlock b;
+  // Packed: group g is its own block of its (padded) tokens; capacity-padded: the fixed block.
+  b.shape = geo.packed ? Layout::block(role, tokens, v.hidden) : geo.block;
+  b.base = geo.group_offset(g, counts);
+  b.indices = b.shape.live_indices(tokens);
+  return b;
 }
 
-/// Calls f(byte pointer, block, r, c) for every byte of group g's live region of one buffer.
+/// Calls f(byte pointer, block, r, c) for every byte of group g's region of one buffer.
 template <class Layout, class F>
 void for_each_live_byte(const GroupedView<Layout>& v, const ProducerInput& in, BufferRole role, cuda::std::int32_t g,
                         F&& f) {
-  BlockShape blk;
-  cuda::std::int64_t base = 0;
-  group_block(v, in, role, g, blk, base);
-  auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
-  const cuda::std::int64_t live = blk.live_indices(in.counts[g]);
-  const bool token_rows = blk.token_axis == TokenAxis::rows;
-  for (cuda::std::int64_t r = 0; r < (token_rows ? live : blk.rows); ++r)
-    for (cuda::std::int64_t c = 0; c < (token_rows ? blk.cols : live); ++c) f(bytes + base + blk.offset(r, c), blk, r, c);
+  const GroupBlock blk = group_block(v, in.counts, role, g);
+  auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role)) + blk.base;
+  for (cuda::std::int64_t r = 0; r < blk.rows(); ++r)
+    for (cuda::std::int64_t c = 0; c < blk.cols(); ++c) f(bytes + blk.shape.offset(r, c), blk.shape, r, c);
 }
 
 namespace detail {
 
 /// The host producer's fast path for quantized layouts: each block quantized once, its
 /// codes and scale written where produced_byte would put them (the tests check both agree).
-/// Scale bytes of TE's padding are zero, as produced_byte makes them.
+/// Scale bytes of TE's padding (hidden and per group) are zero, as produced_byte makes them.
 template <class Layout>
 void produce_group_blocks(const GroupedView<Layout>& v, const ProducerInput& in, cuda::std::int32_t g) {
   using F = typename Layout::format;
@@ -149,12 +159,12 @@ void produce_group_blocks(const GroupedView<Layout>& v, const ProducerInput& in,
   constexpr bool columnwise = Layout::direction == Direction::columnwise;
   for_each_live_byte(v, in, BufferRole::scales, g, [](cuda::std::uint8_t* byte, const BlockShape&, cuda::std::int64_t,
                                                       cuda::std::int64_t) { *byte = 0; });
-  BlockShape data_blk, scale_blk;
-  cuda::std::int64_t data_base = 0, scale_base = 0;
-  group_block(v, in, BufferRole::data, g, data_blk, data_base);
-  group_block(v, in, BufferRole::scales, g, scale_blk, scale_base);
-  auto* data = static_cast<cuda::std::uint8_t*>(v.buffer(BufferRole::data)) + data_base;
-  auto* scales = static_cast<cuda::std::uint8_t*>(v.buffer(BufferRole::scales)) + scale_base;
+  const GroupBlock data_group = group_block(v, in.counts, BufferRole::data, g);
+  const GroupBlock scale_group = group_block(v, in.counts, BufferRole::scales, g);
+  const BlockShape& data_blk = data_group.shape;
+  const BlockShape& scale_blk = scale_group.shape;
+  auto* data = static_cast<cuda::std::uint8_t*>(v.buffer(BufferRole::data)) + data_group.base;
+  auto* scales = static_cast<cuda::std::uint8_t*>(v.buffer(BufferRole::scales)) + scale_group.base;
   // Live token indices of each buffer (whole granules), and the tokens they span.
   const cuda::std::int64_t data_live = data_blk.live_indices(in.counts[g]);
   const cuda::std::int64_t scale_live = scale_blk.live_indices(in.counts[g]);

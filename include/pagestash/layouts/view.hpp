@@ -35,10 +35,9 @@ struct GroupedView {
   }
   /// Size of the buffer's allocation (0 for a buffer the layout does not have).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t buffer_bytes(BufferRole role) const { return geometry(role).total_bytes; }
-  /// Packed layouts need every count to be a multiple of this; capacity-padded ones do not.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment() const {
-    return Layout::placement::packed ? detail::largest_granule<Layout>(hidden) : 1;
-  }
+  /// Every count must be a multiple of this (1 for capacity-padded layouts; see
+  /// detail::count_alignment and docs/layouts.md).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment() const { return detail::count_alignment<Layout>(hidden); }
   /// max_tokens must be a multiple of this: the layout's token multiple and every buffer's
   /// token granule (validate_shape checks it).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t token_granule() const {

@@ -80,16 +80,14 @@ struct WorkBounds {
   cuda::std::int64_t tiles;         ///< most tiles a stash or reload (with zero_tail) can have
 };
 
-/// Bounds for a tensor of `shape`'s shape: stream bytes grow with the counts, so the
-/// largest stash has every count full; a reload's zeroing is largest with every count 0.
+/// Bounds for a tensor of `shape`'s shape: stream bytes grow with each segment, so the
+/// largest stash has every segment at its largest (which, for packed placements, may take
+/// different counts for data and scales); a reload's zeroing is largest with every count 0.
 template <class Traits>
 WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape) {
   if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
-  const auto groups = static_cast<std::size_t>(shape.groups);
-  std::vector<cuda::std::int32_t> full(groups, static_cast<cuda::std::int32_t>(shape.max_tokens));
-  for (std::size_t g = 1; Traits::layout::placement::packed && g < groups; ++g) full[g] = 0;  // all in group 0
-  const std::vector<cuda::std::int32_t> none(groups, 0);
-  const WorkTotals most = plan_work<Traits>(shape, full.data(), false, nullptr);
+  const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
+  const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr);
   return {most.stream_bytes, most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr).tiles};
 }
 

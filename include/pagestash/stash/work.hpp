@@ -61,11 +61,26 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_line_bytes(const Segment& s
 /// segment per group and both kinds.
 PAGESTASH_HOST_DEVICE constexpr cuda::std::int32_t max_work_items(cuda::std::int32_t groups) { return 4 * groups; }
 
-/// Plans the work of a stash (zero_tail = false) or reload over the buffers Traits pages,
-/// for the given counts. Writes the items when `items` is non-null. One thread.
-template <class Traits>
-PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::layout>& v,
-                                           const cuda::std::int32_t* counts, bool zero_tail, WorkItem* items) {
+/// Segments of a buffer for the given counts.
+struct SegmentsAt {
+  const cuda::std::int32_t* counts;
+  PAGESTASH_HOST_DEVICE Segment operator()(const BufferGeometry& geo, cuda::std::int32_t s) const {
+    return geo.segment(s, counts);
+  }
+};
+
+/// Segments of a buffer at their largest, whatever the counts (for bounds).
+struct LargestSegments {
+  PAGESTASH_HOST_DEVICE Segment operator()(const BufferGeometry& geo, cuda::std::int32_t s) const {
+    return geo.largest_segment(s);
+  }
+};
+
+/// Plans the work over the buffers Traits pages, segment s of each buffer being
+/// segment_of(geometry, s). Writes the items when `items` is non-null. One thread.
+template <class Traits, class SegmentOf>
+PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits::layout>& v,
+                                               const SegmentOf& segment_of, bool zero_tail, WorkItem* items) {
   WorkTotals t{};
   for (WorkKind kind : {WorkKind::copy, WorkKind::zero}) {
     if (kind == WorkKind::zero && !zero_tail) break;
@@ -73,7 +88,7 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
       if (handling_of<Traits>(role) != Handling::paged) continue;
       const BufferGeometry geo = v.geometry(role);
       for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s) {
-        const Segment seg = geo.segment(s, counts);
+        const Segment seg = segment_of(geo, s);
         const cuda::std::int64_t line_bytes = item_line_bytes(seg, kind);
         if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
         ++t.items;
@@ -86,6 +101,13 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
     }
   }
   return t;
+}
+
+/// Plans the work of a stash (zero_tail = false) or reload for the given counts.
+template <class Traits>
+PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::layout>& v,
+                                           const cuda::std::int32_t* counts, bool zero_tail, WorkItem* items) {
+  return plan_segments<Traits>(v, SegmentsAt{counts}, zero_tail, items);
 }
 
 /// Everything a tile needs, trivially copyable (a kernel argument or a host local).

@@ -4,6 +4,8 @@
 
 #include <pagestash/layouts/geometry.hpp>
 
+#include <cuda/std/type_traits>
+
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
@@ -18,6 +20,7 @@ struct UnquantizedRows {
   using scale_type = void;
   static constexpr cuda::std::int64_t token_multiple = 1;   ///< max_tokens must be a multiple of this
   static constexpr cuda::std::int64_t hidden_multiple = 1;  ///< hidden must be a multiple of this
+  static constexpr cuda::std::int64_t packed_count_multiple = 1;  ///< Packed: every count a multiple of this
 
   PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) { return role == BufferRole::data; }
 
@@ -26,34 +29,7 @@ struct UnquantizedRows {
   }
 };
 
-/// Geometry of one buffer of Layout, for the allocation shape (max_tokens, hidden, groups).
-template <class Layout>
-PAGESTASH_HOST_DEVICE BufferGeometry make_geometry(BufferRole role, cuda::std::int64_t max_tokens,
-                                                   cuda::std::int64_t hidden, cuda::std::int32_t groups) {
-  BufferGeometry g;
-  g.present = Layout::has(role);
-  if (!g.present) return g;
-  g.groups = groups;
-  g.packed = Layout::placement::packed;
-  if (role == BufferRole::amax) {  // one FP32 per group, kept whole
-    g.whole = true;
-    g.block = BlockShape{1, 4 * static_cast<cuda::std::int64_t>(groups)};
-    g.total_bytes = g.block.bytes();
-    return g;
-  }
-  if (g.packed) {
-    const cuda::std::int64_t granule = Layout::block(role, 0, hidden).granule_tokens();
-    g.block = Layout::block(role, granule, hidden);
-    g.total_bytes = Layout::block(role, max_tokens, hidden).bytes();
-  } else {
-    g.block = Layout::block(role, max_tokens, hidden);
-    g.total_bytes = groups * g.block.bytes();
-  }
-  return g;
-}
-
-/// Largest token granule of the layout's buffers: a packed layout needs every count to be a
-/// multiple of it.
+/// Largest token granule of the layout's buffers (max_tokens must be a multiple of it).
 template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int64_t largest_granule(cuda::std::int64_t hidden) {
   cuda::std::int64_t largest = 1;
@@ -63,6 +39,75 @@ PAGESTASH_HOST_DEVICE cuda::std::int64_t largest_granule(cuda::std::int64_t hidd
     if (g > largest) largest = g;
   }
   return largest;
+}
+
+/// Layout::packed_count_multiple, or 1 for a layout that does not say (custom layouts).
+template <class Layout, class = void>
+inline constexpr cuda::std::int64_t packed_count_multiple_of = 1;
+template <class Layout>
+inline constexpr cuda::std::int64_t
+    packed_count_multiple_of<Layout, cuda::std::void_t<decltype(Layout::packed_count_multiple)>> =
+        Layout::packed_count_multiple;
+
+/// What every count must be a multiple of:
+///   CapacityPadded  1 (partial granules are live as a whole)
+///   Packed          whole granules of every buffer, and the layout's packed_count_multiple
+///                   (128 for quantized layouts: TE's device grouped kernels require it)
+///   PackedPadded    the tokens one index of every buffer covers (the quantization block
+///                   along tokens: 32 MXFP8 and 16 NVFP4 columnwise, 1 rowwise)
+template <class Layout>
+PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidden) {
+  using P = typename Layout::placement;
+  if (!P::packed) return 1;
+  cuda::std::int64_t a = P::pads_group_scales ? 1 : packed_count_multiple_of<Layout>;
+  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    if (!Layout::has(role)) continue;
+    const BlockShape b = Layout::block(role, 0, hidden);
+    const cuda::std::int64_t need = P::pads_group_scales ? b.tokens_per_index : b.granule_tokens();
+    if (need > a) a = need;
+  }
+  return a;
+}
+
+/// Most tokens that groups padded to `pad` can occupy when G counts, multiples of
+/// `alignment` (which divides pad), sum to at most M. Every group with a partial pad costs
+/// at least `alignment` tokens and adds one pad; fill k = min(G, M / alignment) such groups,
+/// the rest of the tokens in whole pads: pad * (k + (M - k * alignment) / pad).
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t most_padded_tokens(cuda::std::int64_t M, cuda::std::int32_t G,
+                                                                   cuda::std::int64_t alignment, cuda::std::int64_t pad) {
+  if (pad <= alignment) return M;
+  const cuda::std::int64_t k = G < M / alignment ? G : M / alignment;
+  return pad * (k + (M - k * alignment) / pad);
+}
+
+/// Geometry of one buffer of Layout, for the allocation shape (max_tokens, hidden, groups).
+template <class Layout>
+PAGESTASH_HOST_DEVICE BufferGeometry make_geometry(BufferRole role, cuda::std::int64_t max_tokens,
+                                                   cuda::std::int64_t hidden, cuda::std::int32_t groups) {
+  using P = typename Layout::placement;
+  BufferGeometry g;
+  g.present = Layout::has(role);
+  if (!g.present) return g;
+  g.groups = groups;
+  g.packed = P::packed;
+  if (role == BufferRole::amax) {  // one FP32 per group, kept whole
+    g.whole = true;
+    g.block = BlockShape{1, 4 * static_cast<cuda::std::int64_t>(groups)};
+    g.total_bytes = g.block.bytes();
+    return g;
+  }
+  if (!g.packed) {
+    g.block = Layout::block(role, max_tokens, hidden);
+    g.total_bytes = groups * g.block.bytes();
+    return g;
+  }
+  const BlockShape shape = Layout::block(role, 0, hidden);
+  g.block = Layout::block(role, shape.granule_tokens(), hidden);
+  if (P::pads_group_scales && role == BufferRole::scales) g.pad_tokens = shape.tile_tokens();
+  // The allocation holds the most that any counts the stash accepts can fill.
+  g.total_bytes =
+      g.group_bytes(most_padded_tokens(max_tokens, groups, count_alignment<Layout>(hidden), g.pad_tokens));
+  return g;
 }
 
 }  // namespace detail

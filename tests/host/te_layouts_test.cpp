@@ -225,7 +225,11 @@ void check_layout_against_te(std::uint32_t& seed) {
       for (std::int32_t m : counts) shown += std::to_string(m) + " ";
       CAPTURE(shown);
       const ps::GroupedView<L> v = shape_for<L>(counts, K);
-      const bool aligned = std::all_of(counts.begin(), counts.end(), [&](std::int32_t m) { return m % v.count_alignment() == 0; });
+      // TE's rules: its device kernels need multiples of 128; its host-shape storage, whole
+      // blocks along tokens (columnwise; rowwise any count).
+      const int64_t te_alignment =
+          !L::placement::pads_group_scales ? 128 : (columnwise_v<L> ? L::format::block_size : 1);
+      const bool aligned = std::all_of(counts.begin(), counts.end(), [&](std::int32_t m) { return m % te_alignment == 0; });
       CHECK(accepts(v, counts) == aligned);
       if (!aligned) continue;
       check_offsets<L>(counts, K);

@@ -18,3 +18,4 @@
 
 #include <pagestash/execution/executor.hpp>
 #include <pagestash/execution/host.hpp>
+#include <pagestash/execution/operation.hpp>

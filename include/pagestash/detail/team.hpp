@@ -7,6 +7,9 @@
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts
 //   sync()           barrier; every write before it is visible to the team after it
+//   publish()        sync(), after a device-scope fence: every write of the team before it is
+//                    visible to another team that synchronises with the leader afterwards
+//                    (an acquire of what the leader then releases)
 //   share(x)         the leader's x, handed to every thread of the team (includes sync())
 
 #include <pagestash/config.hpp>
@@ -27,18 +30,19 @@ struct SerialTeam {
   PAGESTASH_HOST_DEVICE static constexpr int size() { return 1; }
   PAGESTASH_HOST_DEVICE static constexpr bool leader() { return true; }
   PAGESTASH_HOST_DEVICE static void sync() {}
+  PAGESTASH_HOST_DEVICE static void publish() {}
   template <class T>
   PAGESTASH_HOST_DEVICE static T share(T x) { return x; }
 };
 
 #if defined(__CUDACC__)
-/// The threads of one block. sync() fences at device scope before the barrier, so what a
-/// thread wrote is visible to a thread of another block that synchronises with the leader.
+/// The threads of one block.
 struct BlockTeam {
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static bool leader() { return threadIdx.x == 0; }
-  __device__ static void sync() {
+  __device__ static void sync() { __syncthreads(); }
+  __device__ static void publish() {
     __threadfence();
     __syncthreads();
   }

@@ -3,15 +3,14 @@
 // launch on the caller's stream. No host synchronisation, no allocation: every operation
 // can be captured in a CUDA graph, and replays read the counts of the moment.
 //
-// One launch per grouped tensor, for all its paged buffers. The block that arrives first
-// runs the `begin_*` step (check, plan, take pages); the others wait for its verdict in the
-// record (a running block, so the wait ends); then every warp copies tiles, grid-stride, in
-// 16-byte vectors; the block that finishes last runs `end_reload` (return pages) and clears
-// the launch words for the next launch. The grid is persistent: sized from occupancy and
-// capped by the most tiles the record's shape can need.
+// One launch per grouped tensor, for all its paged buffers. The kernels are thin shells:
+// the launch body (execution/operation.hpp: arrival, verdict, tiles, finish) is host+device
+// code that the tests' grid emulator also runs on host threads. The grid is persistent:
+// sized from occupancy and capped by the most tiles the record's shape can need.
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/execution/host.hpp>
+#include <pagestash/execution/operation.hpp>
 
 #include <cuda/std/atomic>
 #include <cuda_runtime_api.h>
@@ -19,57 +18,19 @@
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
-enum class Operation : int { stash, reload, discard };
-enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
-
 inline constexpr int threads_per_block = 256;
 inline constexpr int warps_per_block = threads_per_block / 32;
 
+/// CUDA's context for a thread of the launch.
+__device__ inline GridContext<BlockTeam, WarpLanes> device_grid_context() {
+  return {BlockTeam{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32};
+}
+
 template <class Traits, Operation Op>
 __global__ void __launch_bounds__(threads_per_block)
-    operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, bool zero_tail) {
-  const BlockTeam team;
-  RecordHeader& h = *rec.header;
-  __shared__ bool first;
-  if (team.leader()) first = device_atomic<cuda::std::int32_t>(h.arrived).fetch_add(1, cuda::std::memory_order_relaxed) == 0;
-  __syncthreads();
-
-  cuda::std::int32_t verdict = verdict_skip;
-  if (first) {
-    bool copy = false;
-    if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec);
-    if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail);
-    if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
-    verdict = copy ? verdict_copy : verdict_skip;
-    if (team.leader()) device_atomic<cuda::std::int32_t>(h.verdict).store(verdict, cuda::std::memory_order_release);
-  } else if (team.leader()) {
-    device_atomic<cuda::std::int32_t> published(h.verdict);
-    while ((verdict = published.load(cuda::std::memory_order_acquire)) == verdict_pending) spin_pause();
-  }
-  verdict = team.share(verdict);
-
-  if (verdict == verdict_copy) {
-    const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
-    const cuda::std::int64_t tiles = h.tiles;
-    const cuda::std::int64_t warp = cuda::std::int64_t{blockIdx.x} * warps_per_block + threadIdx.x / 32;
-    for (cuda::std::int64_t t = warp; t < tiles; t += cuda::std::int64_t{gridDim.x} * warps_per_block)
-      run_tile(WarpLanes{}, work, t);
-  }
-
-  // The last block out: every other block's copies happen-before its acq_rel increment.
-  team.sync();
-  __shared__ bool last;
-  if (team.leader())
-    last = device_atomic<cuda::std::int32_t>(h.finished).fetch_add(1, cuda::std::memory_order_acq_rel) ==
-           static_cast<cuda::std::int32_t>(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  if (Op == Operation::reload && verdict == verdict_copy) end_reload(team, pool, rec);
-  if (team.leader()) {
-    h.arrived = 0;
-    h.finished = 0;
-    h.verdict = verdict_pending;
-  }
+    operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, bool zero_tail,
+                     cuda::std::uint32_t epoch) {
+  run_operation<Traits, Op>(device_grid_context(), pool, view, rec, zero_tail, epoch);
 }
 
 template <int Unused = 0>  // a template, so that the header defines it in every TU
@@ -111,7 +72,8 @@ template <class Traits, Operation Op>
 void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
             StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
   const int blocks = grid_for<Traits, Op>(ex, max_tiles);
-  operation_kernel<Traits, Op><<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
+  operation_kernel<Traits, Op><<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail,
+                                                                             rec.next_launch_epoch());
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 

@@ -74,13 +74,16 @@ class Allocation {
   void* ptr_ = nullptr;
 };
 
-/// Copies between a space's memory and the host: plain memcpy, or a synchronous cudaMemcpy.
+/// Copies between a space's memory and the host: plain memcpy, or cudaMemcpy. A copy to the
+/// device then synchronises the device: cudaMemcpy from pageable memory may return before
+/// the bytes land, and a kernel launched next on a non-blocking stream must see them.
 inline void copy_bytes(MemorySpace space, void* dst, const void* src, std::size_t bytes, bool to_host) {
   if (space == MemorySpace::host) {
     if (bytes != 0) std::memcpy(dst, src, bytes);
     return;
   }
   PAGESTASH_CUDA_TRY(cudaMemcpy(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
+  if (!to_host) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
 }
 
 }  // namespace detail

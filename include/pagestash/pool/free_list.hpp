@@ -65,7 +65,7 @@ PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
 
 template <class Team>
 PAGESTASH_HOST_DEVICE void unlock_pool(const Team& team, const PoolRef& pool) {
-  team.sync();  // every thread's stack writes before the release
+  team.publish();  // every thread's stack writes before the release
   if (team.leader()) device_atomic<cuda::std::int32_t>(pool.counters->lock).store(0, cuda::std::memory_order_release);
 }
 

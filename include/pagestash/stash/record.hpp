@@ -33,6 +33,20 @@ enum class RecordError : cuda::std::int32_t {
   stale = 5,          ///< reload/discard: the pool was reset since the stash
 };
 
+/// The words one kernel launch on a record coordinates through, on their own 128-byte line
+/// (blocks waiting for the verdict poll it while the planner writes the header). A launch
+/// takes the record by writing its epoch into `owner` (0: no launch in flight); the first
+/// block to do so plans and publishes `verdict`; the last block to finish clears the words
+/// and releases `owner`. A block of another launch that finds `owner` taken refuses: it
+/// counts itself in `refused`, raises the pool's overflow flag and does nothing, so that an
+/// overlapping or never-finished launch is reported, never a hang.
+struct alignas(128) LaunchWords {
+  cuda::std::uint32_t owner;
+  cuda::std::int32_t verdict;
+  cuda::std::int32_t finished;
+  cuda::std::int32_t refused;
+};
+
 /// The record's header in the pool's memory space.
 struct RecordHeader {
   RecordState state;
@@ -45,11 +59,7 @@ struct RecordHeader {
   cuda::std::int64_t live_bytes;
   cuda::std::int64_t tiles;  ///< of the current operation's plan
   cuda::std::int32_t items;
-  // One kernel launch per operation: the first block to arrive plans, the others wait for
-  // its verdict, the last to finish completes the operation and clears these for the next.
-  cuda::std::int32_t arrived;
-  cuda::std::int32_t finished;
-  cuda::std::int32_t verdict;
+  LaunchWords launch;
 };
 
 /// A trivially copyable handle on a record's memory, passed by value to kernels.
@@ -71,6 +81,11 @@ struct RecordStatus {
   std::int64_t host_pages = 0;
   std::int64_t stream_bytes = 0;
   std::int64_t live_bytes = 0;
+  /// Blocks of launches refused because another launch on the record was in flight (or
+  /// never finished): each such launch did nothing and raised the pool's overflow flag.
+  std::int32_t refused_blocks = 0;
+  /// Whether a launch holds the record now (after a device sync: one that never finished).
+  bool launch_in_flight = false;
 };
 
 namespace detail {
@@ -151,6 +166,13 @@ class StashRecord {
   std::size_t bytes() const { return memory_.bytes(); }
   /// The counts the last stash saw (in the pool's memory space; read them on the device).
   const cuda::std::int32_t* counts() const { return ref_.counts; }
+  /// For executors: the epoch of a new launch on this record (never 0), which its blocks
+  /// compare with the record's launch owner. A graph replays the epoch it captured; replays
+  /// of one graph never overlap, so they need no new one.
+  cuda::std::uint32_t next_launch_epoch() {
+    if (++launch_epoch_ == 0) ++launch_epoch_;
+    return launch_epoch_;
+  }
 
   /// Reads the header back. A device record synchronises the whole device first; a host
   /// record may not be in use by another thread meanwhile.
@@ -167,6 +189,8 @@ class StashRecord {
     s.host_pages = h.pages - h.device_pages;
     s.stream_bytes = h.stream_bytes;
     s.live_bytes = h.live_bytes;
+    s.refused_blocks = h.launch.refused;
+    s.launch_in_flight = h.launch.owner != 0;
     return s;
   }
 
@@ -187,6 +211,7 @@ class StashRecord {
   cuda::std::int64_t page_bytes_;
   cuda::std::int64_t max_pages_ = 0;
   cuda::std::int64_t max_tiles_ = 0;
+  cuda::std::uint32_t launch_epoch_ = 0;
   detail::Allocation memory_;
   RecordRef ref_;
 };

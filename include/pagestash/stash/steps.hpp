@@ -16,7 +16,8 @@ template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typename Traits::layout>& v,
                                      const RecordRef& rec, bool to_record) {
   unsigned char* kept = rec.kept;
-  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+  for (int r = 0; r < 3; ++r) {  // not a braced list: that is an array in local memory on the device
+    const auto role = static_cast<BufferRole>(r);
     if (handling_of<Traits>(role) != Handling::kept) continue;
     auto* buf = static_cast<unsigned char*>(v.buffer(role));
     const cuda::std::int64_t n = v.buffer_bytes(role);
@@ -142,8 +143,8 @@ template <class Traits>
 PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
                                          const RecordRef& rec, bool to_pages) {
   TileWork w{};
-  for (BufferRole role : {BufferRole::data, BufferRole::scales})
-    w.buffers[static_cast<int>(role)] = static_cast<unsigned char*>(v.buffer(role));
+  w.data = static_cast<unsigned char*>(v.buffer(BufferRole::data));
+  w.scales = static_cast<unsigned char*>(v.buffer(BufferRole::scales));
   w.items = rec.items;
   w.item_count = rec.header->items;
   w.page_ids = rec.page_ids;

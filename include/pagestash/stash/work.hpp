@@ -82,9 +82,11 @@ template <class Traits, class SegmentOf>
 PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits::layout>& v,
                                                const SegmentOf& segment_of, bool zero_tail, WorkItem* items) {
   WorkTotals t{};
-  for (WorkKind kind : {WorkKind::copy, WorkKind::zero}) {
+  for (int k = 0; k < 2; ++k) {  // index loops, not braced lists: those are arrays in local memory
+    const auto kind = static_cast<WorkKind>(k);
     if (kind == WorkKind::zero && !zero_tail) break;
-    for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    for (int r = 0; r < 2; ++r) {
+      const auto role = static_cast<BufferRole>(r);
       if (handling_of<Traits>(role) != Handling::paged) continue;
       const BufferGeometry geo = v.geometry(role);
       for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s) {
@@ -112,7 +114,10 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
 
 /// Everything a tile needs, trivially copyable (a kernel argument or a host local).
 struct TileWork {
-  unsigned char* buffers[2];  ///< data, scales of the view being stashed or restored
+  unsigned char* data;    ///< of the view being stashed or restored
+  unsigned char* scales;
+  /// A select, not an array indexed at run time: that would put the struct in local memory.
+  PAGESTASH_HOST_DEVICE unsigned char* buffer(BufferRole role) const { return role == BufferRole::data ? data : scales; }
   const WorkItem* items;
   cuda::std::int32_t item_count;
   const cuda::std::int32_t* page_ids;
@@ -160,7 +165,7 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
   const cuda::std::int64_t begin = (local % tiles_per_line) * tile_bytes;
   const cuda::std::int64_t n = line_bytes - begin < tile_bytes ? line_bytes - begin : tile_bytes;
   const bool zero = item.kind == WorkKind::zero;
-  unsigned char* buf = w.buffers[static_cast<int>(item.role)] + seg.line_offset(line) + (zero ? seg.live : 0) + begin;
+  unsigned char* buf = w.buffer(item.role) + seg.line_offset(line) + (zero ? seg.live : 0) + begin;
   const bool aligned = reinterpret_cast<cuda::std::uintptr_t>(buf) % 16 == 0;
 
   if (zero) {

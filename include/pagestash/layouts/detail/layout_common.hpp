@@ -33,7 +33,8 @@ struct UnquantizedRows {
 template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int64_t largest_granule(cuda::std::int64_t hidden) {
   cuda::std::int64_t largest = 1;
-  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+  for (int r = 0; r < 2; ++r) {  // not a braced list: an array in local memory on the device
+    const auto role = static_cast<BufferRole>(r);
     if (!Layout::has(role)) continue;
     const cuda::std::int64_t g = Layout::block(role, 0, hidden).granule_tokens();
     if (g > largest) largest = g;
@@ -60,7 +61,8 @@ PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidd
   using P = typename Layout::placement;
   if (!P::packed) return 1;
   cuda::std::int64_t a = P::pads_group_scales ? 1 : packed_count_multiple_of<Layout>;
-  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+  for (int r = 0; r < 2; ++r) {  // not a braced list: an array in local memory on the device
+    const auto role = static_cast<BufferRole>(r);
     if (!Layout::has(role)) continue;
     const BlockShape b = Layout::block(role, 0, hidden);
     const cuda::std::int64_t need = P::pads_group_scales ? b.tokens_per_index : b.granule_tokens();

@@ -1,0 +1,99 @@
+#pragma once
+// The body of one kernel launch of stash, reload or discard, written once for any grid: a
+// thread runs it with its GridContext (its block's team, its warp's lanes, where its block
+// and warp sit in the grid). The CUDA kernels (cuda.cuh) only supply CUDA's context; the
+// tests' grid emulator runs the same body on host threads, several blocks of several warps.
+//
+// The launch protocol, over the record's LaunchWords:
+//   arrival  each block's leader tries to take the record for this launch's epoch
+//            (compare-exchange owner: 0 -> epoch). The block that takes it plans; a block
+//            that finds the same epoch joins; a block that finds another epoch refuses
+//            (counted in `refused`, overflow raised) and leaves: never a hang.
+//   verdict  the planner runs begin_* and publishes copy / skip; the others wait for it.
+//   tiles    every warp copies tiles, grid-stride.
+//   finish   the last block out (finished == blocks - 1) completes the operation
+//            (end_reload returns the pages), clears the words and releases `owner`.
+// docs/design.md ("Memory ordering") argues why each fence is where it is.
+
+#include <pagestash/stash/steps.hpp>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+enum class Operation : int { stash, reload, discard };
+enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
+enum class Arrival : cuda::std::int32_t { planner, joined, refused };
+
+/// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape.
+template <class Team, class Lanes>
+struct GridContext {
+  Team team;
+  Lanes lanes;
+  cuda::std::int64_t block;   ///< this block's index
+  cuda::std::int64_t blocks;  ///< blocks in the launch
+  cuda::std::int64_t warp;    ///< this thread's warp in its block
+  cuda::std::int64_t warps;   ///< warps per block
+};
+
+/// One launch of operation Op on `rec`, as thread (ctx.block, ctx.team.rank()) runs it.
+template <class Traits, Operation Op, class Team, class Lanes>
+PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, const PoolRef& pool,
+                                         const GroupedView<typename Traits::layout>& view, const RecordRef& rec,
+                                         bool zero_tail, cuda::std::uint32_t epoch) {
+  const Team& team = ctx.team;
+  LaunchWords& words = rec.header->launch;
+
+  Arrival arrival = Arrival::joined;
+  if (team.leader()) {
+    cuda::std::uint32_t owner = 0;
+    if (device_atomic<cuda::std::uint32_t>(words.owner)
+            .compare_exchange_strong(owner, epoch, cuda::std::memory_order_acquire, cuda::std::memory_order_relaxed)) {
+      arrival = Arrival::planner;
+    } else if (owner != epoch) {
+      arrival = Arrival::refused;
+      device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
+      raise_overflow(pool);
+    }
+  }
+  arrival = team.share(arrival);
+  if (arrival == Arrival::refused) return;
+
+  cuda::std::int32_t verdict = verdict_skip;
+  if (arrival == Arrival::planner) {
+    bool copy = false;
+    if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec);
+    if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail);
+    if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
+    verdict = copy ? verdict_copy : verdict_skip;
+    team.publish();  // the header and plan, by every thread, before the verdict
+    if (team.leader()) device_atomic<cuda::std::int32_t>(words.verdict).store(verdict, cuda::std::memory_order_release);
+  } else if (team.leader()) {
+    device_atomic<cuda::std::int32_t> published(words.verdict);
+    while ((verdict = published.load(cuda::std::memory_order_acquire)) == verdict_pending) spin_pause();
+  }
+  verdict = team.share(verdict);
+
+  if (verdict == verdict_copy) {
+    const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
+    const cuda::std::int64_t tiles = rec.header->tiles;
+    for (cuda::std::int64_t t = ctx.block * ctx.warps + ctx.warp; t < tiles; t += ctx.blocks * ctx.warps)
+      run_tile(ctx.lanes, work, t);
+  }
+
+  // The last block out: every block's copies happen-before its acq_rel increment.
+  team.publish();
+  bool last = false;
+  if (team.leader())
+    last = device_atomic<cuda::std::int32_t>(words.finished).fetch_add(1, cuda::std::memory_order_acq_rel) ==
+           ctx.blocks - 1;
+  if (!team.share(last)) return;
+  if (Op == Operation::reload && verdict == verdict_copy) end_reload(team, pool, rec);
+  if (team.leader()) {
+    words.verdict = verdict_pending;
+    words.finished = 0;
+    device_atomic<cuda::std::uint32_t>(words.owner).store(0, cuda::std::memory_order_release);
+  }
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

@@ -1,0 +1,262 @@
+#pragma once
+// A host grid emulator: runs one "launch" of the kernel body (execution/operation.hpp) as
+// B blocks x T threads on host threads, so that what depends on several blocks, several
+// threads per block and 32 lanes a warp runs without a GPU, under ThreadSanitizer too.
+//
+//   - a block is a team of T host threads with a real barrier for sync() / publish() /
+//     share(); its warps are 32 emulated lanes each (one host thread per lane, as SIMT);
+//   - `slots` blocks are resident at once (one team of T threads each); the B blocks start
+//     in a shuffled order, slot after slot, so there may be more blocks than resident ones
+//     and some start late (optionally after a random delay, or after a caller's hook).
+//
+// What it cannot show: the CUDA memory model itself (host atomics and a mutex barrier are
+// stronger than fences and bar.sync), warp-synchronous behaviour, and timing.
+
+#include <pagestash/pagestash.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace pagestash_test {
+
+namespace ps = pagestash;
+
+/// A reusable barrier of n threads (C++17 has no std::barrier).
+class HostBarrier {
+ public:
+  explicit HostBarrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    const unsigned phase = phase_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++phase_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return phase_ != phase; });
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_;
+  int arrived_ = 0;
+  unsigned phase_ = 0;
+};
+
+/// What the threads of one resident block share: the barrier and share()'s slot.
+struct EmulatedBlock {
+  explicit EmulatedBlock(int n) : threads(n), barrier(n) {}
+  int threads;
+  HostBarrier barrier;
+  alignas(16) unsigned char slot[64] = {};
+};
+
+/// A block team of host threads (the Team interface of detail/team.hpp).
+struct EmulatedTeam {
+  EmulatedBlock* block;
+  int r;
+  int rank() const { return r; }
+  int size() const { return block->threads; }
+  bool leader() const { return r == 0; }
+  void sync() const { block->barrier.wait(); }
+  void publish() const { sync(); }  // the barrier's mutex orders the block; atomics the rest
+  template <class T>
+  T share(T x) const {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= sizeof(EmulatedBlock::slot));
+    sync();
+    if (leader()) std::memcpy(block->slot, &x, sizeof(T));
+    sync();
+    T y;
+    std::memcpy(&y, block->slot, sizeof(T));
+    return y;
+  }
+};
+
+/// The 32 lanes of an emulated warp.
+struct EmulatedLanes {
+  int lane;
+  int rank() const { return lane; }
+  static constexpr int size() { return 32; }
+};
+
+using EmulatedContext = ps::detail::GridContext<EmulatedTeam, EmulatedLanes>;
+
+/// n host threads kept for the process, that run fn(i), i < n, one call at a time.
+/// Creating a thread is the dearest part of a launch (under TSan most of all), so the
+/// emulator borrows sets of threads instead (several launches at once borrow several).
+class HostThreads {
+ public:
+  explicit HostThreads(int n) : n_(n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });
+  }
+  ~HostThreads() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void run(const std::function<void(int)>& fn) {
+    std::unique_lock<std::mutex> lock(m_);
+    job_ = &fn;
+    running_ = n_;
+    ++generation_;
+    wake_.notify_all();
+    done_.wait(lock, [&] { return running_ == 0; });
+    job_ = nullptr;
+  }
+
+  /// Borrows a set of n threads (a new one when every set of n is busy) for fn.
+  static void borrow(int n, const std::function<void(int)>& fn) {
+    static std::mutex m;
+    static std::vector<std::unique_ptr<HostThreads>> idle;
+    std::unique_ptr<HostThreads> set;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      const auto it = std::find_if(idle.begin(), idle.end(), [n](const auto& s) { return s->n_ == n; });
+      if (it != idle.end()) {
+        set = std::move(*it);
+        idle.erase(it);
+      }
+    }
+    if (!set) set = std::make_unique<HostThreads>(n);
+    set->run(fn);
+    std::lock_guard<std::mutex> lock(m);
+    idle.push_back(std::move(set));
+  }
+
+ private:
+  void serve(int i) {
+    unsigned seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(i);
+      std::lock_guard<std::mutex> lock(m_);
+      if (--running_ == 0) done_.notify_one();
+    }
+  }
+
+  int n_;
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  unsigned generation_ = 0;
+  int running_ = 0;
+  bool stop_ = false;
+};
+
+struct LaunchShape {
+  int blocks = 4;
+  int threads = 64;            ///< per block, a multiple of 32
+  int slots = 2;               ///< blocks resident at once
+  std::uint32_t seed = 1;      ///< start order and delays
+  bool random_delays = true;   ///< some blocks start after a short sleep
+  /// Called by a slot's leader before the k-th block to start (k counts starts, 0-based).
+  std::function<void(int)> before_start;
+};
+
+/// Runs body(ctx) on every thread of every block of one launch; returns when all are done.
+template <class Body>
+void emulate_launch(const LaunchShape& shape, Body&& body) {
+  std::vector<int> order(static_cast<std::size_t>(shape.blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(shape.seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int> delay_us(order.size());
+  for (int& d : delay_us) d = shape.random_delays && rng() % 3 == 0 ? static_cast<int>(rng() % 200) : 0;
+
+  std::atomic<int> next{0};
+  const int slots = std::max(1, std::min(shape.slots, shape.blocks));
+  std::vector<std::unique_ptr<EmulatedBlock>> resident;
+  for (int s = 0; s < slots; ++s) resident.push_back(std::make_unique<EmulatedBlock>(shape.threads));
+  HostThreads::borrow(slots * shape.threads, [&](int thread) {
+    const int s = thread / shape.threads, r = thread % shape.threads;
+    const EmulatedTeam team{resident[static_cast<std::size_t>(s)].get(), r};
+    for (;;) {
+      int k = 0;
+      if (team.leader()) {
+        k = next.fetch_add(1);
+        if (k < shape.blocks) {
+          if (shape.before_start) shape.before_start(k);
+          if (delay_us[static_cast<std::size_t>(k)] > 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(delay_us[static_cast<std::size_t>(k)]));
+        }
+      }
+      k = team.share(k);
+      if (k >= shape.blocks) return;
+      const EmulatedContext ctx{team, EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32,
+                                shape.threads / 32};
+      body(ctx);
+      team.sync();  // the block's threads leave together, as a block does
+    }
+  });
+}
+
+/// The operations through the emulator, on host-memory pools: the same host checks as the
+/// executors, then one emulated launch of the kernel body.
+struct Emulator {
+  LaunchShape shape;
+
+  template <class Tr>
+  void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) const {
+    ps::detail::check_stash(ps::MemorySpace::host, pool, v, rec);
+    launch<Tr, ps::detail::Operation::stash>(pool, v, rec, false);
+  }
+  template <class Tr>
+  void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
+              bool zero_tail) const {
+    ps::detail::check_reload(ps::MemorySpace::host, pool, rec, dest);
+    launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, zero_tail);
+  }
+  template <class Tr>
+  void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) const {
+    ps::detail::check_pool_and_record("discard", ps::MemorySpace::host, pool, rec);
+    ps::GroupedView<typename Tr::layout> none;
+    none.max_tokens = rec.max_tokens();
+    none.hidden = rec.hidden();
+    none.groups = rec.groups();
+    launch<Tr, ps::detail::Operation::discard>(pool, none, rec, false);
+  }
+  /// The reset kernel is one block: its body is reset_pool over the block's team.
+  void reset(ps::PagePool& pool) const {
+    LaunchShape one = shape;
+    one.blocks = 1;
+    const ps::PoolRef ref = pool.ref();
+    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::reset_pool(ctx.team, ref); });
+  }
+
+  template <class Tr, ps::detail::Operation Op>
+  void launch(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec,
+              bool zero_tail) const {
+    const ps::PoolRef pool_ref = pool.ref();
+    const ps::RecordRef rec_ref = rec.ref();
+    const std::uint32_t epoch = rec.next_launch_epoch();
+    emulate_launch(shape, [&](const EmulatedContext& ctx) {
+      ps::detail::run_operation<Tr, Op>(ctx, pool_ref, v, rec_ref, zero_tail, epoch);
+    });
+  }
+};
+
+}  // namespace pagestash_test

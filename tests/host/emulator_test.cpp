@@ -1,0 +1,304 @@
+// The kernel body on the grid emulator (tests/common/grid_emulator.hpp): several blocks of
+// several warps, shuffled and late block starts, against host pools. Every layout's random
+// sequences, page-for-page agreement with the host executor, concurrent launches on one
+// pool, a record relaunched with new counts as a graph replay does, and launches that
+// overlap or never finished reported instead of hanging. CI runs these under TSan too.
+
+#include <pagestash/pagestash.hpp>
+
+#include <doctest/doctest.h>
+
+#include "../common/grid_emulator.hpp"
+#include "../common/layout_list.hpp"
+#include "../common/stash_sequence.hpp"
+
+#include <future>
+
+namespace {
+
+using namespace pagestash_test;
+
+/// The sequence suite's backend: host memory, operations through the emulator with
+/// Blocks x Threads (Slots resident), a new start order for every launch.
+template <int Blocks, int Threads, int Slots>
+struct EmulatorBackend : HostBackend<1> {
+  static Emulator emulator() {
+    static std::atomic<std::uint32_t> launches{0};
+    LaunchShape s;
+    s.blocks = Blocks;
+    s.threads = Threads;
+    s.slots = Slots;
+    s.seed = ++launches;
+    return Emulator{s};
+  }
+  template <class Tr>
+  static void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) {
+    emulator().stash(pool, v, rec);
+  }
+  template <class Tr>
+  static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
+                     bool zero_tail) {
+    emulator().reload(pool, rec, dest, zero_tail);
+  }
+  template <class Tr>
+  static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
+    emulator().discard(pool, rec);
+  }
+  static void reset(ps::PagePool& pool) { emulator().reset(pool); }
+};
+
+using FourByTwoWarps = EmulatorBackend<4, 64, 2>;
+
+/// Host memory of one buffer-set, filled with random bytes; a view of it with counts.
+template <class L>
+struct Buffers {
+  std::array<std::vector<std::uint8_t>, 3> bytes;
+  std::vector<std::int32_t> counts;
+  ps::GroupedView<L> view;
+  Buffers(const ps::GroupedView<L>& shape, std::mt19937& rng) : view(shape) {
+    for (BufferRole role : all_roles)
+      bytes[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+    view.data = reinterpret_cast<typename L::data_type*>(bytes[0].data());
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view.scales = reinterpret_cast<typename L::scale_type*>(bytes[1].data());
+    view.amax = L::has(BufferRole::amax) ? reinterpret_cast<float*>(bytes[2].data()) : nullptr;
+    counts = random_counts(shape, rng);
+    view.counts = counts.data();
+  }
+};
+
+/// The same stashes through the host executor and the emulator, into two pools: the same
+/// page ids, the same page bytes, the same bytes reloaded.
+template <class Traits>
+int check_pages_match_host_executor(std::uint32_t seed) {
+  using L = typename Traits::layout;
+  std::mt19937 rng(seed);
+  int compared = 0;
+  for (bool odd : {false, true}) {
+    const auto shape = sequence_shape<L>(odd);
+    ps::PoolConfig cfg;
+    cfg.page_bytes = 256;
+    cfg.device_pages = 4 * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+    ps::PagePool host_pool(cfg, ps::MemorySpace::host), emulated_pool(cfg, ps::MemorySpace::host);
+    // Both arenas start with the same bytes: what neither executor writes stays equal.
+    for (ps::PagePool* pool : {&host_pool, &emulated_pool})
+      std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+    auto host_rec = ps::make_record<Traits>(host_pool, shape);
+    auto emulated_rec = ps::make_record<Traits>(emulated_pool, shape);
+    for (int i = 0; i < 3; ++i) {
+      Buffers<L> in(shape, rng);
+      ps::stash(ps::host, host_pool, in.view, host_rec);
+      FourByTwoWarps::stash(emulated_pool, in.view, emulated_rec);
+      const ps::RecordStatus a = host_rec.status(), b = emulated_rec.status();
+      CHECK(b.state == a.state);
+      CHECK(b.stream_bytes == a.stream_bytes);
+      const std::vector<std::int32_t> ids = host_rec.page_ids();
+      REQUIRE(emulated_rec.page_ids() == ids);
+      for (std::int32_t id : ids) {
+        const unsigned char* p = host_pool.ref().page(id);
+        const unsigned char* q = emulated_pool.ref().page(id);
+        CHECK(std::equal(p, p + cfg.page_bytes, q));
+      }
+      Buffers<L> out_a(shape, rng);
+      Buffers<L> out_b = out_a;
+      out_b.view = out_a.view;
+      out_b.view.data = reinterpret_cast<typename L::data_type*>(out_b.bytes[0].data());
+      if constexpr (!std::is_void_v<typename L::scale_type>)
+        out_b.view.scales = reinterpret_cast<typename L::scale_type*>(out_b.bytes[1].data());
+      out_b.view.amax = L::has(BufferRole::amax) ? reinterpret_cast<float*>(out_b.bytes[2].data()) : nullptr;
+      const bool zero_tail = i % 2 == 1;
+      ps::reload(ps::host, host_pool, host_rec, out_a.view, ps::ReloadOptions{zero_tail});
+      FourByTwoWarps::reload(emulated_pool, emulated_rec, out_b.view, zero_tail);
+      CHECK(out_a.bytes == out_b.bytes);
+      CHECK(emulated_pool.stats().device_pages_free == host_pool.stats().device_pages_free);
+      ++compared;
+    }
+  }
+  return compared;
+}
+
+}  // namespace
+
+using namespace pagestash_test::layouts;
+
+TEST_CASE("emulated grid of 4 blocks x 64 threads: every layout's sequences match a byte-for-byte copy") {
+  std::uint32_t seed = 9000;
+  int checked = 0;
+#define PAGESTASH_EMULATED_SEQUENCES(L)                                                                 \
+  {                                                                                                     \
+    CAPTURE(#L);                                                                                        \
+    for (Order order : {Order::lifo, Order::fifo, Order::random}) {                                     \
+      const bool odd = (seed % 2) == 0;                                                                 \
+      checked += run_stash_sequence<ps::StashTraits<L>, FourByTwoWarps>(sequence_shape<L>(odd), order, 16, \
+                                                                         ++seed, odd ? 256 : 1024);     \
+    }                                                                                                   \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EMULATED_SEQUENCES)
+#undef PAGESTASH_EMULATED_SEQUENCES
+  MESSAGE("emulated operations checked: " << checked);
+  CHECK(checked >= 42 * 3 * 16);
+}
+
+TEST_CASE("emulated grid: the same page ids and page bytes as the host executor, for every layout") {
+  std::uint32_t seed = 9500;
+  int compared = 0;
+#define PAGESTASH_EMULATED_PAGES(L) compared += check_pages_match_host_executor<ps::StashTraits<L>>(++seed);
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EMULATED_PAGES)
+#undef PAGESTASH_EMULATED_PAGES
+  CHECK(compared == 42 * 6);
+}
+
+TEST_CASE("emulated grid: concurrent launches of different records on host threads share one pool") {
+  using L = ColNv4PadSw;
+  using Traits = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  cfg.device_pages = 3 * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  constexpr int workers = 3, rounds = 6;
+  std::atomic<int> mismatches{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(static_cast<std::uint32_t>(70 + w));
+      auto rec = ps::make_record<Traits>(pool, shape);
+      LaunchShape launch;
+      launch.blocks = 3;
+      launch.threads = 32;
+      launch.slots = 2;
+      for (int i = 0; i < rounds; ++i) {
+        launch.seed = static_cast<std::uint32_t>(w * 100 + i);
+        const Emulator em{launch};
+        Buffers<L> in(shape, rng), out(shape, rng);
+        em.stash(pool, in.view, rec);
+        em.reload(pool, rec, out.view, true);
+        for (BufferRole role : all_roles) {
+          const auto k = static_cast<std::size_t>(role);
+          const std::vector<std::uint8_t> zeros(in.bytes[k].size(), 0);
+          if (out.bytes[k] != expected_reload<Traits>(shape, role, in.counts, in.bytes[k], zeros, true)) ++mismatches;
+        }
+        ++done;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(done == workers * rounds);
+  CHECK(mismatches == 0);
+  const ps::PoolStats st = pool.stats();
+  CHECK_FALSE(st.overflow);
+  CHECK(st.device_pages_free == cfg.device_pages);
+}
+
+TEST_CASE("emulated grid: one record relaunched with new counts, as a graph replays the same launches") {
+  using L = ColMx4CapSw;
+  using Traits = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(true);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Traits>(pool, shape);
+  // A captured graph holds one stash and one reload launch, each with the epoch it was
+  // captured with; every replay reruns them with the counts of the moment.
+  const std::uint32_t stash_epoch = rec.next_launch_epoch(), reload_epoch = rec.next_launch_epoch();
+  std::mt19937 rng(5);
+  Buffers<L> in(shape, rng), out(shape, rng);
+  LaunchShape launch;
+  launch.blocks = 5;
+  launch.threads = 64;
+  launch.slots = 2;
+  int exact = 0;
+  constexpr int replays = 40;
+  for (int replay = 0; replay < replays; ++replay) {
+    in.counts = random_counts(shape, rng);  // new counts in the same buffer...
+    in.view.counts = in.counts.data();
+    for (auto& b : in.bytes) std::generate(b.begin(), b.end(), [&] { return static_cast<std::uint8_t>(rng()); });
+    launch.seed = static_cast<std::uint32_t>(replay);
+    emulate_launch(launch, [&](const EmulatedContext& ctx) {
+      ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), false,
+                                                                      stash_epoch);
+    });
+    emulate_launch(launch, [&](const EmulatedContext& ctx) {
+      ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), true,
+                                                                       reload_epoch);
+    });
+    bool same = rec.status().state == ps::RecordState::reloaded;
+    for (BufferRole role : all_roles) {
+      const auto k = static_cast<std::size_t>(role);
+      const std::vector<std::uint8_t> zeros(in.bytes[k].size(), 0);
+      same = same && out.bytes[k] == expected_reload<Traits>(shape, role, in.counts, in.bytes[k], zeros, true);
+    }
+    exact += same;
+  }
+  CHECK(exact == replays);
+  CHECK_FALSE(rec.status().launch_in_flight);
+  CHECK(pool.stats().device_pages_free == cfg.device_pages);
+}
+
+TEST_CASE("emulated grid: a launch on a record whose launch is still in flight is refused and reported, not hung") {
+  using L = RuBf16Cap;
+  using Traits = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Traits>(pool, shape);
+  std::mt19937 rng(8);
+  Buffers<L> first(shape, rng), second(shape, rng), out(shape, rng);
+
+  // The first launch's second block starts only after the overlapping launch has ended.
+  std::promise<void> overlapping_done;
+  std::shared_future<void> released = overlapping_done.get_future().share();
+  LaunchShape held;
+  held.blocks = 4;
+  held.threads = 64;
+  held.slots = 1;
+  held.random_delays = false;
+  held.before_start = [released](int k) {
+    if (k == 1) released.wait();
+  };
+  const Emulator first_launch{held};
+  std::thread in_flight([&] { first_launch.stash(pool, first.view, rec); });
+
+  // Wait until the first launch's first block has finished (it holds the record now).
+  ps::detail::device_atomic<std::int32_t> finished(rec.ref().header->launch.finished);
+  while (finished.load(cuda::std::memory_order_acquire) != 1) std::this_thread::yield();
+  LaunchShape overlap;
+  overlap.blocks = 3;
+  overlap.threads = 32;
+  auto second_launch = std::async(std::launch::async, [&] { Emulator{overlap}.stash(pool, second.view, rec); });
+  const bool ended = second_launch.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  REQUIRE_MESSAGE(ended, "the overlapping launch hung");
+  const ps::RecordStatus during = rec.status();
+  CHECK(during.refused_blocks == 3);
+  CHECK(during.launch_in_flight);
+  CHECK(pool.stats().overflow);
+  overlapping_done.set_value();
+  in_flight.join();
+
+  // The first launch completed normally: the record holds the first tensor's bytes.
+  CHECK_FALSE(rec.status().launch_in_flight);
+  CHECK(rec.status().state == ps::RecordState::stashed);
+  Emulator{}.reload(pool, rec, out.view, true);
+  const std::vector<std::uint8_t> zeros(first.bytes[0].size(), 0);
+  CHECK(out.bytes[0] == expected_reload<Traits>(shape, BufferRole::data, first.counts, first.bytes[0], zeros, true));
+}
+
+TEST_CASE("emulated grid: a record whose last launch never finished refuses every launch at once") {
+  using L = RuBf16Cap;
+  using Traits = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  ps::PagePool pool(ps::PoolConfig{1024, 64, 0}, ps::MemorySpace::host);
+  auto rec = ps::make_record<Traits>(pool, shape);
+  rec.ref().header->launch.owner = 12345;  // as a launch that died mid-way leaves it
+  std::mt19937 rng(9);
+  Buffers<L> in(shape, rng);
+  Emulator{}.stash(pool, in.view, rec);
+  const ps::RecordStatus st = rec.status();
+  CHECK(st.refused_blocks == LaunchShape{}.blocks);
+  CHECK(st.state == ps::RecordState::empty);
+  CHECK(st.launch_in_flight);
+  CHECK(pool.stats().overflow);
+}

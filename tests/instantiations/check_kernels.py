@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""The shape of the compiled stash kernels, read from the instantiation library (no GPU).
+
+For every operation kernel (stash, reload, discard of every layout x traits instantiated)
+and the reset kernel, per architecture in the library:
+  - stack frame 0 bytes, no spills (no STL/LDL in the SASS), at most 64 registers;
+  - the copy loop moves 128-bit vectors: a 128-bit global (LDG/LD .E.128) load and store.
+Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
+blocks per SM at 256 threads) and exits 1 if any kernel breaks a rule.
+
+cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm;
+scripts/install-deps installs them) or the toolkit.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+MAX_REGISTERS = 64
+THREADS = 256
+
+
+def find_tool(name):
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import nvidia  # namespace package of NVIDIA's PyPI wheels
+        for root in nvidia.__path__:
+            for path in glob.glob(os.path.join(root, "*", "bin", name)):
+                return path
+    except ImportError:
+        pass
+    sys.exit(f"check_kernels: {name} not found; run scripts/install-deps "
+             f"(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+
+
+def demangle(names):
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def short_name(pretty):
+    """operation_kernel<Traits, Op> -> 'Op Layout<...> [traits]', compact."""
+    s = pretty.replace("pagestash::v0_1_0::", "").replace("detail::", "")
+    s = re.sub(r"Minifloat<(\w+)Spec>", r"\1", s)
+    s = re.sub(r"MXFP8<(\w+) ?>", r"MXFP8_\1", s)
+    m = re.match(r"void operation_kernel<(.*), \(Operation\)(\d)>\(", s)
+    if not m:
+        return s.split("(")[0].replace("void ", "")
+    traits, op = m.group(1), ["stash", "reload", "discard"][int(m.group(2))]
+    traits = re.sub(r"StashTraits<(.*)>$", r"\1", traits)
+    traits = re.sub(r"\(Handling\)(\d)", lambda h: "DPK"[int(h.group(1))], traits)
+    return f"{op:8s} {traits}"
+
+
+def resident_blocks(registers, shared, arch):
+    """Blocks of 256 threads an SM holds: registers (allocated per warp in units of 256),
+    threads (2048), shared memory (228 KiB, 1 KiB reserved per block), 32 blocks."""
+    warps = THREADS // 32
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps) if registers else 32
+    by_threads = 2048 // THREADS
+    by_shared = (228 * 1024) // (shared + 1024)
+    return min(by_regs, by_threads, by_shared, 32)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("library", help="libpagestash_instantiations.a (or any cubin container)")
+    args = parser.parse_args()
+    cuobjdump = find_tool("cuobjdump")
+    os.environ["PATH"] = os.path.dirname(find_tool("nvdisasm")) + os.pathsep + os.environ["PATH"]
+
+    usage = subprocess.run([cuobjdump, "--dump-resource-usage", args.library], capture_output=True, text=True,
+                           check=True).stdout
+    kernels = {}  # (arch, mangled) -> dict
+    arch = "?"
+    name = None
+    for line in usage.splitlines():
+        m = re.search(r"arch = (sm_\d+a?)", line)
+        if m:
+            arch = m.group(1)
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
+        if m and name and ("operation_kernel" in name or "reset_kernel" in name):
+            kernels[(arch, name)] = dict(zip(("regs", "stack", "shared", "local"), map(int, m.groups())))
+            name = None
+
+    sass = subprocess.run([cuobjdump, "-sass", args.library], capture_output=True, text=True, check=True).stdout
+    arch, name = "?", None
+    for line in sass.splitlines():
+        m = re.search(r"arch = (sm_\d+a?)", line)
+        if m:
+            arch = m.group(1)
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            continue
+        k = kernels.get((arch, name))
+        if k is None:
+            continue
+        k["spills"] = k.get("spills", 0) + len(re.findall(r"\b(?:STL|LDL)\b", line))
+        k["ld128"] = k.get("ld128", False) or re.search(r"\bLDG?\.E\.128\b", line) is not None
+        k["st128"] = k.get("st128", False) or re.search(r"\bSTG?\.E\.128\b", line) is not None
+
+    if not kernels:
+        sys.exit(f"check_kernels: no operation kernels found in {args.library}")
+    keys = sorted(kernels)
+    pretty = dict(zip(keys, demangle([m for _, m in keys])))
+    failures = []
+    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s}  128-bit ld/st")
+    for key in keys:
+        k = kernels[key]
+        label = short_name(pretty[key])
+        is_copy = label.startswith(("stash", "reload"))  # discard and reset copy nothing
+        blocks = resident_blocks(k["regs"], k["shared"], key[0])
+        vectors = "yes" if k.get("ld128") and k.get("st128") else ("n/a" if not is_copy else "NO")
+        print(f"{key[0]:6s} {label[:90]:90s} {k['regs']:4d} {k['stack']:5d} {k.get('spills', 0):5d} {k['shared']:6d} "
+              f"{blocks:9d}  {vectors}")
+        why = []
+        if k["stack"] != 0:
+            why.append(f"stack frame {k['stack']} bytes")
+        if k.get("spills", 0) or k["local"]:
+            why.append(f"{k.get('spills', 0)} local loads/stores (spills)")
+        if k["regs"] > MAX_REGISTERS:
+            why.append(f"{k['regs']} registers > {MAX_REGISTERS}")
+        if is_copy and vectors != "yes":
+            why.append("no 128-bit global load and store")
+        if why:
+            failures.append(f"{key[0]} {label}: " + ", ".join(why))
+    print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies")
+    if failures:
+        print(f"\n{len(failures)} kernels break the rules:")
+        for f in failures:
+            print("  " + f)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

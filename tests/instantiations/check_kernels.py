@@ -4,7 +4,7 @@
 For every operation kernel (stash, reload, discard of every layout x traits instantiated)
 and the reset kernel, per architecture in the library:
   - stack frame 0 bytes, no spills (no STL/LDL in the SASS), at most 64 registers;
-  - the copy loop moves 128-bit vectors: a 128-bit global (LDG/LD .E.128) load and store.
+  - the copy loop moves 128-bit vectors: a 128-bit global load and store (LDG.E.128, STG.E.128).
 Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
 blocks per SM at 256 threads) and exits 1 if any kernel breaks a rule.
 
@@ -107,8 +107,8 @@ def main():
         if k is None:
             continue
         k["spills"] = k.get("spills", 0) + len(re.findall(r"\b(?:STL|LDL)\b", line))
-        k["ld128"] = k.get("ld128", False) or re.search(r"\bLDG?\.E\.128\b", line) is not None
-        k["st128"] = k.get("st128", False) or re.search(r"\bSTG?\.E\.128\b", line) is not None
+        k["ld128"] = k.get("ld128", False) or re.search(r"\bLDG\.E\.128\b", line) is not None
+        k["st128"] = k.get("st128", False) or re.search(r"\bSTG\.E\.128\b", line) is not None
 
     if not kernels:
         sys.exit(f"check_kernels: no operation kernels found in {args.library}")

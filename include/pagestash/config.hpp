@@ -11,6 +11,15 @@
 #  define PAGESTASH_HOST_DEVICE
 #endif
 
+// Unrolls a loop over a layout's buffers on the device, so that each buffer's block shape
+// (granules, line counts) is a constant there, and no division by a runtime value remains
+// (a 64-bit one is a call, around which the compiler keeps values on the stack).
+#if defined(__CUDA_ARCH__)
+#  define PAGESTASH_UNROLL _Pragma("unroll")
+#else
+#  define PAGESTASH_UNROLL
+#endif
+
 
 #define PAGESTASH_PP_CAT_(a, b) a##b
 #define PAGESTASH_PP_CAT(a, b) PAGESTASH_PP_CAT_(a, b)

@@ -49,6 +49,16 @@ struct EmulatorBackend : HostBackend<1> {
 
 using FourByTwoWarps = EmulatorBackend<4, 64, 2>;
 
+/// A host pool with room for `stashes` of the largest stash of `shape`.
+template <class Traits>
+ps::PoolConfig room_for(const ps::GroupedView<typename Traits::layout>& shape, std::int64_t page_bytes,
+                        std::int64_t stashes) {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = page_bytes;
+  cfg.device_pages = stashes * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, page_bytes);
+  return cfg;
+}
+
 /// Host memory of one buffer-set, filled with random bytes; a view of it with counts.
 template <class L>
 struct Buffers {
@@ -76,9 +86,7 @@ int check_pages_match_host_executor(std::uint32_t seed) {
   int compared = 0;
   for (bool odd : {false, true}) {
     const auto shape = sequence_shape<L>(odd);
-    ps::PoolConfig cfg;
-    cfg.page_bytes = 256;
-    cfg.device_pages = 4 * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+    const ps::PoolConfig cfg = room_for<Traits>(shape, 256, 4);
     ps::PagePool host_pool(cfg, ps::MemorySpace::host), emulated_pool(cfg, ps::MemorySpace::host);
     // Both arenas start with the same bytes: what neither executor writes stays equal.
     for (ps::PagePool* pool : {&host_pool, &emulated_pool})
@@ -152,9 +160,7 @@ TEST_CASE("emulated grid: concurrent launches of different records on host threa
   using L = ColNv4PadSw;
   using Traits = ps::StashTraits<L>;
   const auto shape = sequence_shape<L>(false);
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 512;
-  cfg.device_pages = 3 * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  const ps::PoolConfig cfg = room_for<Traits>(shape, 512, 3);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   constexpr int workers = 3, rounds = 6;
   std::atomic<int> mismatches{0}, done{0};
@@ -194,9 +200,7 @@ TEST_CASE("emulated grid: one record relaunched with new counts, as a graph repl
   using L = ColMx4CapSw;
   using Traits = ps::StashTraits<L>;
   const auto shape = sequence_shape<L>(true);
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1024;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  const ps::PoolConfig cfg = room_for<Traits>(shape, 1024, 1);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, shape);
   // A captured graph holds one stash and one reload launch, each with the epoch it was
@@ -240,9 +244,7 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
   using L = RuBf16Cap;
   using Traits = ps::StashTraits<L>;
   const auto shape = sequence_shape<L>(false);
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1024;
-  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  const ps::PoolConfig cfg = room_for<Traits>(shape, 1024, 2);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, shape);
   std::mt19937 rng(8);

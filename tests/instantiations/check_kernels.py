@@ -75,34 +75,26 @@ def main():
     cuobjdump = find_tool("cuobjdump")
     os.environ["PATH"] = os.path.dirname(find_tool("nvdisasm")) + os.pathsep + os.environ["PATH"]
 
-    usage = subprocess.run([cuobjdump, "--dump-resource-usage", args.library], capture_output=True, text=True,
-                           check=True).stdout
+    def lines_of(option, header):
+        """(arch, function, line) for each line of cuobjdump's output under a function header."""
+        text = subprocess.run([cuobjdump, option, args.library], capture_output=True, text=True, check=True).stdout
+        arch, name = "?", None
+        for line in text.splitlines():
+            m = re.search(r"arch = (sm_\d+a?)", line)
+            if m:
+                arch = m.group(1)
+            m = re.search(header, line)
+            if m:
+                name = m.group(1)
+                continue
+            yield arch, name, line
+
     kernels = {}  # (arch, mangled) -> dict
-    arch = "?"
-    name = None
-    for line in usage.splitlines():
-        m = re.search(r"arch = (sm_\d+a?)", line)
-        if m:
-            arch = m.group(1)
-        m = re.match(r"\s*Function (\S+):", line)
-        if m:
-            name = m.group(1)
-            continue
+    for arch, name, line in lines_of("--dump-resource-usage", r"^\s*Function (\S+):"):
         m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
         if m and name and ("operation_kernel" in name or "reset_kernel" in name):
             kernels[(arch, name)] = dict(zip(("regs", "stack", "shared", "local"), map(int, m.groups())))
-            name = None
-
-    sass = subprocess.run([cuobjdump, "-sass", args.library], capture_output=True, text=True, check=True).stdout
-    arch, name = "?", None
-    for line in sass.splitlines():
-        m = re.search(r"arch = (sm_\d+a?)", line)
-        if m:
-            arch = m.group(1)
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            name = m.group(1)
-            continue
+    for arch, name, line in lines_of("-sass", r"Function : (\S+)"):
         k = kernels.get((arch, name))
         if k is None:
             continue

@@ -20,6 +20,10 @@ namespace detail {
 
 inline constexpr int threads_per_block = 256;
 inline constexpr int warps_per_block = threads_per_block / 32;
+/// Blocks of 256 threads that must fit on an SM: at most 64 registers a thread, which the
+/// compiled-kernel check also holds it to (left to itself, ptxas for sm_100 chose 32 and
+/// spilled the planning loops).
+inline constexpr int min_blocks_per_sm = 4;
 
 /// CUDA's context for a thread of the launch.
 __device__ inline GridContext<BlockTeam, WarpLanes> device_grid_context() {
@@ -27,7 +31,7 @@ __device__ inline GridContext<BlockTeam, WarpLanes> device_grid_context() {
 }
 
 template <class Traits, Operation Op>
-__global__ void __launch_bounds__(threads_per_block)
+__global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
     operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, bool zero_tail,
                      cuda::std::uint32_t epoch) {
   run_operation<Traits, Op>(device_grid_context(), pool, view, rec, zero_tail, epoch);

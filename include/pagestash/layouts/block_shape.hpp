@@ -71,6 +71,10 @@ struct BlockShape {
     if (token_axis == TokenAxis::rows) return 0;
     return swizzled ? (cols / SwizzleTile::cols) * SwizzleTile::bytes : cols;
   }
+  /// Bytes from one line to the next, a whole block for one line: bytes() / lines().
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_pitch() const {
+    return token_axis == TokenAxis::rows ? bytes() : line_stride();
+  }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t run_bytes(cuda::std::int64_t m) const {
     const cuda::std::int64_t granules = (m + granule_tokens() - 1) / granule_tokens();
     if (token_axis == TokenAxis::rows) {

@@ -74,14 +74,14 @@ struct BufferGeometry {
   PAGESTASH_HOST_DEVICE Segment segment(cuda::std::int32_t s, const cuda::std::int32_t* counts) const {
     if (whole) return {0, 1, total_bytes, total_bytes};
     if (packed) return {0, 1, total_bytes, group_offset(groups, counts)};
-    return {s * block.bytes(), block.lines(), block.bytes() / block.lines(), block.run_bytes(counts[s])};
+    return {s * block.bytes(), block.lines(), block.line_pitch(), block.run_bytes(counts[s])};
   }
 
   /// Segment s at its largest, whatever the counts: a full group (capacity-padded), the
   /// whole buffer (packed: total_bytes is the most any accepted counts can fill).
   PAGESTASH_HOST_DEVICE Segment largest_segment(cuda::std::int32_t s) const {
     if (whole || packed) return {0, 1, total_bytes, total_bytes};
-    return {s * block.bytes(), block.lines(), block.bytes() / block.lines(), block.run_bytes(block.tokens())};
+    return {s * block.bytes(), block.lines(), block.line_pitch(), block.run_bytes(block.tokens())};
   }
 
   PAGESTASH_HOST_DEVICE cuda::std::int64_t run_count() const {

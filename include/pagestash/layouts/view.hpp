@@ -33,7 +33,9 @@ struct GroupedView {
   PAGESTASH_HOST_DEVICE BufferGeometry geometry(BufferRole role) const {
     return detail::make_geometry<Layout>(role, max_tokens, hidden, groups);
   }
-  /// Size of the buffer's allocation (0 for a buffer the layout does not have).
+  /// Size of the buffer's allocation (0 for a buffer the layout does not have). For
+  /// PackedPadded scales, the most that any counts the stash accepts can fill (the counts
+  /// are on the device): docs/layouts.md gives the formula.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t buffer_bytes(BufferRole role) const { return geometry(role).total_bytes; }
   /// Every count must be a multiple of this (1 for capacity-padded layouts; see
   /// detail::count_alignment and docs/layouts.md).

@@ -46,6 +46,7 @@ void check_reload(MemorySpace executor, const PagePool& pool, const StashRecord<
   if (dest.max_tokens < rec.max_tokens())
     invalid_call("reload", "the destination is too small: max_tokens " + std::to_string(dest.max_tokens) + " < " +
                                std::to_string(rec.max_tokens()) + " of the record");
+  if (dest.max_tokens > rec.max_tokens()) work_bounds<Traits>(dest);  // a larger destination: its plan must fit too
 }
 
 }  // namespace detail

@@ -103,7 +103,11 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape) {
   if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
   const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr);
-  return {most.stream_bytes, most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr).tiles};
+  const WorkBounds bounds{most.stream_bytes, most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr).tiles};
+  if (bounds.tiles > max_plan_tiles)
+    throw std::invalid_argument("StashRecord: a tensor of this shape needs " + std::to_string(bounds.tiles) +
+                                " tiles, more than 2^31 - 1");
+  return bounds;
 }
 
 }  // namespace detail

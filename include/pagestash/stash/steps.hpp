@@ -16,6 +16,7 @@ template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typename Traits::layout>& v,
                                      const RecordRef& rec, bool to_record) {
   unsigned char* kept = rec.kept;
+  PAGESTASH_UNROLL
   for (int r = 0; r < 3; ++r) {  // not a braced list: that is an array in local memory on the device
     const auto role = static_cast<BufferRole>(r);
     if (handling_of<Traits>(role) != Handling::kept) continue;
@@ -70,7 +71,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
   }
   error = team.share(error);
   totals = team.share(totals);
-  const cuda::std::int64_t need = ceil_div(totals.stream_bytes, pool.page_bytes);
+  const cuda::std::int64_t need = (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
   Taken taken{TakeResult::taken, 0, 0};
   if (error == RecordError::none) {
     taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);

@@ -28,6 +28,8 @@ PAGESTASH_NAMESPACE_BEGIN
 inline constexpr cuda::std::int64_t stream_alignment = 16;
 /// Largest piece of a line one tile covers.
 inline constexpr cuda::std::int64_t tile_bytes = 4096;
+/// Most tiles a plan may have (tile indices inside an item are 32-bit): 8 TiB of stream.
+inline constexpr cuda::std::int64_t max_plan_tiles = 0x7FFFFFFF;
 
 enum class WorkKind : cuda::std::int32_t { copy = 0, zero = 1 };
 
@@ -82,9 +84,11 @@ template <class Traits, class SegmentOf>
 PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits::layout>& v,
                                                const SegmentOf& segment_of, bool zero_tail, WorkItem* items) {
   WorkTotals t{};
+  PAGESTASH_UNROLL
   for (int k = 0; k < 2; ++k) {  // index loops, not braced lists: those are arrays in local memory
     const auto kind = static_cast<WorkKind>(k);
     if (kind == WorkKind::zero && !zero_tail) break;
+    PAGESTASH_UNROLL
     for (int r = 0; r < 2; ++r) {
       const auto role = static_cast<BufferRole>(r);
       if (handling_of<Traits>(role) != Handling::paged) continue;
@@ -160,9 +164,12 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
   const Segment& seg = item.segment;
   const cuda::std::int64_t line_bytes = item_line_bytes(seg, item.kind);
   const cuda::std::int64_t tiles_per_line = ceil_div(line_bytes, tile_bytes);
-  const cuda::std::int64_t local = tile - item.first_tile;
-  const cuda::std::int64_t line = local / tiles_per_line;
-  const cuda::std::int64_t begin = (local % tiles_per_line) * tile_bytes;
+  // 32-bit division (inline; a 64-bit one is a call, around which the compiler keeps the
+  // loop's values on the stack): a plan has fewer than 2^31 tiles (work_bounds checks).
+  const auto local = static_cast<cuda::std::uint32_t>(tile - item.first_tile);
+  const auto per_line = static_cast<cuda::std::uint32_t>(tiles_per_line);
+  const cuda::std::int64_t line = local / per_line;
+  const cuda::std::int64_t begin = cuda::std::int64_t{local % per_line} * tile_bytes;
   const cuda::std::int64_t n = line_bytes - begin < tile_bytes ? line_bytes - begin : tile_bytes;
   const bool zero = item.kind == WorkKind::zero;
   unsigned char* buf = w.buffer(item.role) + seg.line_offset(line) + (zero ? seg.live : 0) + begin;

@@ -33,6 +33,7 @@ struct UnquantizedRows {
 template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int64_t largest_granule(cuda::std::int64_t hidden) {
   cuda::std::int64_t largest = 1;
+  PAGESTASH_UNROLL
   for (int r = 0; r < 2; ++r) {  // not a braced list: an array in local memory on the device
     const auto role = static_cast<BufferRole>(r);
     if (!Layout::has(role)) continue;
@@ -61,6 +62,7 @@ PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidd
   using P = typename Layout::placement;
   if (!P::packed) return 1;
   cuda::std::int64_t a = P::pads_group_scales ? 1 : packed_count_multiple_of<Layout>;
+  PAGESTASH_UNROLL
   for (int r = 0; r < 2; ++r) {  // not a braced list: an array in local memory on the device
     const auto role = static_cast<BufferRole>(r);
     if (!Layout::has(role)) continue;

@@ -427,18 +427,22 @@ void bm_cub_batched(benchmark::State& state, int64_t mib) {
       if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
       const ps::BufferGeometry geo = shape.geometry(role);
       const auto* base = static_cast<const unsigned char*>(t->view.buffer(role));
-      for (int64_t i = 0; i < geo.run_count(); ++i) {
-        const ps::ByteRun run = geo.run(i, counts.data());
-        for (int64_t o = 0; o < run.bytes;) {
-          const int64_t pos = stream + o;
-          const int64_t in_page = std::min(run.bytes - o, (int64_t{64} << 10) - pos % (64 << 10));
-          s.push_back(base + run.offset + o);
-          d.push_back(pool.ref().page(ids[static_cast<std::size_t>(pos / (64 << 10))]) + pos % (64 << 10));
-          n.push_back(static_cast<std::size_t>(in_page));
-          o += in_page;
+      // The stream's layout (stash/work.hpp): segments on 16-byte boundaries, lines back to back.
+      for (int32_t seg_index = 0; seg_index < geo.segment_count(); ++seg_index) {
+        const ps::Segment seg = geo.segment(seg_index, counts.data());
+        for (int64_t line = 0; line < seg.lines; ++line) {
+          for (int64_t o = 0; o < seg.live;) {
+            const int64_t pos = stream + o;
+            const int64_t in_page = std::min(seg.live - o, (int64_t{64} << 10) - pos % (64 << 10));
+            s.push_back(base + seg.line_offset(line) + o);
+            d.push_back(pool.ref().page(ids[static_cast<std::size_t>(pos / (64 << 10))]) + pos % (64 << 10));
+            n.push_back(static_cast<std::size_t>(in_page));
+            o += in_page;
+          }
+          stream += seg.live;
+          live += seg.live;
         }
-        stream += (run.bytes + 15) / 16 * 16;
-        live += run.bytes;
+        stream = (stream + 15) / 16 * 16;
       }
     }
     List l;
@@ -594,6 +598,53 @@ void print_table() {
 
 }  // namespace
 
+/// Bytes the pages hold against the live bytes, for fine-grained MoE (exact, no timing):
+/// DeepSeek-V3-like hidden 7168, 32 experts, Dirichlet(1) counts of a given mean, buffers
+/// [32, 4 x mean, ...]; today's stream (segments on 16 bytes, lines back to back) beside
+/// the earlier one (every line on 16 bytes), computed from the same plan.
+template <class L>
+void print_stream_overhead(const char* recipe, int64_t mean, std::mt19937& rng) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v;
+  v.groups = 32;
+  v.hidden = 7168;
+  v.max_tokens = (4 * mean + 127) / 128 * 128;
+  std::gamma_distribution<double> gamma(1.0, 1.0);
+  std::vector<double> w(32);
+  double sum = 0;
+  for (double& x : w) sum += (x = gamma(rng));
+  std::vector<int32_t> counts(32);
+  for (int g = 0; g < 32; ++g)
+    counts[static_cast<std::size_t>(g)] =
+        static_cast<int32_t>(std::min<double>(static_cast<double>(v.max_tokens), w[static_cast<std::size_t>(g)] / sum * 32 * static_cast<double>(mean)));
+  const ps::WorkTotals t = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
+  int64_t per_line_padded = 0;
+  for (int r = 0; r < 2; ++r) {
+    const auto role = static_cast<ps::BufferRole>(r);
+    if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
+    const ps::BufferGeometry geo = v.geometry(role);
+    for (int32_t seg = 0; seg < geo.segment_count(); ++seg) {
+      const ps::Segment sg = geo.segment(seg, counts.data());
+      per_line_padded += sg.lines * ((sg.live + 15) / 16 * 16);
+    }
+  }
+  std::printf("%-22s %5lld %12.2f %14.4f %13.4f\n", recipe, static_cast<long long>(mean),
+              static_cast<double>(t.live_bytes) / (1 << 20), static_cast<double>(per_line_padded) / static_cast<double>(t.live_bytes),
+              static_cast<double>(t.stream_bytes) / static_cast<double>(t.live_bytes));
+}
+
+void print_stream_overheads() {
+  std::printf("\npage stream / live bytes, hidden 7168, 32 experts, Dirichlet(1) counts (exact, seeded)\n");
+  std::printf("%-22s %5s %12s %14s %13s\n", "recipe", "mean", "live MiB", "lines on 16 B", "lines packed");
+  for (int64_t mean : {32, 128}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(mean));
+    print_stream_overhead<Bf16>("bf16", mean, rng);
+    print_stream_overhead<Mxfp8>("mxfp8 swizzled", mean, rng);
+    print_stream_overhead<Nvfp4>("nvfp4 swizzled", mean, rng);
+    print_stream_overhead<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>>("nvfp4 compact", mean, rng);
+  }
+}
+
 int main(int argc, char** argv) {
   std::string preset = "short";
   std::vector<char*> args;
@@ -631,5 +682,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_table();
+  print_stream_overheads();
   return 0;
 }

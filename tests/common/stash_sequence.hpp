@@ -158,7 +158,10 @@ std::int64_t expected_pages(const ps::GroupedView<typename Traits::layout>& v, c
   for (BufferRole role : all_roles) {
     if (ps::handling_of<Traits>(role) != ps::Handling::paged) continue;
     const ps::BufferGeometry geo = v.geometry(role);
-    for (std::int64_t i = 0; i < geo.run_count(); ++i) bytes += (geo.run(i, counts.data()).bytes + 15) / 16 * 16;
+    for (std::int32_t s = 0; s < geo.segment_count(); ++s) {  // segments padded to 16, lines back to back
+      const ps::Segment seg = geo.segment(s, counts.data());
+      bytes += (seg.lines * seg.live + 15) / 16 * 16;
+    }
   }
   return (bytes + page_bytes - 1) / page_bytes;
 }

@@ -90,7 +90,8 @@ std::vector<std::int32_t> half_counts(const ps::GroupedView<Nv>& v) {
 TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a held record are reported no-ops") {
   ps::PoolConfig cfg;
   cfg.page_bytes = 1024;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<NvTraits>(nv_shape()).stream_bytes, cfg.page_bytes);
+  // Room for exactly one stash of these counts: a second one overflows.
+  cfg.device_pages = expected_pages<NvTraits>(nv_shape(), half_counts(nv_shape()), cfg.page_bytes);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   Host src(nv_shape()), dest(nv_shape());
   std::mt19937 rng(3);
@@ -124,7 +125,7 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(pool.stats().device_pages_free == cfg.device_pages);
   }
   SUBCASE("the pool is full: overflow, and later stashes do nothing until reset") {
-    ps::stash(ps::host, pool, src.view, b);  // needs as many pages again: only a full pool's worth exists
+    ps::stash(ps::host, pool, src.view, b);  // needs as many pages again: only one stash's worth exists
     CHECK(b.status().state == ps::RecordState::overflowed);
     CHECK(b.status().error == ps::RecordError::pool_overflow);
     CHECK(pool.stats().overflow);

@@ -2,9 +2,12 @@
 // What one stash or reload moves, and the per-tile copy both executors run.
 //
 // The page stream: the live bytes of every paged buffer of a grouped tensor, laid end to
-// end and cut into pages. Buffers come in role order (data, then scales), segments in
-// group order, lines in order; each line starts on a 16-byte boundary of the stream, so
-// that vector copies stay aligned and a vector never straddles two pages.
+// end and cut into pages. Buffers come in role order (data, then scales), segments (one
+// group of one buffer) in group order, each starting on a 16-byte boundary of the stream;
+// inside a segment the lines follow each other with no padding, so a stream holds at most
+// 15 bytes per segment more than the live bytes. The copy keeps one side on its 16-byte
+// grid (a stream vector never straddles two pages) and gathers the other when it is not
+// aligned alike.
 //
 // The work: a list of items, one per (paged buffer, segment, kind). A `copy` item moves the
 // live runs of a segment between the buffer and the stream; a `zero` item (reload with
@@ -24,7 +27,7 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// Alignment of every line in the page stream.
+/// Alignment of every segment in the page stream.
 inline constexpr cuda::std::int64_t stream_alignment = 16;
 /// Largest piece of a line one tile covers.
 inline constexpr cuda::std::int64_t tile_bytes = 4096;
@@ -44,7 +47,7 @@ struct WorkItem {
 struct WorkTotals {  // no member initializers: teams share it through __shared__ memory
   cuda::std::int32_t items;
   cuda::std::int64_t tiles;
-  cuda::std::int64_t stream_bytes;  ///< bytes the pages hold (lines padded to 16)
+  cuda::std::int64_t stream_bytes;  ///< bytes the pages hold (segments padded to 16)
   cuda::std::int64_t live_bytes;    ///< bytes of the live runs
 };
 
@@ -100,7 +103,7 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits
         ++t.items;
         t.tiles += seg.lines * ceil_div(line_bytes, tile_bytes);
         if (kind == WorkKind::copy) {
-          t.stream_bytes += seg.lines * ceil_div(seg.live, stream_alignment) * stream_alignment;
+          t.stream_bytes += ceil_div(seg.lines * seg.live, stream_alignment) * stream_alignment;
           t.live_bytes += seg.lines * seg.live;
         }
       }
@@ -145,6 +148,49 @@ PAGESTASH_HOST_DEVICE inline void zero16(unsigned char* dst) {
 #endif
 }
 
+/// The low word of (hi:lo) >> bits, bits < 32.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t funnel_shift_right(cuda::std::uint32_t lo, cuda::std::uint32_t hi,
+                                                                    unsigned bits) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(lo, hi, bits);
+#else
+  return bits == 0 ? lo : (lo >> bits) | (hi << (32 - bits));
+#endif
+}
+
+/// The 16 bytes at src_at(i).. (which sit `offset` bytes past a 4-byte boundary) as four
+/// little-endian words, from the five aligned words around them. The device loads those
+/// words whole (each holds a wanted byte, so it lies in the same page and allocation); the
+/// host assembles them from the wanted bytes only (zero elsewhere), so that the same
+/// shifts run on the CPU without reading a byte outside the range.
+template <class SrcAt>
+PAGESTASH_HOST_DEVICE void gather16(const SrcAt& src_at, cuda::std::int64_t i, unsigned offset,
+                                    cuda::std::uint32_t out[4]) {
+  const cuda::std::int64_t first = i - offset;
+  cuda::std::uint32_t words[5];
+  for (int k = 0; k < 5; ++k) {
+#if defined(__CUDA_ARCH__)
+    words[k] = k < 4 || offset != 0 ? *reinterpret_cast<const cuda::std::uint32_t*>(src_at(first + 4 * k)) : 0;
+#else
+    words[k] = 0;
+    for (int b = 0; b < 4; ++b) {
+      const cuda::std::int64_t at = first + 4 * k + b;
+      if (at >= i && at < i + 16) words[k] |= cuda::std::uint32_t{*src_at(at)} << (8 * b);
+    }
+#endif
+  }
+  for (int k = 0; k < 4; ++k) out[k] = funnel_shift_right(words[k], words[k + 1], 8 * offset);
+}
+
+PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const cuda::std::uint32_t w[4]) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+#else
+  for (int k = 0; k < 4; ++k)
+    for (int b = 0; b < 4; ++b) dst[4 * k + b] = static_cast<unsigned char>(w[k] >> (8 * b));
+#endif
+}
+
 /// The item that owns `tile`: the last one whose first_tile <= tile (empty items share
 /// their first_tile with the next one and are skipped).
 PAGESTASH_HOST_DEVICE inline cuda::std::int32_t find_item(const TileWork& w, cuda::std::int64_t tile) {
@@ -156,8 +202,7 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int32_t find_item(const TileWork& w, cud
   return lo;
 }
 
-/// Copies (or clears) one tile; the lanes of a team split its 16-byte vectors. Lines of the
-/// buffer that are not 16-byte aligned are copied byte by byte.
+/// Copies (or clears) one tile; the lanes of a team split its 16-byte vectors.
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda::std::int64_t tile) {
   const WorkItem item = w.items[find_item(w, tile)];
@@ -173,9 +218,9 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
   const cuda::std::int64_t n = line_bytes - begin < tile_bytes ? line_bytes - begin : tile_bytes;
   const bool zero = item.kind == WorkKind::zero;
   unsigned char* buf = w.buffer(item.role) + seg.line_offset(line) + (zero ? seg.live : 0) + begin;
-  const bool aligned = reinterpret_cast<cuda::std::uintptr_t>(buf) % 16 == 0;
 
   if (zero) {
+    const bool aligned = reinterpret_cast<cuda::std::uintptr_t>(buf) % 16 == 0;
     // Bytes up to the first aligned address, then vectors, then the tail.
     const cuda::std::int64_t head =
         aligned ? 0 : cuda::std::int64_t{16} - static_cast<cuda::std::int64_t>(reinterpret_cast<cuda::std::uintptr_t>(buf) % 16);
@@ -187,27 +232,37 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
     return;
   }
 
-  const cuda::std::int64_t stream = item.stream + line * ceil_div(seg.live, stream_alignment) * stream_alignment + begin;
+  const cuda::std::int64_t stream = item.stream + line * seg.live + begin;  // lines back to back
   const cuda::std::int64_t page_mask = w.pool.page_bytes - 1;
   auto at_stream = [&](cuda::std::int64_t pos) {
     return w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & page_mask);
   };
-  if (aligned) {
-    const cuda::std::int64_t vectors = n / 16;
-    for (cuda::std::int64_t i = lanes.rank(); i < vectors; i += lanes.size()) {
-      unsigned char* page = at_stream(stream + 16 * i);
-      if (w.to_pages) copy16(page, buf + 16 * i); else copy16(buf + 16 * i, page);
+  // The destination moves in 16-byte vectors on its own 16-byte grid (the stream's chunks
+  // never straddle a page: pages are 2^k >= 256 bytes, aligned); its edges byte by byte,
+  // so no byte outside the tile is written. The source is read as 16-byte vectors when it
+  // is aligned alike, else gathered from the aligned 4-byte words around it.
+  const bool to_pages = w.to_pages;
+  auto dst_at = [&](cuda::std::int64_t i) { return to_pages ? at_stream(stream + i) : buf + i; };
+  auto src_at = [&](cuda::std::int64_t i) -> const unsigned char* { return to_pages ? buf + i : at_stream(stream + i); };
+  const auto dst_misalign = static_cast<cuda::std::int64_t>((to_pages ? static_cast<cuda::std::uintptr_t>(stream)
+                                                                       : reinterpret_cast<cuda::std::uintptr_t>(buf)) % 16);
+  const auto src_misalign = static_cast<cuda::std::int64_t>((to_pages ? reinterpret_cast<cuda::std::uintptr_t>(buf)
+                                                                       : static_cast<cuda::std::uintptr_t>(stream)) % 16);
+  const cuda::std::int64_t head_bytes = (16 - dst_misalign) % 16;
+  const cuda::std::int64_t h = head_bytes < n ? head_bytes : n;
+  const cuda::std::int64_t vectors = (n - h) / 16;
+  for (cuda::std::int64_t i = lanes.rank(); i < h; i += lanes.size()) *dst_at(i) = *src_at(i);
+  if (src_misalign == dst_misalign) {
+    for (cuda::std::int64_t v = lanes.rank(); v < vectors; v += lanes.size()) copy16(dst_at(h + 16 * v), src_at(h + 16 * v));
+  } else {
+    for (cuda::std::int64_t v = lanes.rank(); v < vectors; v += lanes.size()) {
+      const cuda::std::int64_t i = h + 16 * v;
+      cuda::std::uint32_t out[4];
+      gather16(src_at, i, static_cast<unsigned>((src_misalign + i) % 4), out);
+      store16(dst_at(i), out);
     }
-    for (cuda::std::int64_t i = 16 * vectors + lanes.rank(); i < n; i += lanes.size()) {
-      unsigned char* page = at_stream(stream + i);
-      if (w.to_pages) *page = buf[i]; else buf[i] = *page;
-    }
-    return;
   }
-  for (cuda::std::int64_t i = lanes.rank(); i < n; i += lanes.size()) {
-    unsigned char* page = at_stream(stream + i);
-    if (w.to_pages) *page = buf[i]; else buf[i] = *page;
-  }
+  for (cuda::std::int64_t i = h + 16 * vectors + lanes.rank(); i < n; i += lanes.size()) *dst_at(i) = *src_at(i);
 }
 
 }  // namespace detail

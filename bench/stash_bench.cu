@@ -251,7 +251,7 @@ Rows rows_of(const ps::GroupedView<L>& v, ps::BufferRole role, const std::vector
 enum class Op { stash, reload };
 
 template <class L>
-void bm_stash(benchmark::State& state, Op op, int64_t mib) {
+void bm_stash(benchmark::State& state, Op op, int64_t mib, int max_blocks = 0) {
   using Tr = ps::StashTraits<L>;
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<L>(mib, counts);
@@ -267,7 +267,7 @@ void bm_stash(benchmark::State& state, Op op, int64_t mib) {
     auto& t = *tensors[k++ % tensors.size()];
     double s = 0;
     if (g_gpu) {
-      const auto ex = ps::on(bench_stream());
+      const auto ex = ps::on(bench_stream()).with_max_blocks(max_blocks);
       if (op == Op::stash) {
         s = events->time(bench_stream(), [&] { ps::stash(ex, pool, t.view, rec); });
         ps::discard(ex, pool, rec);
@@ -296,8 +296,9 @@ void bm_stash(benchmark::State& state, Op op, int64_t mib) {
   delete events;
   const auto st = rec.status();
   state.counters["meta_bytes"] = static_cast<double>(st.pages * 4 + 4 * shape.groups * 64);
-  record_rate(std::string(g_gpu ? "" : "host_") + (op == Op::stash ? "stash" : "reload"), Recipe<L>::name, mib, bytes,
-              seconds, state);
+  record_rate(std::string(g_gpu ? "" : "host_") + (op == Op::stash ? "stash" : "reload") +
+                  (max_blocks > 0 ? "@" + std::to_string(max_blocks) : std::string()),
+              Recipe<L>::name, mib, bytes, seconds, state);
 }
 
 /// The ceiling: one contiguous copy of the same live bytes (cudaMemcpyAsync D2D, or
@@ -564,6 +565,12 @@ void register_recipe() {
     if (g_gpu) {
       reg("per_token_ref", [mib](benchmark::State& s) { bm_per_token<L>(s, mib); });
       reg("cub_batched", [mib](benchmark::State& s) { bm_cub_batched<L>(s, mib); });
+      // SMs left to the GEMMs beside the stash: the grid capped at a budget of blocks.
+      if (mib >= 64)
+        for (int blocks : {8, 16, 32, 66}) {
+          reg("stash@" + std::to_string(blocks),
+              [mib, blocks](benchmark::State& s) { bm_stash<L>(s, Op::stash, mib, blocks); });
+        }
     }
   }
 }

@@ -304,3 +304,42 @@ TEST_CASE("emulated grid: a record whose last launch never finished refuses ever
   CHECK(st.launch_in_flight);
   CHECK(pool.stats().overflow);
 }
+
+TEST_CASE("emulated grid: blocks claim tiles as they come, so the first block does all the work of late ones") {
+  // Block 0 runs alone while the others are held back: with tiles claimed from a counter it
+  // copies every tile before any other block starts (a static split would leave 3/4 to them).
+  using L = ColNv4CapCo;
+  using Traits = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  const ps::PoolConfig cfg = room_for<Traits>(shape, 256, 1);
+  ps::PagePool reference_pool(cfg, ps::MemorySpace::host), pool(cfg, ps::MemorySpace::host);
+  for (ps::PagePool* p : {&reference_pool, &pool})
+    std::memset(p->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+  auto reference = ps::make_record<Traits>(reference_pool, shape);
+  auto rec = ps::make_record<Traits>(pool, shape);
+  std::mt19937 rng(11);
+  Buffers<L> in(shape, rng);
+  in.counts.assign(in.counts.size(), static_cast<std::int32_t>(shape.max_tokens));  // many tiles
+  ps::stash(ps::host, reference_pool, in.view, reference);
+  REQUIRE(reference.status().state == ps::RecordState::stashed);
+
+  std::promise<void> checked;
+  std::shared_future<void> release = checked.get_future().share();
+  LaunchShape held;
+  held.blocks = 4;
+  held.threads = 64;
+  held.slots = 1;
+  held.random_delays = false;
+  held.before_start = [release](int k) {
+    if (k == 1) release.wait();
+  };
+  std::thread launch([&] { Emulator{held}.stash(pool, in.view, rec); });
+  ps::detail::device_atomic<std::int32_t> finished(rec.ref().header->launch.finished);
+  while (finished.load(cuda::std::memory_order_acquire) != 1) std::this_thread::yield();
+  const std::int64_t bytes = cfg.device_pages * cfg.page_bytes;
+  CHECK(std::equal(pool.ref().device_arena, pool.ref().device_arena + bytes, reference_pool.ref().device_arena));
+  checked.set_value();
+  launch.join();
+  CHECK(rec.page_ids() == reference.page_ids());
+  CHECK(std::equal(pool.ref().device_arena, pool.ref().device_arena + bytes, reference_pool.ref().device_arena));
+}

@@ -10,7 +10,9 @@
 //            that finds the same epoch joins; a block that finds another epoch refuses
 //            (counted in `refused`, overflow raised) and leaves: never a hang.
 //   verdict  the planner runs begin_* and publishes copy / skip; the others wait for it.
-//   tiles    every warp copies tiles, grid-stride.
+//   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
+//            or a grid smaller than the device, leaves no tail); each warp copies tiles of
+//            its block's chunk.
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages), clears the words and releases `owner`.
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
@@ -23,6 +25,11 @@ namespace detail {
 enum class Operation : int { stash, reload, discard };
 enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
 enum class Arrival : cuda::std::int32_t { planner, joined, refused };
+
+/// Tiles each warp of a block gets per claim: a block claims warps x this many at once
+/// (64 KiB of 4 KiB tiles at 8 warps), few enough claims that the atomic is cheap, small
+/// enough that the last claims even out.
+inline constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
 
 /// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape.
 template <class Team, class Lanes>
@@ -76,8 +83,16 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   if (verdict == verdict_copy) {
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
     const cuda::std::int64_t tiles = rec.header->tiles;
-    for (cuda::std::int64_t t = ctx.block * ctx.warps + ctx.warp; t < tiles; t += ctx.blocks * ctx.warps)
-      run_tile(ctx.lanes, work, t);
+    const cuda::std::int64_t chunk = ctx.warps * tiles_per_warp_claim;
+    for (;;) {
+      cuda::std::int64_t first = 0;
+      if (team.leader())
+        first = device_atomic<cuda::std::int64_t>(words.next_tile).fetch_add(chunk, cuda::std::memory_order_relaxed);
+      first = team.share(first);
+      if (first >= tiles) break;
+      const cuda::std::int64_t end = first + chunk < tiles ? first + chunk : tiles;
+      for (cuda::std::int64_t t = first + ctx.warp; t < end; t += ctx.warps) run_tile(ctx.lanes, work, t);
+    }
   }
 
   // The last block out: every block's copies happen-before its acq_rel increment.
@@ -91,6 +106,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   if (team.leader()) {
     words.verdict = verdict_pending;
     words.finished = 0;
+    words.next_tile = 0;
     device_atomic<cuda::std::uint32_t>(words.owner).store(0, cuda::std::memory_order_release);
   }
 }

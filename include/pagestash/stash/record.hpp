@@ -36,8 +36,8 @@ enum class RecordError : cuda::std::int32_t {
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
 /// (blocks waiting for the verdict poll it while the planner writes the header). A launch
 /// takes the record by writing its epoch into `owner` (0: no launch in flight); the first
-/// block to do so plans and publishes `verdict`; the last block to finish clears the words
-/// and releases `owner`. A block of another launch that finds `owner` taken refuses: it
+/// block to do so plans and publishes `verdict`; blocks claim tiles from `next_tile`; the
+/// last block to finish clears the words and releases `owner`. A block of another launch that finds `owner` taken refuses: it
 /// counts itself in `refused`, raises the pool's overflow flag and does nothing, so that an
 /// overlapping or never-finished launch is reported, never a hang.
 struct alignas(128) LaunchWords {
@@ -45,6 +45,7 @@ struct alignas(128) LaunchWords {
   cuda::std::int32_t verdict;
   cuda::std::int32_t finished;
   cuda::std::int32_t refused;
+  cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
 };
 
 /// The record's header in the pool's memory space.

@@ -4,7 +4,8 @@
 For every operation kernel (stash, reload, discard of every layout x traits instantiated)
 and the reset kernel, per architecture in the library:
   - stack frame 0 bytes, no spills (no STL/LDL in the SASS), at most 64 registers;
-  - the copy loop moves 128-bit vectors: a 128-bit global load and store (LDG.E.128, STG.E.128).
+  - the copy loop moves 128-bit vectors: a 128-bit global load and store (LDG.E.128, STG.E.128),
+    with at least 4 of those loads issued before a store (loads in flight per lane).
 Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
 blocks per SM at 256 threads) and exits 1 if any kernel breaks a rule.
 
@@ -20,6 +21,7 @@ import subprocess
 import sys
 
 MAX_REGISTERS = 64
+MIN_LOADS_IN_FLIGHT = 4
 THREADS = 256
 
 
@@ -99,15 +101,19 @@ def main():
         if k is None:
             continue
         k["spills"] = k.get("spills", 0) + len(re.findall(r"\b(?:STL|LDL)\b", line))
-        k["ld128"] = k.get("ld128", False) or re.search(r"\bLDG\.E\.128\b", line) is not None
-        k["st128"] = k.get("st128", False) or re.search(r"\bSTG\.E\.128\b", line) is not None
+        load, store = re.search(r"\bLDG\.E\.128\b", line), re.search(r"\bSTG\.E\.128\b", line)
+        k["ld128"] = k.get("ld128", False) or load is not None
+        k["st128"] = k.get("st128", False) or store is not None
+        # Loads in flight: the longest run of 128-bit loads before a store.
+        k["run"] = k.get("run", 0) + 1 if load else (0 if store else k.get("run", 0))
+        k["batch"] = max(k.get("batch", 0), k["run"])
 
     if not kernels:
         sys.exit(f"check_kernels: no operation kernels found in {args.library}")
     keys = sorted(kernels)
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
-    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s}  128-bit ld/st")
+    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s}  128-bit ld/st")
     for key in keys:
         k = kernels[key]
         label = short_name(pretty[key])
@@ -115,7 +121,7 @@ def main():
         blocks = resident_blocks(k["regs"], k["shared"], key[0])
         vectors = "yes" if k.get("ld128") and k.get("st128") else ("n/a" if not is_copy else "NO")
         print(f"{key[0]:6s} {label[:90]:90s} {k['regs']:4d} {k['stack']:5d} {k.get('spills', 0):5d} {k['shared']:6d} "
-              f"{blocks:9d}  {vectors}")
+              f"{blocks:9d} {k.get('batch', 0):8d}  {vectors}")
         why = []
         if k["stack"] != 0:
             why.append(f"stack frame {k['stack']} bytes")
@@ -125,9 +131,12 @@ def main():
             why.append(f"{k['regs']} registers > {MAX_REGISTERS}")
         if is_copy and vectors != "yes":
             why.append("no 128-bit global load and store")
+        if is_copy and k.get("batch", 0) < MIN_LOADS_IN_FLIGHT:
+            why.append(f"at most {k.get('batch', 0)} 128-bit loads before a store (< {MIN_LOADS_IN_FLIGHT})")
         if why:
             failures.append(f"{key[0]} {label}: " + ", ".join(why))
-    print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies")
+    print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
+          f">= {MIN_LOADS_IN_FLIGHT} loads in flight")
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")
         for f in failures:

@@ -140,6 +140,33 @@ PAGESTASH_HOST_DEVICE inline void copy16(unsigned char* dst, const unsigned char
 #endif
 }
 
+/// 16 bytes held in registers between a load and a store.
+struct Vector16 {
+#if defined(__CUDA_ARCH__)
+  uint4 v;
+#else
+  unsigned char b[16];
+#endif
+};
+
+PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
+  Vector16 x;
+#if defined(__CUDA_ARCH__)
+  x.v = *reinterpret_cast<const uint4*>(src);
+#else
+  std::memcpy(x.b, src, 16);
+#endif
+  return x;
+}
+
+PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(dst) = x.v;
+#else
+  std::memcpy(dst, x.b, 16);
+#endif
+}
+
 PAGESTASH_HOST_DEVICE inline void zero16(unsigned char* dst) {
 #if defined(__CUDA_ARCH__)
   *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
@@ -253,7 +280,19 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
   const cuda::std::int64_t vectors = (n - h) / 16;
   for (cuda::std::int64_t i = lanes.rank(); i < h; i += lanes.size()) *dst_at(i) = *src_at(i);
   if (src_misalign == dst_misalign) {
-    for (cuda::std::int64_t v = lanes.rank(); v < vectors; v += lanes.size()) copy16(dst_at(h + 16 * v), src_at(h + 16 * v));
+    // Loads of `in_flight` vectors are issued before their stores: the pointers may alias,
+    // so the compiler would not hoist a load above the previous store by itself.
+    constexpr int in_flight = 4;
+    const cuda::std::int64_t stride = lanes.size();
+    cuda::std::int64_t v = lanes.rank();
+    for (; v + (in_flight - 1) * stride < vectors; v += in_flight * stride) {
+      Vector16 batch[in_flight];
+      PAGESTASH_UNROLL
+      for (int k = 0; k < in_flight; ++k) batch[k] = load16(src_at(h + 16 * (v + k * stride)));
+      PAGESTASH_UNROLL
+      for (int k = 0; k < in_flight; ++k) store16(dst_at(h + 16 * (v + k * stride)), batch[k]);
+    }
+    for (; v < vectors; v += stride) copy16(dst_at(h + 16 * v), src_at(h + 16 * v));
   } else {
     for (cuda::std::int64_t v = lanes.rank(); v < vectors; v += lanes.size()) {
       const cuda::std::int64_t i = h + 16 * v;

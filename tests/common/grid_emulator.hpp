@@ -233,11 +233,7 @@ struct Emulator {
   template <class Tr>
   void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) const {
     ps::detail::check_pool_and_record("discard", ps::MemorySpace::host, pool, rec);
-    ps::GroupedView<typename Tr::layout> none;
-    none.max_tokens = rec.max_tokens();
-    none.hidden = rec.hidden();
-    none.groups = rec.groups();
-    launch<Tr, ps::detail::Operation::discard>(pool, none, rec, false);
+    launch<Tr, ps::detail::Operation::discard>(pool, rec.shape(), rec, false);
   }
   /// The reset kernel is one block: its body is reset_pool over the block's team.
   void reset(ps::PagePool& pool) const {

@@ -59,6 +59,36 @@ ps::PoolConfig room_for(const ps::GroupedView<typename Traits::layout>& shape, s
   return cfg;
 }
 
+/// A launch of 4 blocks x 64 threads, one resident at a time, whose second block starts only
+/// once `release` is set: the first block runs alone, and the launch stays in flight.
+struct HeldLaunch {
+  std::promise<void> release;
+  LaunchShape shape;
+  HeldLaunch() {
+    std::shared_future<void> released = release.get_future().share();
+    shape.blocks = 4;
+    shape.threads = 64;
+    shape.slots = 1;
+    shape.random_delays = false;
+    shape.before_start = [released](int k) {
+      if (k == 1) released.wait();
+    };
+  }
+};
+
+/// Waits until `blocks` blocks of the launch on `rec` have finished (acquiring their writes).
+template <class Tr>
+void wait_finished(const ps::StashRecord<Tr>& rec, std::int32_t blocks) {
+  ps::detail::device_atomic<std::int32_t> finished(rec.ref().header->launch.finished);
+  while (finished.load(cuda::std::memory_order_acquire) != blocks) std::this_thread::yield();
+}
+
+/// Fills the pools' device arenas with the same bytes: what neither run writes stays equal.
+void same_arenas(const ps::PoolConfig& cfg, std::initializer_list<ps::PagePool*> pools) {
+  for (ps::PagePool* pool : pools)
+    std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+}
+
 /// Host memory of one buffer-set, filled with random bytes; a view of it with counts.
 template <class L>
 struct Buffers {
@@ -88,9 +118,7 @@ int check_pages_match_host_executor(std::uint32_t seed) {
     const auto shape = sequence_shape<L>(odd);
     const ps::PoolConfig cfg = room_for<Traits>(shape, 256, 4);
     ps::PagePool host_pool(cfg, ps::MemorySpace::host), emulated_pool(cfg, ps::MemorySpace::host);
-    // Both arenas start with the same bytes: what neither executor writes stays equal.
-    for (ps::PagePool* pool : {&host_pool, &emulated_pool})
-      std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+    same_arenas(cfg, {&host_pool, &emulated_pool});
     auto host_rec = ps::make_record<Traits>(host_pool, shape);
     auto emulated_rec = ps::make_record<Traits>(emulated_pool, shape);
     for (int i = 0; i < 3; ++i) {
@@ -250,23 +278,11 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
   std::mt19937 rng(8);
   Buffers<L> first(shape, rng), second(shape, rng), out(shape, rng);
 
-  // The first launch's second block starts only after the overlapping launch has ended.
-  std::promise<void> overlapping_done;
-  std::shared_future<void> released = overlapping_done.get_future().share();
-  LaunchShape held;
-  held.blocks = 4;
-  held.threads = 64;
-  held.slots = 1;
-  held.random_delays = false;
-  held.before_start = [released](int k) {
-    if (k == 1) released.wait();
-  };
-  const Emulator first_launch{held};
-  std::thread in_flight([&] { first_launch.stash(pool, first.view, rec); });
-
-  // Wait until the first launch's first block has finished (it holds the record now).
-  ps::detail::device_atomic<std::int32_t> finished(rec.ref().header->launch.finished);
-  while (finished.load(cuda::std::memory_order_acquire) != 1) std::this_thread::yield();
+  // The first launch's second block starts only after the overlapping launch has ended;
+  // once its first block has finished, it holds the record.
+  HeldLaunch held;
+  std::thread in_flight([&] { Emulator{held.shape}.stash(pool, first.view, rec); });
+  wait_finished(rec, 1);
   LaunchShape overlap;
   overlap.blocks = 3;
   overlap.threads = 32;
@@ -277,7 +293,7 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
   CHECK(during.refused_blocks == 3);
   CHECK(during.launch_in_flight);
   CHECK(pool.stats().overflow);
-  overlapping_done.set_value();
+  held.release.set_value();
   in_flight.join();
 
   // The first launch completed normally: the record holds the first tensor's bytes.
@@ -313,8 +329,7 @@ TEST_CASE("emulated grid: blocks claim tiles as they come, so the first block do
   const auto shape = sequence_shape<L>(false);
   const ps::PoolConfig cfg = room_for<Traits>(shape, 256, 1);
   ps::PagePool reference_pool(cfg, ps::MemorySpace::host), pool(cfg, ps::MemorySpace::host);
-  for (ps::PagePool* p : {&reference_pool, &pool})
-    std::memset(p->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+  same_arenas(cfg, {&reference_pool, &pool});
   auto reference = ps::make_record<Traits>(reference_pool, shape);
   auto rec = ps::make_record<Traits>(pool, shape);
   std::mt19937 rng(11);
@@ -323,22 +338,12 @@ TEST_CASE("emulated grid: blocks claim tiles as they come, so the first block do
   ps::stash(ps::host, reference_pool, in.view, reference);
   REQUIRE(reference.status().state == ps::RecordState::stashed);
 
-  std::promise<void> checked;
-  std::shared_future<void> release = checked.get_future().share();
-  LaunchShape held;
-  held.blocks = 4;
-  held.threads = 64;
-  held.slots = 1;
-  held.random_delays = false;
-  held.before_start = [release](int k) {
-    if (k == 1) release.wait();
-  };
-  std::thread launch([&] { Emulator{held}.stash(pool, in.view, rec); });
-  ps::detail::device_atomic<std::int32_t> finished(rec.ref().header->launch.finished);
-  while (finished.load(cuda::std::memory_order_acquire) != 1) std::this_thread::yield();
+  HeldLaunch held;
+  std::thread launch([&] { Emulator{held.shape}.stash(pool, in.view, rec); });
+  wait_finished(rec, 1);
   const std::int64_t bytes = cfg.device_pages * cfg.page_bytes;
   CHECK(std::equal(pool.ref().device_arena, pool.ref().device_arena + bytes, reference_pool.ref().device_arena));
-  checked.set_value();
+  held.release.set_value();
   launch.join();
   CHECK(rec.page_ids() == reference.page_ids());
   CHECK(std::equal(pool.ref().device_arena, pool.ref().device_arena + bytes, reference_pool.ref().device_arena));

@@ -95,10 +95,8 @@ void stash(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Tr
 template <class Traits>
 void reload(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
-  detail::check_reload(ex.memory, pool, rec, dest);
   // A larger destination has more bytes to zero than the record's shape.
-  const cuda::std::int64_t max_tiles =
-      dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : detail::work_bounds<Traits>(dest).tiles;
+  const cuda::std::int64_t max_tiles = detail::check_reload(ex.memory, pool, rec, dest);
   detail::launch<Traits, detail::Operation::reload>(ex, pool, dest, rec, options.zero_tail, max_tiles);
 }
 
@@ -106,11 +104,7 @@ void reload(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
 template <class Traits>
 void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
   detail::check_pool_and_record("discard", ex.memory, pool, rec);
-  GroupedView<typename Traits::layout> none;
-  none.max_tokens = rec.max_tokens();
-  none.hidden = rec.hidden();
-  none.groups = rec.groups();
-  detail::launch<Traits, detail::Operation::discard>(ex, pool, none, rec, false, 0);
+  detail::launch<Traits, detail::Operation::discard>(ex, pool, rec.shape(), rec, false, 0);
 }
 
 /// Enqueues a reset of the pool: every page free, flags and statistics cleared. Nothing

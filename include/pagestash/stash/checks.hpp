@@ -34,9 +34,11 @@ void check_stash(MemorySpace executor, const PagePool& pool, const GroupedView<t
                               std::to_string(rec.hidden()) + ", " + std::to_string(rec.groups()) + ")");
 }
 
+/// Returns the most tiles a reload into `dest` can have (larger than the record's for a
+/// larger destination, whose plan is checked to fit).
 template <class Traits>
-void check_reload(MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec,
-                  const GroupedView<typename Traits::layout>& dest) {
+cuda::std::int64_t check_reload(MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec,
+                                const GroupedView<typename Traits::layout>& dest) {
   check_pool_and_record("reload", executor, pool, rec);
   validate<Traits>(dest, /*counts_read=*/false);
   if (dest.hidden != rec.hidden() || dest.groups != rec.groups())
@@ -46,7 +48,7 @@ void check_reload(MemorySpace executor, const PagePool& pool, const StashRecord<
   if (dest.max_tokens < rec.max_tokens())
     invalid_call("reload", "the destination is too small: max_tokens " + std::to_string(dest.max_tokens) + " < " +
                                std::to_string(rec.max_tokens()) + " of the record");
-  if (dest.max_tokens > rec.max_tokens()) work_bounds<Traits>(dest);  // a larger destination: its plan must fit too
+  return dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : work_bounds<Traits>(dest).tiles;
 }
 
 }  // namespace detail

@@ -37,9 +37,10 @@ enum class RecordError : cuda::std::int32_t {
 /// (blocks waiting for the verdict poll it while the planner writes the header). A launch
 /// takes the record by writing its epoch into `owner` (0: no launch in flight); the first
 /// block to do so plans and publishes `verdict`; blocks claim tiles from `next_tile`; the
-/// last block to finish clears the words and releases `owner`. A block of another launch that finds `owner` taken refuses: it
-/// counts itself in `refused`, raises the pool's overflow flag and does nothing, so that an
-/// overlapping or never-finished launch is reported, never a hang.
+/// last block to finish clears the words and releases `owner`. A block of another launch
+/// that finds `owner` taken refuses: it counts itself in `refused`, raises the pool's
+/// overflow flag and does nothing, so that an overlapping or never-finished launch is
+/// reported, never a hang.
 struct alignas(128) LaunchWords {
   cuda::std::uint32_t owner;
   cuda::std::int32_t verdict;
@@ -165,6 +166,14 @@ class StashRecord {
   cuda::std::int64_t max_tokens() const { return shape_.max_tokens; }
   cuda::std::int64_t hidden() const { return shape_.hidden; }
   cuda::std::int32_t groups() const { return shape_.groups; }
+  /// A view of the record's shape with no buffers or counts (what discard launches with).
+  GroupedView<layout> shape() const {
+    GroupedView<layout> v;
+    v.max_tokens = shape_.max_tokens;
+    v.hidden = shape_.hidden;
+    v.groups = shape_.groups;
+    return v;
+  }
   /// Pages the largest stash of this shape takes, and the bytes allocated for the record.
   cuda::std::int64_t max_pages() const { return max_pages_; }
   cuda::std::int64_t max_tiles() const { return max_tiles_; }

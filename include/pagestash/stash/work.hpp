@@ -132,40 +132,32 @@ struct TileWork {
   bool to_pages;  ///< stash: buffer -> pages; reload: pages -> buffer
 };
 
-PAGESTASH_HOST_DEVICE inline void copy16(unsigned char* dst, const unsigned char* src) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-#else
-  std::memcpy(dst, src, 16);
-#endif
-}
-
-/// 16 bytes held in registers between a load and a store.
+/// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers
+/// between a load and a store.
 struct Vector16 {
-#if defined(__CUDA_ARCH__)
-  uint4 v;
-#else
-  unsigned char b[16];
-#endif
+  cuda::std::uint32_t w[4];
 };
 
 PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
-  Vector16 x;
 #if defined(__CUDA_ARCH__)
-  x.v = *reinterpret_cast<const uint4*>(src);
+  const uint4 u = *reinterpret_cast<const uint4*>(src);
+  return {{u.x, u.y, u.z, u.w}};
 #else
-  std::memcpy(x.b, src, 16);
-#endif
+  Vector16 x;
+  std::memcpy(x.w, src, 16);
   return x;
+#endif
 }
 
 PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x) {
 #if defined(__CUDA_ARCH__)
-  *reinterpret_cast<uint4*>(dst) = x.v;
+  *reinterpret_cast<uint4*>(dst) = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
 #else
-  std::memcpy(dst, x.b, 16);
+  std::memcpy(dst, x.w, 16);
 #endif
 }
+
+PAGESTASH_HOST_DEVICE inline void copy16(unsigned char* dst, const unsigned char* src) { store16(dst, load16(src)); }
 
 PAGESTASH_HOST_DEVICE inline void zero16(unsigned char* dst) {
 #if defined(__CUDA_ARCH__)
@@ -191,8 +183,7 @@ PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t funnel_shift_right(cuda::std::u
 /// host assembles them from the wanted bytes only (zero elsewhere), so that the same
 /// shifts run on the CPU without reading a byte outside the range.
 template <class SrcAt>
-PAGESTASH_HOST_DEVICE void gather16(const SrcAt& src_at, cuda::std::int64_t i, unsigned offset,
-                                    cuda::std::uint32_t out[4]) {
+PAGESTASH_HOST_DEVICE Vector16 gather16(const SrcAt& src_at, cuda::std::int64_t i, unsigned offset) {
   const cuda::std::int64_t first = i - offset;
   cuda::std::uint32_t words[5];
   for (int k = 0; k < 5; ++k) {
@@ -206,16 +197,9 @@ PAGESTASH_HOST_DEVICE void gather16(const SrcAt& src_at, cuda::std::int64_t i, u
     }
 #endif
   }
-  for (int k = 0; k < 4; ++k) out[k] = funnel_shift_right(words[k], words[k + 1], 8 * offset);
-}
-
-PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const cuda::std::uint32_t w[4]) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-#else
-  for (int k = 0; k < 4; ++k)
-    for (int b = 0; b < 4; ++b) dst[4 * k + b] = static_cast<unsigned char>(w[k] >> (8 * b));
-#endif
+  Vector16 out;
+  for (int k = 0; k < 4; ++k) out.w[k] = funnel_shift_right(words[k], words[k + 1], 8 * offset);
+  return out;
 }
 
 /// The item that owns `tile`: the last one whose first_tile <= tile (empty items share
@@ -296,9 +280,7 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, cuda:
   } else {
     for (cuda::std::int64_t v = lanes.rank(); v < vectors; v += lanes.size()) {
       const cuda::std::int64_t i = h + 16 * v;
-      cuda::std::uint32_t out[4];
-      gather16(src_at, i, static_cast<unsigned>((src_misalign + i) % 4), out);
-      store16(dst_at(i), out);
+      store16(dst_at(i), gather16(src_at, i, static_cast<unsigned>((src_misalign + i) % 4)));
     }
   }
   for (cuda::std::int64_t i = h + 16 * vectors + lanes.rank(); i < n; i += lanes.size()) *dst_at(i) = *src_at(i);

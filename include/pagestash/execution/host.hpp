@@ -19,11 +19,15 @@ struct ReloadOptions {
 
 namespace detail {
 
-/// Every tile of the plan, split over the executor's threads.
+/// Every tile of the plan, split over the executor's threads in consecutive ranges.
 inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
   const auto threads = static_cast<cuda::std::int64_t>(ex.threads > 1 ? ex.threads : 1);
   auto run_share = [&](cuda::std::int64_t k) {
-    for (cuda::std::int64_t t = k; t < tiles; t += threads) run_tile(SerialTeam{}, work, t);
+    ItemCursor cursor;
+    for (cuda::std::int64_t t = tiles * k / threads; t < tiles * (k + 1) / threads; ++t) {
+      const TileSpan s = resolve_tile(work, cursor, t);
+      copy_tile_pieces(s, tile_op(work, cursor));
+    }
   };
   if (threads == 1) return run_share(0);
   std::vector<std::thread> workers;

@@ -11,8 +11,8 @@
 //            (counted in `refused`, overflow raised) and leaves: never a hang.
 //   verdict  the planner runs begin_* and publishes copy / skip; the others wait for it.
 //   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
-//            or a grid smaller than the device, leaves no tail); each warp copies tiles of
-//            its block's chunk.
+//            or a grid smaller than the device, leaves no tail); each warp moves a run of
+//            consecutive tiles of its block's chunk, carrying its item along.
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages), clears the words and releases `owner`.
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
@@ -26,9 +26,9 @@ enum class Operation : int { stash, reload, discard };
 enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
 enum class Arrival : cuda::std::int32_t { planner, joined, refused };
 
-/// Tiles each warp of a block gets per claim: a block claims warps x this many at once
-/// (64 KiB of 4 KiB tiles at 8 warps), few enough claims that the atomic is cheap, small
-/// enough that the last claims even out.
+/// Consecutive tiles each warp of a block gets per claim: a block claims warps x this many
+/// at once (64 KiB of 4 KiB tiles at 8 warps), few enough claims that the atomic is cheap,
+/// small enough that the last claims even out.
 inline constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
 
 /// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape.
@@ -84,14 +84,16 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
     const cuda::std::int64_t tiles = rec.header->tiles;
     const cuda::std::int64_t chunk = ctx.warps * tiles_per_warp_claim;
+    ItemCursor cursor;
     for (;;) {
       cuda::std::int64_t first = 0;
       if (team.leader())
         first = device_atomic<cuda::std::int64_t>(words.next_tile).fetch_add(chunk, cuda::std::memory_order_relaxed);
       first = team.share(first);
       if (first >= tiles) break;
-      const cuda::std::int64_t end = first + chunk < tiles ? first + chunk : tiles;
-      for (cuda::std::int64_t t = first + ctx.warp; t < end; t += ctx.warps) run_tile(ctx.lanes, work, t);
+      const cuda::std::int64_t begin = first + ctx.warp * tiles_per_warp_claim;
+      const cuda::std::int64_t end = begin + tiles_per_warp_claim < tiles ? begin + tiles_per_warp_claim : tiles;
+      for (cuda::std::int64_t t = begin; t < end; ++t) run_tile(ctx.lanes, work, cursor, t);
     }
   }
 

@@ -48,7 +48,7 @@ cuda::std::int64_t check_reload(MemorySpace executor, const PagePool& pool, cons
   if (dest.max_tokens < rec.max_tokens())
     invalid_call("reload", "the destination is too small: max_tokens " + std::to_string(dest.max_tokens) + " < " +
                                std::to_string(rec.max_tokens()) + " of the record");
-  return dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : work_bounds<Traits>(dest).tiles;
+  return dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : work_bounds<Traits>(dest, rec.page_shift()).tiles;
 }
 
 }  // namespace detail

@@ -97,15 +97,18 @@ struct WorkBounds {
   cuda::std::int64_t tiles;         ///< most tiles a stash or reload (with zero_tail) can have
 };
 
-/// Bounds for a tensor of `shape`'s shape: stream bytes grow with each segment, so the
-/// largest stash has every segment at its largest (which, for packed placements, may take
-/// different counts for data and scales); a reload's zeroing is largest with every count 0.
+/// Bounds for a tensor of `shape`'s shape in pages of 2^page_shift bytes: stream bytes grow
+/// with each segment, so the largest stash has every segment at its largest (which, for
+/// packed placements, may take different counts for data and scales); a reload's zeroing is
+/// largest with every count 0.
 template <class Traits>
-WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape) {
+WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = tile_shift_max) {
   if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
-  const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr);
-  const WorkBounds bounds{most.stream_bytes, most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr).tiles};
+  const int tile_shift = tile_shift_for(page_shift);
+  const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr, tile_shift);
+  const WorkBounds bounds{most.stream_bytes,
+                          most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr, tile_shift).tiles};
   if (bounds.tiles > max_plan_tiles)
     throw std::invalid_argument("StashRecord: a tensor of this shape needs " + std::to_string(bounds.tiles) +
                                 " tiles, more than 2^31 - 1");
@@ -123,10 +126,11 @@ class StashRecord {
   /// Allocates a record for tensors of `shape`'s shape (max_tokens, hidden, groups) in
   /// `pool`'s memory space. Only the shape of `shape` is read.
   StashRecord(const PagePool& pool, const GroupedView<layout>& shape)
-      : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes) {
+      : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes),
+        page_shift_(pool.ref().page_shift) {
     static_assert(check_stash_traits<Traits>());
     validate_shape(shape);
-    const detail::WorkBounds most = detail::work_bounds<Traits>(shape);
+    const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
     max_pages_ = pages_for(most.stream_bytes, page_bytes_);
     max_tiles_ = most.tiles;
 
@@ -177,6 +181,8 @@ class StashRecord {
   /// Pages the largest stash of this shape takes, and the bytes allocated for the record.
   cuda::std::int64_t max_pages() const { return max_pages_; }
   cuda::std::int64_t max_tiles() const { return max_tiles_; }
+  /// log2 of the pool's page size, which the record's plans are cut by.
+  int page_shift() const { return page_shift_; }
   std::size_t bytes() const { return memory_.bytes(); }
   /// The counts the last stash saw (in the pool's memory space; read them on the device).
   const cuda::std::int32_t* counts() const { return ref_.counts; }
@@ -223,6 +229,7 @@ class StashRecord {
   MemorySpace space_;
   GroupedView<layout> shape_;
   cuda::std::int64_t page_bytes_;
+  int page_shift_;
   cuda::std::int64_t max_pages_ = 0;
   cuda::std::int64_t max_tiles_ = 0;
   cuda::std::uint32_t launch_epoch_ = 0;

@@ -1,11 +1,12 @@
 #pragma once
 // The steps of stash, reload and discard, written once for any team (detail/team.hpp). An
-// executor runs `begin_*` on one team, then every tile of the plan (run_tile), then
+// executor runs `begin_*` on one team, then every tile of the plan (stash/copy.hpp), then
 // `end_reload`; the host executor does this on one CPU thread, the CUDA executor inside one
 // kernel launch. A step that cannot do its work records why in the record and, for stash
 // and reload, raises the pool's overflow flag: the step's results cannot be trusted and the
 // caller reruns it (docs/api.md, "Failures").
 
+#include <pagestash/stash/copy.hpp>
 #include <pagestash/stash/record.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -62,7 +63,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     if (h.first_bad_group >= 0) {
       error = RecordError::bad_counts;
     } else {
-      totals = plan_work<Traits>(v, rec.counts, false, rec.items);
+      totals = plan_work<Traits>(v, rec.counts, false, rec.items, tile_shift_for(pool.page_shift));
       h.tiles = totals.tiles;
       h.items = totals.items;
       h.stream_bytes = totals.stream_bytes;
@@ -102,7 +103,7 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   if (team.leader()) {
     error = check_holds_pages(pool, h);
     if (error == RecordError::none) {
-      const WorkTotals totals = plan_work<Traits>(dest, rec.counts, zero_tail, rec.items);
+      const WorkTotals totals = plan_work<Traits>(dest, rec.counts, zero_tail, rec.items, tile_shift_for(pool.page_shift));
       h.tiles = totals.tiles;
       h.items = totals.items;
     }
@@ -150,6 +151,7 @@ PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<
   w.item_count = rec.header->items;
   w.page_ids = rec.page_ids;
   w.pool = pool;
+  w.tile_shift = tile_shift_for(pool.page_shift);
   w.to_pages = to_pages;
   return w;
 }

@@ -1,0 +1,261 @@
+#pragma once
+// The copy engine: how the bytes of one tile (stash/work.hpp) move between the buffer and
+// the stream. Two movers over the same resolved tile (TileSpan, locate):
+//
+//   copy_tile_vectors  the lanes of a warp (the kernels; the grid emulator runs it on host
+//                      threads). Lane i takes the tile's 16-byte stream vectors i, i + 32, ...;
+//                      a vector may hold bytes of several short lines. The stream side is
+//                      always a whole, aligned vector (a tile starts on 16 bytes and never
+//                      straddles a page); the buffer side is a whole vector when it is
+//                      aligned alike, else it is gathered from (stash) or scattered to
+//                      (reload) its runs with aligned 4-byte words and funnel shifts, and
+//                      byte stores at the edges: no byte outside a live run is written.
+//                      Four vectors per lane are loaded before they are stored, so that
+//                      four loads are in flight.
+//   copy_tile_pieces   one host thread (the host executor): the same pieces, each line's run
+//                      a memcpy, which is what a CPU copies fastest.
+//
+// A stash writes the stream's padding after a segment (up to 15 bytes) as zeros, so that
+// page bytes do not depend on the mover.
+
+#include <pagestash/stash/work.hpp>
+
+#include <cstring>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+/// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers
+/// between a load and a store.
+struct Vector16 {
+  cuda::std::uint32_t w[4];
+};
+
+/// 16 aligned bytes. Every load of this library reads bytes once (the buffer on stash, the
+/// pages on reload): on the device it is marked evict-first (ld.global.cs).
+PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
+#if defined(__CUDA_ARCH__)
+  const uint4 u = __ldcs(reinterpret_cast<const uint4*>(src));
+  return {{u.x, u.y, u.z, u.w}};
+#else
+  Vector16 x;
+  std::memcpy(x.w, src, 16);
+  return x;
+#endif
+}
+
+/// 16 aligned bytes. Pages are read back long after a stash (evict-first, st.global.cs);
+/// a reloaded buffer is read soon by the backward pass (a plain store).
+PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x, bool read_soon) {
+#if defined(__CUDA_ARCH__)
+  const uint4 u = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
+  if (read_soon) *reinterpret_cast<uint4*>(dst) = u;
+  else __stcs(reinterpret_cast<uint4*>(dst), u);
+#else
+  (void)read_soon;
+  std::memcpy(dst, x.w, 16);
+#endif
+}
+
+/// The low word of (hi:lo) >> bits, bits < 32.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t funnel_shift_right(cuda::std::uint32_t lo, cuda::std::uint32_t hi,
+                                                                    unsigned bits) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(lo, hi, bits);
+#else
+  return bits == 0 ? lo : (lo >> bits) | (hi << (32 - bits));
+#endif
+}
+
+/// Bytes [0, n) of x, the others zero.
+PAGESTASH_HOST_DEVICE inline Vector16 keep_bytes(Vector16 x, unsigned n) {
+  PAGESTASH_UNROLL
+  for (unsigned k = 0; k < 4; ++k) {
+    if (n <= 4 * k) x.w[k] = 0;
+    else if (n < 4 * k + 4) x.w[k] &= (cuda::std::uint32_t{1} << (8 * (n - 4 * k))) - 1;
+  }
+  return x;
+}
+
+/// x moved up (toward byte 15) or down by `bytes` < 16 bytes, zeros shifted in. Registers
+/// only: indexing x.w by a run-time value would put it in local memory.
+PAGESTASH_HOST_DEVICE inline Vector16 shift_bytes(const Vector16& x, unsigned bytes, bool up) {
+  cuda::std::uint64_t lo = x.w[0] | cuda::std::uint64_t{x.w[1]} << 32, hi = x.w[2] | cuda::std::uint64_t{x.w[3]} << 32;
+  const unsigned b = 8 * bytes;
+  if (b >= 64) {
+    if (up) hi = lo << (b - 64), lo = 0;
+    else lo = hi >> (b - 64), hi = 0;
+  } else if (b > 0) {
+    if (up) hi = hi << b | lo >> (64 - b), lo <<= b;
+    else lo = lo >> b | hi << (64 - b), hi >>= b;
+  }
+  return {{static_cast<cuda::std::uint32_t>(lo), static_cast<cuda::std::uint32_t>(lo >> 32),
+           static_cast<cuda::std::uint32_t>(hi), static_cast<cuda::std::uint32_t>(hi >> 32)}};
+}
+
+/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above).
+/// The device loads the aligned 4-byte words that hold them (each holds a wanted byte, so
+/// it lies in the same allocation) and shifts them into place; the host assembles those
+/// words from the wanted bytes only (zero elsewhere), then runs the same shifts.
+PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsigned n) {
+  const auto offset = static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(src) % 4);
+  const unsigned char* first = src - offset;
+  cuda::std::uint32_t words[5];
+  PAGESTASH_UNROLL
+  for (unsigned k = 0; k < 5; ++k) {
+#if defined(__CUDA_ARCH__)
+    words[k] = 4 * k < offset + n ? __ldcs(reinterpret_cast<const unsigned int*>(first + 4 * k)) : 0u;
+#else
+    words[k] = 0;
+    for (unsigned b = 0; b < 4; ++b) {
+      const unsigned at = 4 * k + b;
+      if (at >= offset && at < offset + n) words[k] |= cuda::std::uint32_t{first[at]} << (8 * b);
+    }
+#endif
+  }
+  Vector16 out;
+  PAGESTASH_UNROLL
+  for (unsigned k = 0; k < 4; ++k) out.w[k] = funnel_shift_right(words[k], words[k + 1], 8 * offset);
+  return keep_bytes(out, n);
+}
+
+/// Bytes [0, n) of x to dst, any alignment; no other byte is written. Whole words where dst
+/// is 4-byte aligned, else bytes.
+PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16& x, unsigned n) {
+  if (reinterpret_cast<cuda::std::uintptr_t>(dst) % 4 == 0) {
+    PAGESTASH_UNROLL
+    for (unsigned k = 0; k < 4; ++k) {
+      if (4 * k + 4 <= n) {
+#if defined(__CUDA_ARCH__)
+        *reinterpret_cast<cuda::std::uint32_t*>(dst + 4 * k) = x.w[k];
+#else
+        std::memcpy(dst + 4 * k, &x.w[k], 4);
+#endif
+      } else {
+        for (unsigned b = 4 * k; b < n; ++b) dst[b] = static_cast<unsigned char>(x.w[k] >> (8 * (b - 4 * k)));
+        return;
+      }
+    }
+    return;
+  }
+  PAGESTASH_UNROLL
+  for (unsigned b = 0; b < 16; ++b) {
+    if (b < n) dst[b] = static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4)));
+  }
+}
+
+enum class TileOp : int { stash, reload, zero };
+
+PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
+  return reinterpret_cast<cuda::std::uintptr_t>(p) % 16 == 0;
+}
+
+/// One vector of a tile, starting at byte q, however its bytes lie in the buffer.
+PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda::std::uint32_t q) {
+  const cuda::std::uint32_t n = s.bytes - q < 16 ? s.bytes - q : 16;
+  if (op == TileOp::stash) {
+    Vector16 x{};
+    for (cuda::std::uint32_t done = 0; done < n;) {
+      const Piece p = locate(s, q + done);
+      const cuda::std::uint32_t m = p.room < n - done ? p.room : n - done;
+      const Vector16 part = shift_bytes(load_bytes(p.at, m), done, true);
+      PAGESTASH_UNROLL
+      for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
+      done += m;
+    }
+    store16(s.stream + q, x, false);  // bytes past n: the segment's padding, zeros
+    return;
+  }
+  const Vector16 x = op == TileOp::reload ? load16(s.stream + q) : Vector16{};
+  for (cuda::std::uint32_t done = 0; done < n;) {
+    const Piece p = locate(s, q + done);
+    const cuda::std::uint32_t m = p.room < n - done ? p.room : n - done;
+    store_bytes(p.at, shift_bytes(x, done, false), m);
+    done += m;
+  }
+}
+
+/// The lanes of a team move a tile's vectors (see the top of this file).
+template <class Lanes>
+PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
+  constexpr cuda::std::uint32_t in_flight = 4;
+  const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
+  auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
+  for (; v + (in_flight - 1) * stride < vectors; v += in_flight * stride) {
+    Piece p[in_flight];
+    bool whole = 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes;  // only the last vector is short
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+      p[k] = locate(s, 16 * (v + k * stride));
+      whole = whole && p[k].room >= 16 && aligned16(p[k].at);
+    }
+    if (!whole) {
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) move_vector(s, op, 16 * (v + k * stride));
+      continue;
+    }
+    // Every vector whole and aligned alike: all loads, then all stores (the pointers may
+    // alias, so the compiler would not hoist a load above an earlier store by itself).
+    Vector16 x[in_flight];
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+      if (op == TileOp::stash) x[k] = load16(p[k].at);
+      else if (op == TileOp::reload) x[k] = load16(s.stream + 16 * (v + k * stride));
+      else x[k] = Vector16{};
+    }
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+      if (op == TileOp::stash) store16(s.stream + 16 * (v + k * stride), x[k], false);
+      else store16(p[k].at, x[k], true);
+    }
+  }
+  for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
+}
+
+/// n bytes between non-overlapping ranges; short copies inline (a line's run is often a few
+/// bytes, for which a call into the C library costs more than the copy).
+inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::uint32_t n) {
+  if (n > 32) return static_cast<void>(std::memcpy(dst, src, n));
+  if (n >= 16) {
+    std::memcpy(dst, src, 16);
+    std::memcpy(dst + n - 16, src + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(dst, src, 8);
+    std::memcpy(dst + n - 8, src + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + n - 4, src + n - 4, 4);
+  } else if (n > 0) {
+    dst[0] = src[0];
+    dst[n / 2] = src[n / 2];
+    dst[n - 1] = src[n - 1];
+  }
+}
+
+/// One host thread moves a tile, a line's run at a time (see the top of this file).
+inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
+  unsigned char* at = s.head;
+  unsigned char* next = s.body;
+  for (cuda::std::uint32_t q = 0, m = s.head_bytes; q < s.bytes; q += m, at = next, next += s.pitch) {
+    if (q > 0) m = s.run < s.bytes - q ? s.run : s.bytes - q;
+    if (op == TileOp::stash) copy_run(s.stream + q, at, m);
+    else if (op == TileOp::reload) copy_run(at, s.stream + q, m);
+    else std::memset(at, 0, m);
+  }
+  if (op == TileOp::stash && s.last && s.bytes % 16 != 0) std::memset(s.stream + s.bytes, 0, 16 - s.bytes % 16);
+}
+
+PAGESTASH_HOST_DEVICE inline TileOp tile_op(const TileWork& w, const ItemCursor& c) {
+  if (w.items[c.item].kind == WorkKind::zero) return TileOp::zero;
+  return w.to_pages ? TileOp::stash : TileOp::reload;
+}
+
+/// Moves one tile with the lanes of a warp.
+template <class Lanes>
+PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor, cuda::std::int64_t tile) {
+  const TileSpan s = resolve_tile(w, cursor, tile);
+  copy_tile_vectors(lanes, s, tile_op(w, cursor));
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

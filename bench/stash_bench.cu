@@ -108,12 +108,13 @@ struct Bytes {
   }
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;
-  void fill_random(std::uint32_t seed) {  // non-zero bytes
+  void fill_random(std::uint32_t seed) {  // non-zero bytes (xorshift: hundreds of MiB in the fine-grained table)
     std::vector<unsigned char> h(n);
-    std::mt19937 rng(seed);
-    for (std::size_t i = 0; i < n; i += 4) {
-      auto w = static_cast<std::uint32_t>(rng());
-      for (std::size_t j = i; j < i + 4 && j < n; ++j, w >>= 8) h[j] = static_cast<unsigned char>((w & 0xFF) | 1);
+    std::uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
+    for (std::size_t i = 0; i < n; i += 8) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::uint64_t w = x | 0x0101010101010101ull;
+      std::memcpy(h.data() + i, &w, std::min<std::size_t>(8, n - i));
     }
     if (device) PAGESTASH_CUDA_TRY(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
     else std::memcpy(p, h.data(), n);
@@ -605,50 +606,127 @@ void print_table() {
 
 }  // namespace
 
-/// Bytes the pages hold against the live bytes, for fine-grained MoE (exact, no timing):
-/// DeepSeek-V3-like hidden 7168, 32 experts, Dirichlet(1) counts of a given mean, buffers
-/// [32, 4 x mean, ...]; today's stream (segments on 16 bytes, lines back to back) beside
-/// the earlier one (every line on 16 bytes), computed from the same plan.
-template <class L>
-void print_stream_overhead(const char* recipe, int64_t mean, std::mt19937& rng) {
-  using Tr = ps::StashTraits<L>;
-  ps::GroupedView<L> v;
-  v.groups = 32;
-  v.hidden = 7168;
-  v.max_tokens = (4 * mean + 127) / 128 * 128;
+// ---- Fine-grained MoE ------------------------------------------------------------------------
+
+/// A fine-grained layer's expert buffers: `experts` groups of capacity twice the mean
+/// (rounded up to the layout's granule), Dirichlet(1) counts (seeded), clamped to it.
+struct FineShape {
+  const char* name;
+  int64_t hidden;
+  int experts;
+};
+constexpr FineShape kDeepSeekV3{"deepseek-v3", 7168, 32};  // 256 experts, top-8, 8-way expert parallel
+constexpr FineShape kQwen3Moe{"qwen3-moe", 2048, 128};      // 128 experts, top-8
+
+std::vector<std::int32_t> dirichlet_counts(int experts, int64_t mean, int64_t capacity, std::uint32_t seed) {
+  std::mt19937 rng(seed);
   std::gamma_distribution<double> gamma(1.0, 1.0);
-  std::vector<double> w(32);
+  std::vector<double> w(static_cast<std::size_t>(experts));
   double sum = 0;
   for (double& x : w) sum += (x = gamma(rng));
-  std::vector<int32_t> counts(32);
-  for (int g = 0; g < 32; ++g)
-    counts[static_cast<std::size_t>(g)] =
-        static_cast<int32_t>(std::min<double>(static_cast<double>(v.max_tokens), w[static_cast<std::size_t>(g)] / sum * 32 * static_cast<double>(mean)));
-  const ps::WorkTotals t = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
-  int64_t per_line_padded = 0;
-  for (int r = 0; r < 2; ++r) {
-    const auto role = static_cast<ps::BufferRole>(r);
-    if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
-    const ps::BufferGeometry geo = v.geometry(role);
-    for (int32_t seg = 0; seg < geo.segment_count(); ++seg) {
-      const ps::Segment sg = geo.segment(seg, counts.data());
-      per_line_padded += sg.lines * ((sg.live + 15) / 16 * 16);
-    }
-  }
-  std::printf("%-22s %5lld %12.2f %14.4f %13.4f\n", recipe, static_cast<long long>(mean),
-              static_cast<double>(t.live_bytes) / (1 << 20), static_cast<double>(per_line_padded) / static_cast<double>(t.live_bytes),
-              static_cast<double>(t.stream_bytes) / static_cast<double>(t.live_bytes));
+  std::vector<std::int32_t> counts;
+  for (double x : w)
+    counts.push_back(static_cast<std::int32_t>(std::min<double>(static_cast<double>(capacity), x / sum * experts * static_cast<double>(mean))));
+  return counts;
 }
 
-void print_stream_overheads() {
-  std::printf("\npage stream / live bytes, hidden 7168, 32 experts, Dirichlet(1) counts (exact, seeded)\n");
-  std::printf("%-22s %5s %12s %14s %13s\n", "recipe", "mean", "live MiB", "lines on 16 B", "lines packed");
-  for (int64_t mean : {32, 128}) {
-    std::mt19937 rng(static_cast<std::uint32_t>(mean));
-    print_stream_overhead<Bf16>("bf16", mean, rng);
-    print_stream_overhead<Mxfp8>("mxfp8 swizzled", mean, rng);
-    print_stream_overhead<Nvfp4>("nvfp4 swizzled", mean, rng);
-    print_stream_overhead<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>>("nvfp4 compact", mean, rng);
+/// Median seconds of `op` over a few runs (at least 3, about 30 ms in all on the host).
+double median_seconds(const std::function<double()>& op) {
+  std::vector<double> t{op()};
+  const int runs = static_cast<int>(std::clamp(0.03 / std::max(t[0], 1e-9), 3.0, 15.0));
+  for (int i = 1; i < runs; ++i) t.push_back(op());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// Seconds of one stash (or reload) of `t`: CUDA events on a GPU, a steady clock on the host.
+template <class L>
+double time_op(Op op, ps::PagePool& pool, ps::StashRecord<ps::StashTraits<L>>& rec, Tensor<L>& t, Events* events) {
+  auto run = [&](auto&& ex) {
+    auto timed = [&](const std::function<void()>& work) {
+      if (events != nullptr) return events->time(bench_stream(), work);
+      const auto t0 = std::chrono::steady_clock::now();
+      work();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double s = 0;
+    if (op == Op::stash) {
+      s = timed([&] { ps::stash(ex, pool, t.view, rec); });
+      ps::discard(ex, pool, rec);
+    } else {
+      ps::stash(ex, pool, t.view, rec);
+      s = timed([&] { ps::reload(ex, pool, rec, t.view); });
+    }
+    return s;
+  };
+  return events != nullptr ? run(ps::on(bench_stream())) : run(ps::host);
+}
+
+/// One row: exact stream and page bytes against the live bytes, and stash / reload against
+/// one copy of the live bytes (cudaMemcpyAsync D2D, or std::memcpy), timed side by side.
+template <class L>
+void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v;
+  v.groups = fs.experts;
+  v.hidden = fs.hidden;
+  v.max_tokens = 1;
+  v.max_tokens = (2 * mean + v.token_granule() - 1) / v.token_granule() * v.token_granule();
+  const auto counts = dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
+  const ps::WorkTotals plan = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
+  const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::detail::work_bounds<Tr>(v).stream_bytes, 64 << 10));
+  const int64_t pages = ps::pages_for(plan.stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, g_gpu ? ps::MemorySpace::device : ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, v);
+  Tensor<L> tensor(v, counts, g_gpu, 11);
+  std::unique_ptr<Events> events(g_gpu ? new Events : nullptr);
+  Bytes src(g_gpu, static_cast<std::size_t>(plan.live_bytes)), dst(g_gpu, static_cast<std::size_t>(plan.live_bytes));
+  src.fill_random(3);
+  const auto n = static_cast<std::size_t>(plan.live_bytes);
+  const double copy = median_seconds([&] {
+    if (events)
+      return events->time(bench_stream(), [&] {
+        PAGESTASH_CUDA_TRY(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, bench_stream()));
+      });
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst.p, src.p, n);
+    benchmark::ClobberMemory();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  const double stash = median_seconds([&] { return time_op<L>(Op::stash, pool, rec, tensor, events.get()); });
+  const double reload = median_seconds([&] { return time_op<L>(Op::reload, pool, rec, tensor, events.get()); });
+  auto rate = [](int64_t bytes, double s) { return 2.0 * static_cast<double>(bytes) / s / 1e9; };
+  const double copy_rate = rate(plan.live_bytes, copy);
+  std::printf("%-12s %-16s %5lld %9.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f\n", fs.name, recipe,
+              static_cast<long long>(mean), static_cast<double>(plan.live_bytes) / (1 << 20),
+              static_cast<double>(plan.stream_bytes) / static_cast<double>(plan.live_bytes),
+              static_cast<double>(pages * cfg.page_bytes) / static_cast<double>(plan.live_bytes), copy_rate,
+              rate(plan.stream_bytes, stash), rate(plan.stream_bytes, stash) / copy_rate, rate(plan.stream_bytes, reload),
+              rate(plan.stream_bytes, reload) / copy_rate);
+  std::fflush(stdout);
+}
+
+using Mxfp8Compact = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>;
+using Nvfp4Compact = ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>;
+
+/// The fine-grained table: both shapes, every recipe, means of 32 to 256 tokens per expert.
+void print_fine_grained() {
+  const char* copy = g_gpu ? "memcpy D2D" : "memcpy";
+  std::printf("\nfine-grained MoE: capacity-padded [experts, 2 x mean, hidden], Dirichlet(1) counts (seeded), 64 KiB pages;\n"
+              "GB/s = bytes read + written; x = ratio to one %s of the live bytes in the same run (%s)\n",
+              copy, g_gpu ? "CUDA executor" : "host executor, one thread");
+  std::printf("%-12s %-16s %5s %9s %8s %8s %8s %8s %6s %8s %6s\n", "shape", "recipe", "mean", "live MiB", "stream/", "pages/",
+              copy, "stash", "x", "reload", "x");
+  std::printf("%-12s %-16s %5s %9s %8s %8s\n", "", "", "", "", "live", "live");
+  for (const FineShape& fs : {kDeepSeekV3, kQwen3Moe}) {
+    for (int64_t mean : {32, 64, 128, 256}) {
+      fine_row<Bf16>("bf16", fs, mean);
+      fine_row<Fp16>("fp16", fs, mean);
+      fine_row<Mxfp8Compact>("mxfp8 compact", fs, mean);
+      fine_row<Mxfp8>("mxfp8 swizzled", fs, mean);
+      fine_row<Nvfp4Compact>("nvfp4 compact", fs, mean);
+      fine_row<Nvfp4>("nvfp4 swizzled", fs, mean);
+    }
   }
 }
 
@@ -689,6 +767,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_table();
-  print_stream_overheads();
+  print_fine_grained();
   return 0;
 }

@@ -101,7 +101,8 @@ def main():
         if k is None:
             continue
         k["spills"] = k.get("spills", 0) + len(re.findall(r"\b(?:STL|LDL)\b", line))
-        load, store = re.search(r"\bLDG\.E\.128\b", line), re.search(r"\bSTG\.E\.128\b", line)
+        # Cache hints show as modifiers: LDG.E.EF.128 (evict-first), STG.E.EF.128.
+        load, store = re.search(r"\bLDG\.E(?:\.[A-Z]+)*\.128\b", line), re.search(r"\bSTG\.E(?:\.[A-Z]+)*\.128\b", line)
         k["ld128"] = k.get("ld128", False) or load is not None
         k["st128"] = k.get("st128", False) or store is not None
         # Loads in flight: the longest run of 128-bit loads before a store.

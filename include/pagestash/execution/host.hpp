@@ -24,7 +24,7 @@ inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda
   const auto threads = static_cast<cuda::std::int64_t>(ex.threads > 1 ? ex.threads : 1);
   auto run_share = [&](cuda::std::int64_t k) {
     ItemCursor cursor;
-    for (cuda::std::int64_t t = tiles * k / threads; t < tiles * (k + 1) / threads; ++t) {
+    for (auto t = static_cast<cuda::std::int32_t>(tiles * k / threads); t < tiles * (k + 1) / threads; ++t) {
       const TileSpan s = resolve_tile(work, cursor, t);
       copy_tile_pieces(s, tile_op(work, cursor));
     }

@@ -80,9 +80,11 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   }
   verdict = team.share(verdict);
 
-  if (verdict == verdict_copy) {
+  if (Op != Operation::discard && verdict == verdict_copy) {
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
-    const cuda::std::int64_t tiles = rec.header->tiles;
+    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1 tiles); the counter is
+    // 64-bit, as claims overshoot the last tile.
+    const auto tiles = static_cast<cuda::std::int32_t>(rec.header->tiles);
     const cuda::std::int64_t chunk = ctx.warps * tiles_per_warp_claim;
     ItemCursor cursor;
     for (;;) {
@@ -92,8 +94,8 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
       first = team.share(first);
       if (first >= tiles) break;
       const cuda::std::int64_t begin = first + ctx.warp * tiles_per_warp_claim;
-      const cuda::std::int64_t end = begin + tiles_per_warp_claim < tiles ? begin + tiles_per_warp_claim : tiles;
-      for (cuda::std::int64_t t = begin; t < end; ++t) run_tile(ctx.lanes, work, cursor, t);
+      const auto end = static_cast<cuda::std::int32_t>(begin + tiles_per_warp_claim < tiles ? begin + tiles_per_warp_claim : tiles);
+      for (auto t = static_cast<cuda::std::int32_t>(begin); t < end; ++t) run_tile(ctx.lanes, work, cursor, t);
     }
   }
 

@@ -120,21 +120,24 @@ PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsig
 }
 
 /// Bytes [0, n) of x to dst, any alignment; no other byte is written. Whole words where dst
-/// is 4-byte aligned, else bytes.
+/// is 4-byte aligned, else bytes. Every index into x.w is a constant (unrolled loops, and a
+/// shift for the last word): a run-time index would put x in local memory.
 PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16& x, unsigned n) {
   if (reinterpret_cast<cuda::std::uintptr_t>(dst) % 4 == 0) {
     PAGESTASH_UNROLL
     for (unsigned k = 0; k < 4; ++k) {
-      if (4 * k + 4 <= n) {
+      if (4 * k + 4 > n) continue;
 #if defined(__CUDA_ARCH__)
-        *reinterpret_cast<cuda::std::uint32_t*>(dst + 4 * k) = x.w[k];
+      *reinterpret_cast<cuda::std::uint32_t*>(dst + 4 * k) = x.w[k];
 #else
-        std::memcpy(dst + 4 * k, &x.w[k], 4);
+      std::memcpy(dst + 4 * k, &x.w[k], 4);
 #endif
-      } else {
-        for (unsigned b = 4 * k; b < n; ++b) dst[b] = static_cast<unsigned char>(x.w[k] >> (8 * (b - 4 * k)));
-        return;
-      }
+    }
+    const unsigned whole = n / 4 * 4;
+    const cuda::std::uint32_t last = shift_bytes(x, whole % 16, false).w[0];
+    PAGESTASH_UNROLL
+    for (unsigned b = 0; b < 3; ++b) {
+      if (whole + b < n) dst[whole + b] = static_cast<unsigned char>(last >> (8 * b));
     }
     return;
   }
@@ -153,6 +156,12 @@ PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
 /// One vector of a tile, starting at byte q, however its bytes lie in the buffer.
 PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda::std::uint32_t q) {
   const cuda::std::uint32_t n = s.bytes - q < 16 ? s.bytes - q : 16;
+  const Piece first = locate(s, q);
+  if (n == 16 && first.room >= 16 && aligned16(first.at)) {  // whole and aligned alike
+    if (op == TileOp::stash) store16(s.stream + q, load16(first.at), false);
+    else store16(first.at, op == TileOp::reload ? load16(s.stream + q) : Vector16{}, true);
+    return;
+  }
   if (op == TileOp::stash) {
     Vector16 x{};
     for (cuda::std::uint32_t done = 0; done < n;) {
@@ -175,38 +184,40 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
   }
 }
 
+/// Whether every whole vector of the tile lies in one run, aligned alike in the buffer:
+/// the tile starts on 16 bytes and every line boundary in it falls on one.
+PAGESTASH_HOST_DEVICE inline bool tile_aligned(const TileSpan& s) {
+  if (!aligned16(s.head)) return false;
+  if (s.head_bytes == s.bytes) return true;
+  return s.head_bytes % 16 == 0 && s.run % 16 == 0 && s.pitch % 16 == 0 && aligned16(s.body);
+}
+
 /// The lanes of a team move a tile's vectors (see the top of this file).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
   constexpr cuda::std::uint32_t in_flight = 4;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
+  const bool aligned = tile_aligned(s);
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
-  for (; v + (in_flight - 1) * stride < vectors; v += in_flight * stride) {
-    Piece p[in_flight];
-    bool whole = 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes;  // only the last vector is short
-    PAGESTASH_UNROLL
-    for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
-      p[k] = locate(s, 16 * (v + k * stride));
-      whole = whole && p[k].room >= 16 && aligned16(p[k].at);
-    }
-    if (!whole) {
+  if (aligned) {
+    // All loads, then all stores: the pointers may alias, so the compiler would not hoist a
+    // load above an earlier store by itself. A short last vector is left to move_vector.
+    for (; 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes; v += in_flight * stride) {
+      // Buffer addresses are found where they are used, so that only the vectors stay live.
+      Vector16 x[in_flight];
       PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) move_vector(s, op, 16 * (v + k * stride));
-      continue;
-    }
-    // Every vector whole and aligned alike: all loads, then all stores (the pointers may
-    // alias, so the compiler would not hoist a load above an earlier store by itself).
-    Vector16 x[in_flight];
-    PAGESTASH_UNROLL
-    for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
-      if (op == TileOp::stash) x[k] = load16(p[k].at);
-      else if (op == TileOp::reload) x[k] = load16(s.stream + 16 * (v + k * stride));
-      else x[k] = Vector16{};
-    }
-    PAGESTASH_UNROLL
-    for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
-      if (op == TileOp::stash) store16(s.stream + 16 * (v + k * stride), x[k], false);
-      else store16(p[k].at, x[k], true);
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+        const cuda::std::uint32_t q = 16 * (v + k * stride);
+        if (op == TileOp::stash) x[k] = load16(locate(s, q).at);
+        else if (op == TileOp::reload) x[k] = load16(s.stream + q);
+        else x[k] = Vector16{};
+      }
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+        const cuda::std::uint32_t q = 16 * (v + k * stride);
+        if (op == TileOp::stash) store16(s.stream + q, x[k], false);
+        else store16(locate(s, q).at, x[k], true);
+      }
     }
   }
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
@@ -215,10 +226,10 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
 /// n bytes between non-overlapping ranges; short copies inline (a line's run is often a few
 /// bytes, for which a call into the C library costs more than the copy).
 inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::uint32_t n) {
-  if (n > 32) return static_cast<void>(std::memcpy(dst, src, n));
+  if (n > 256) return static_cast<void>(std::memcpy(dst, src, n));
   if (n >= 16) {
-    std::memcpy(dst, src, 16);
-    std::memcpy(dst + n - 16, src + n - 16, 16);
+    for (cuda::std::uint32_t i = 0; i + 16 < n; i += 16) std::memcpy(dst + i, src + i, 16);
+    std::memcpy(dst + n - 16, src + n - 16, 16);  // may overlap the one before
   } else if (n >= 8) {
     std::memcpy(dst, src, 8);
     std::memcpy(dst + n - 8, src + n - 8, 8);
@@ -232,17 +243,28 @@ inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::ui
   }
 }
 
+/// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole
+/// runs, the rest.
+template <class Move>
+inline void for_each_piece(const TileSpan& s, const Move& move) {
+  move(s.head, 0u, s.head_bytes);
+  cuda::std::uint32_t q = s.head_bytes;
+  unsigned char* at = s.body;
+  for (; q < s.bytes && s.bytes - q >= s.run; q += s.run, at += s.pitch) move(at, q, s.run);
+  if (q < s.bytes) move(at, q, s.bytes - q);
+}
+
 /// One host thread moves a tile, a line's run at a time (see the top of this file).
 inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
-  unsigned char* at = s.head;
-  unsigned char* next = s.body;
-  for (cuda::std::uint32_t q = 0, m = s.head_bytes; q < s.bytes; q += m, at = next, next += s.pitch) {
-    if (q > 0) m = s.run < s.bytes - q ? s.run : s.bytes - q;
-    if (op == TileOp::stash) copy_run(s.stream + q, at, m);
-    else if (op == TileOp::reload) copy_run(at, s.stream + q, m);
-    else std::memset(at, 0, m);
+  using u32 = cuda::std::uint32_t;
+  if (op == TileOp::stash) {
+    for_each_piece(s, [&](const unsigned char* at, u32 q, u32 m) { copy_run(s.stream + q, at, m); });
+    if (s.last && s.bytes % 16 != 0) std::memset(s.stream + s.bytes, 0, 16 - s.bytes % 16);
+  } else if (op == TileOp::reload) {
+    for_each_piece(s, [&](unsigned char* at, u32 q, u32 m) { copy_run(at, s.stream + q, m); });
+  } else {
+    for_each_piece(s, [](unsigned char* at, u32, u32 m) { std::memset(at, 0, m); });
   }
-  if (op == TileOp::stash && s.last && s.bytes % 16 != 0) std::memset(s.stream + s.bytes, 0, 16 - s.bytes % 16);
 }
 
 PAGESTASH_HOST_DEVICE inline TileOp tile_op(const TileWork& w, const ItemCursor& c) {
@@ -252,7 +274,7 @@ PAGESTASH_HOST_DEVICE inline TileOp tile_op(const TileWork& w, const ItemCursor&
 
 /// Moves one tile with the lanes of a warp.
 template <class Lanes>
-PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor, cuda::std::int64_t tile) {
+PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
   const TileSpan s = resolve_tile(w, cursor, tile);
   copy_tile_vectors(lanes, s, tile_op(w, cursor));
 }

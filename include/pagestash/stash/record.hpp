@@ -109,6 +109,15 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int pa
   const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr, tile_shift);
   const WorkBounds bounds{most.stream_bytes,
                           most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr, tile_shift).tiles};
+  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    const BufferGeometry geo = shape.geometry(role);
+    if (handling_of<Traits>(role) != Handling::paged || geo.segment_count() == 0) continue;
+    const Segment seg = geo.largest_segment(0);
+    if (seg.lines > 1 && seg.lines * seg.pitch > max_lined_segment_bytes)
+      throw std::invalid_argument("StashRecord: a group's " + std::string(role == BufferRole::data ? "data" : "scales") +
+                                  " block of " + std::to_string(seg.lines * seg.pitch) +
+                                  " bytes exceeds 4 GiB (fewer tokens per group, or more groups)");
+  }
   if (bounds.tiles > max_plan_tiles)
     throw std::invalid_argument("StashRecord: a tensor of this shape needs " + std::to_string(bounds.tiles) +
                                 " tiles, more than 2^31 - 1");

@@ -30,8 +30,11 @@ inline constexpr cuda::std::int64_t stream_alignment = 16;
 /// the host, 4-16 KiB tiles cost the same (docs/benchmarks.md), and smaller tiles even
 /// out the last claims of a GPU grid.
 inline constexpr int tile_shift_max = 12;
-/// Most tiles a plan may have (tile indices inside an item are 32-bit): 8 TiB of stream.
+/// Most tiles a plan may have (tile indices are 32-bit): 8 TiB of stream.
 inline constexpr cuda::std::int64_t max_plan_tiles = 0x7FFFFFFF;
+/// Most bytes a segment of several lines may hold (offsets in it are 32-bit): a group's
+/// block of 4 GiB (a single-line segment, e.g. a packed buffer, has no limit).
+inline constexpr cuda::std::int64_t max_lined_segment_bytes = 0xFFFFFFFFLL;
 
 /// log2 of a pool's tile size: tile_shift_max, or a page when pages are smaller.
 PAGESTASH_HOST_DEVICE constexpr int tile_shift_for(int page_shift) {
@@ -155,15 +158,15 @@ struct TileWork {
 /// increasing order, so the next tile is usually in the same item, else a later one.
 struct ItemCursor {
   cuda::std::int32_t item = -1;
-  cuda::std::int64_t first = 0;  ///< the item's tiles: [first, end)
-  cuda::std::int64_t end = 0;
+  cuda::std::int32_t first = 0;  ///< the item's tiles: [first, end)
+  cuda::std::int32_t end = 0;
 };
 
 /// Moves the cursor to the item that owns `tile`: the last one whose first_tile <= tile
 /// (empty items share their first_tile with the next one and are skipped). A binary search
 /// only when the tile has left the cursor's item, and only over the items after it when
 /// it moved forward.
-PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cuda::std::int64_t tile) {
+PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cuda::std::int32_t tile) {
   if (c.item >= 0 && tile >= c.first && tile < c.end) return;
   cuda::std::int32_t lo = c.item >= 0 && tile >= c.end ? c.item + 1 : 0, hi = w.item_count;  // answer in [lo, hi)
   while (hi - lo > 1) {
@@ -171,29 +174,9 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
     if (w.items[mid].first_tile <= tile) lo = mid; else hi = mid;
   }
   c.item = lo;
-  c.first = w.items[lo].first_tile;
-  c.end = lo + 1 < w.item_count ? w.items[lo + 1].first_tile : max_plan_tiles + 1;
-}
-
-/// a / b and a % b; 32-bit (inline, cheap) when both fit, as they do unless a segment
-/// holds over 4 GiB; else a shift-subtract loop (a 64-bit division is a call on the device,
-/// around which the compiler keeps the loop's values on the stack).
-PAGESTASH_HOST_DEVICE inline void divide(cuda::std::uint64_t a, cuda::std::uint64_t b, cuda::std::uint64_t& q,
-                                         cuda::std::uint64_t& r) {
-  if ((a | b) >> 32 == 0) {
-    q = static_cast<cuda::std::uint32_t>(a) / static_cast<cuda::std::uint32_t>(b);
-    r = static_cast<cuda::std::uint32_t>(a) % static_cast<cuda::std::uint32_t>(b);
-    return;
-  }
-  q = 0;
-  r = 0;
-  for (int bit = 63; bit >= 0; --bit) {
-    r = (r << 1) | ((a >> bit) & 1);
-    if (r >= b) {
-      r -= b;
-      q |= cuda::std::uint64_t{1} << bit;
-    }
-  }
+  c.first = static_cast<cuda::std::int32_t>(w.items[lo].first_tile);
+  c.end = lo + 1 < w.item_count ? static_cast<cuda::std::int32_t>(w.items[lo + 1].first_tile)
+                                : static_cast<cuda::std::int32_t>(max_plan_tiles);
 }
 
 /// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The
@@ -223,7 +206,7 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 }
 
 /// Resolves tile `tile` of the plan; moves the cursor to its item.
-PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int64_t tile) {
+PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
   seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
   const Segment& seg = item.segment;
@@ -238,13 +221,17 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << w.tile_shift) - origin;
   const cuda::std::int64_t e = next < bytes ? next : bytes;
 
-  cuda::std::uint64_t line = 0, col = static_cast<cuda::std::uint64_t>(a);
-  if (seg.lines > 1) divide(static_cast<cuda::std::uint64_t>(a), static_cast<cuda::std::uint64_t>(run), line, col);
-  unsigned char* line_start = w.buffer(item.role) + seg.line_offset(static_cast<cuda::std::int64_t>(line)) +
-                              (copy ? 0 : seg.live);
+  // A segment of several lines holds less than 4 GiB (work_bounds checks): 32-bit division
+  // (inline; a 64-bit one is a call, around which the compiler keeps values on the stack).
+  cuda::std::int64_t line = 0, col = a;
+  if (seg.lines > 1) {
+    line = static_cast<cuda::std::uint32_t>(a) / static_cast<cuda::std::uint32_t>(run);
+    col = static_cast<cuda::std::uint32_t>(a) % static_cast<cuda::std::uint32_t>(run);
+  }
+  unsigned char* line_start = w.buffer(item.role) + seg.line_offset(line) + (copy ? 0 : seg.live);
   TileSpan s;
   s.bytes = static_cast<cuda::std::uint32_t>(e - a);
-  const cuda::std::int64_t head = run - static_cast<cuda::std::int64_t>(col);
+  const cuda::std::int64_t head = run - col;
   s.head_bytes = head < s.bytes ? static_cast<cuda::std::uint32_t>(head) : s.bytes;
   s.head = line_start + col;
   s.body = line_start + seg.pitch;

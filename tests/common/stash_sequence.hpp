@@ -149,8 +149,8 @@ std::vector<std::uint8_t> expected_reload(const ps::GroupedView<typename Traits:
   return out;
 }
 
-/// Pages a stash of these counts takes: every run rounded up to 16 bytes, all paged buffers
-/// end to end, rounded up to pages.
+/// Pages a stash of these counts takes: each segment's runs back to back, rounded up to 16
+/// bytes, all paged buffers end to end, rounded up to pages.
 template <class Traits>
 std::int64_t expected_pages(const ps::GroupedView<typename Traits::layout>& v, const std::vector<std::int32_t>& counts,
                             std::int64_t page_bytes) {

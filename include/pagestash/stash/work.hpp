@@ -97,6 +97,22 @@ struct LargestSegments {
   }
 };
 
+/// Appends the item of one segment to a plan (writing it when `items` is non-null). With
+/// `bound`, a copy item's tiles are counted as if it started anywhere on the grid.
+PAGESTASH_HOST_DEVICE inline void add_item(WorkTotals& t, const Segment& seg, BufferRole role, WorkKind kind,
+                                           bool bound, int tile_shift, WorkItem* items) {
+  const cuda::std::int64_t bytes = seg.lines * item_line_bytes(seg, kind);
+  const bool copy = kind == WorkKind::copy;
+  if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
+  ++t.items;
+  if (bound && copy) t.tiles += bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
+  else t.tiles += tiles_on_grid(copy ? t.stream_bytes : 0, bytes, tile_shift);
+  if (copy) {
+    t.stream_bytes += ceil_div(bytes, stream_alignment) * stream_alignment;
+    t.live_bytes += bytes;
+  }
+}
+
 /// Plans the work over the buffers Traits pages, segment s of each buffer being
 /// segment_of(geometry, s), in tiles of 2^tile_shift bytes. Writes the items when `items`
 /// is non-null. One thread.
@@ -114,19 +130,8 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits
       const auto role = static_cast<BufferRole>(r);
       if (handling_of<Traits>(role) != Handling::paged) continue;
       const BufferGeometry geo = v.geometry(role);
-      for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s) {
-        const Segment seg = segment_of(geo, s);
-        const cuda::std::int64_t bytes = seg.lines * item_line_bytes(seg, kind);
-        const bool copy = kind == WorkKind::copy;
-        if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
-        ++t.items;
-        if (SegmentOf::bound && copy) t.tiles += bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
-        else t.tiles += tiles_on_grid(copy ? t.stream_bytes : 0, bytes, tile_shift);
-        if (copy) {
-          t.stream_bytes += ceil_div(bytes, stream_alignment) * stream_alignment;
-          t.live_bytes += bytes;
-        }
-      }
+      for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s)
+        add_item(t, segment_of(geo, s), role, kind, SegmentOf::bound, tile_shift, items);
     }
   }
   return t;

@@ -1,0 +1,130 @@
+// The copy engine on hand-made segments (both movers against a plain copy), and the page
+// stream's size for every layout configuration.
+#include <doctest/doctest.h>
+
+#include "../common/engine_check.hpp"
+#include "../common/layout_list.hpp"
+
+#include <set>
+
+namespace {
+
+namespace ps = pagestash;
+using pagestash_test::check_engine;
+using pagestash_test::EngineCase;
+
+TEST_CASE("copy engine: random segments (short, misaligned and long lines, 256 B to 8 KiB pages) match a plain copy") {
+  std::mt19937 rng(20261130);
+  int cases = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const EngineCase c = pagestash_test::random_engine_case(rng, 1 + i % 6, i % 10 == 0 ? 20000 : 600);
+    const std::string why = check_engine(c);
+    INFO("case " << i << ", page_shift " << c.page_shift << ", lanes " << c.lanes);
+    REQUIRE(why == "");
+    ++cases;
+  }
+  MESSAGE("engine cases checked: " << cases);
+}
+
+TEST_CASE("copy engine: lines shorter than 16 bytes at every buffer alignment") {
+  for (unsigned misalign = 0; misalign < 16; ++misalign) {
+    for (std::int64_t live = 1; live < 16; ++live) {
+      EngineCase c;
+      c.base_misalign = misalign;
+      c.zero_tail = live % 2 == 0;
+      c.segments = {{3, 50, live + (live % 4), live}, {3 + 50 * (live + live % 4) + 1, 37, live + 1, live}};
+      c.seed = static_cast<std::uint32_t>(16 * misalign + live);
+      INFO("misalign " << misalign << ", live " << live);
+      REQUIRE(check_engine(c) == "");
+    }
+  }
+}
+
+TEST_CASE("copy engine: a page boundary falls at every offset of a line, with pages of 256 bytes") {
+  // Lines of 17 bytes: 256 = 15 * 17 + 1, so page boundaries walk through every offset.
+  for (std::int64_t lead = 0; lead < 256; lead += 16) {
+    EngineCase c;
+    c.page_shift = 8;
+    c.segments = {{0, 1, lead + 1, lead}, {lead + 7, 17 * 17, 19, 17}};
+    c.seed = static_cast<std::uint32_t>(lead + 1);
+    const std::int64_t start = (lead + 15) / 16 * 16;  // the stream offset of the second segment
+    std::set<std::int64_t> offsets;
+    for (std::int64_t p = (start / 256 + 1) * 256; p < start + 17 * 17 * 17; p += 256) offsets.insert((p - start) % 17);
+    CHECK(offsets.size() == 17);
+    INFO("lead " << lead);
+    REQUIRE(check_engine(c) == "");
+  }
+}
+
+TEST_CASE("copy engine: one tile covers hundreds of short lines") {
+  EngineCase c;
+  c.page_shift = 16;
+  c.segments = {{5, 3000, 5, 3}};
+  ps::WorkTotals t{};
+  const std::vector<ps::WorkItem> items = pagestash_test::engine_items(c, false, t);
+  ps::detail::TileWork w{};
+  w.items = items.data();
+  w.item_count = t.items;
+  w.tile_shift = ps::tile_shift_for(c.page_shift);
+  w.pool.page_bytes = 1 << 16;
+  w.pool.page_shift = 16;
+  std::vector<unsigned char> fake_arena(1 << 16);
+  w.pool.device_arena = fake_arena.data();
+  w.pool.device_pages = 1;
+  const std::int32_t page0 = 0;
+  w.page_ids = &page0;
+  ps::detail::ItemCursor cursor;
+  const ps::detail::TileSpan s = ps::detail::resolve_tile(w, cursor, 0);
+  CHECK(s.bytes == 4096);
+  CHECK((s.bytes - s.head_bytes) / s.run > 1000);
+  c.zero_tail = true;
+  REQUIRE(check_engine(c) == "");
+}
+
+/// Dirichlet(1) counts of the given mean per group, on the layout's count alignment, that
+/// the view holds.
+template <class L>
+std::vector<std::int32_t> dirichlet(const ps::GroupedView<L>& v, std::int64_t mean, std::mt19937& rng) {
+  std::gamma_distribution<double> gamma(1.0, 1.0);
+  std::vector<double> w(static_cast<std::size_t>(v.groups));
+  double sum = 0;
+  for (double& x : w) sum += (x = gamma(rng));
+  const std::int64_t align = v.count_alignment();
+  const std::int64_t cap = L::placement::packed ? v.max_tokens / v.groups : v.max_tokens;
+  std::vector<std::int32_t> counts;
+  for (double x : w) {
+    const auto m = static_cast<std::int64_t>(x / sum * static_cast<double>(v.groups * mean));
+    counts.push_back(static_cast<std::int32_t>(std::min(m / align * align, cap / align * align)));
+  }
+  return counts;
+}
+
+template <class L>
+void check_stream_overhead(const char* name) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(7);
+  for (std::int64_t mean : {32, 64, 128, 256}) {
+    for (std::int64_t hidden : {2048, 7168}) {
+      ps::GroupedView<L> v;
+      v.groups = 16;
+      v.hidden = hidden;
+      v.max_tokens = 1;
+      const std::int64_t per_group = (4 * mean + v.token_granule() - 1) / v.token_granule() * v.token_granule();
+      v.max_tokens = L::placement::packed ? v.groups * per_group : per_group;
+      const std::vector<std::int32_t> counts = dirichlet(v, mean, rng);
+      REQUIRE(ps::plan_groups(v, counts.data(), nullptr) == -1);
+      const ps::WorkTotals t = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
+      INFO(name << ", mean " << mean << ", hidden " << hidden);
+      CHECK(static_cast<double>(t.stream_bytes) <= 1.01 * static_cast<double>(t.live_bytes) + 16.0 * t.items);
+    }
+  }
+}
+
+TEST_CASE("page stream: at most 1.01 x the live bytes + 16 bytes per segment, every layout, Dirichlet counts") {
+  using namespace pagestash_test::layouts;
+#define PAGESTASH_CHECK_OVERHEAD(L) check_stream_overhead<L>(#L);
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_OVERHEAD)
+#undef PAGESTASH_CHECK_OVERHEAD
+}
+
+}  // namespace

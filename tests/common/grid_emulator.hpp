@@ -58,10 +58,11 @@ class HostBarrier {
 
 /// What the threads of one resident block share: the barrier and share()'s slot.
 struct EmulatedBlock {
-  explicit EmulatedBlock(int n) : threads(n), barrier(n) {}
+  explicit EmulatedBlock(int n) : threads(n), barrier(n), sums(static_cast<std::size_t>(n)) {}
   int threads;
   HostBarrier barrier;
   alignas(16) unsigned char slot[64] = {};
+  std::vector<std::int64_t> sums;  ///< one per thread, for exclusive_sum
 };
 
 /// A block team of host threads (the Team interface of detail/team.hpp).
@@ -82,6 +83,18 @@ struct EmulatedTeam {
     T y;
     std::memcpy(&y, block->slot, sizeof(T));
     return y;
+  }
+  std::int64_t exclusive_sum(std::int64_t x, std::int64_t& total) const {
+    sync();  // the slots' previous use is over
+    block->sums[static_cast<std::size_t>(r)] = x;
+    sync();
+    std::int64_t before = 0;
+    total = 0;
+    for (int k = 0; k < block->threads; ++k) {
+      if (k == r) before = total;
+      total += block->sums[static_cast<std::size_t>(k)];
+    }
+    return before;
   }
 };
 

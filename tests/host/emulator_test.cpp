@@ -348,3 +348,59 @@ TEST_CASE("emulated grid: blocks claim tiles as they come, so the first block do
   CHECK(rec.page_ids() == reference.page_ids());
   CHECK(std::equal(pool.ref().device_arena, pool.ref().device_arena + bytes, reference_pool.ref().device_arena));
 }
+
+namespace {
+
+/// The count check and the plan by a block of 64 emulated threads (more groups than threads:
+/// several chunks) against the serial plan_groups and plan_work, item for item.
+template <class L>
+void check_team_plan(const char* name) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(31);
+  for (int round = 0; round < 6; ++round) {
+    ps::GroupedView<L> v = sequence_shape<L>(round % 2 == 1);
+    if constexpr (!std::is_same_v<L, ps::Plain<typename L::data_type>>) {
+      v.groups = round < 2 ? 3 : 150;
+      if (L::placement::packed) v.max_tokens = v.max_tokens / v.token_granule() * v.token_granule() * 8;
+    }
+    std::vector<std::int32_t> counts = round == 5 ? bad_counts(v, rng) : random_counts(v, rng);
+    const bool zero_tail = round % 3 == 0;
+    const int tile_shift = 8 + round;
+    const std::int32_t serial_bad = ps::plan_groups(v, counts.data(), nullptr);
+    std::vector<ps::WorkItem> serial(static_cast<std::size_t>(ps::detail::max_work_items(v.groups)));
+    const ps::WorkTotals st = ps::detail::plan_work<Tr>(v, counts.data(), zero_tail, serial.data(), tile_shift);
+
+    std::vector<ps::WorkItem> team_items(serial.size());
+    std::vector<std::int32_t> bad(64, -7);
+    std::vector<ps::WorkTotals> totals(64);
+    LaunchShape one;
+    one.blocks = 1;
+    one.threads = 64;
+    one.slots = 1;
+    emulate_launch(one, [&](const EmulatedContext& ctx) {
+      const int r = ctx.team.rank();
+      bad[static_cast<std::size_t>(r)] = ps::detail::first_bad_group(ctx.team, v, counts.data());
+      totals[static_cast<std::size_t>(r)] =
+          ps::detail::plan_work_on_team<Tr>(ctx.team, v, counts.data(), zero_tail, tile_shift, team_items.data());
+    });
+    INFO(name << ", round " << round << ", groups " << v.groups);
+    for (int r = 0; r < 64; ++r) {
+      REQUIRE(bad[static_cast<std::size_t>(r)] == serial_bad);
+      const ps::WorkTotals& tt = totals[static_cast<std::size_t>(r)];
+      REQUIRE(tt.items == st.items);
+      REQUIRE(tt.tiles == st.tiles);
+      REQUIRE(tt.stream_bytes == st.stream_bytes);
+      REQUIRE(tt.live_bytes == st.live_bytes);
+    }
+    REQUIRE(std::memcmp(team_items.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) == 0);
+  }
+}
+
+TEST_CASE("emulated block plan: the count check and the plan by 64 threads equal the serial ones, every layout") {
+  using namespace pagestash_test::layouts;
+#define PAGESTASH_CHECK_TEAM_PLAN(L) check_team_plan<L>(#L);
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_TEAM_PLAN)
+#undef PAGESTASH_CHECK_TEAM_PLAN
+}
+
+}  // namespace

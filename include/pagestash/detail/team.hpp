@@ -11,6 +11,9 @@
 //                    visible to another team that synchronises with the leader afterwards
 //                    (an acquire of what the leader then releases)
 //   share(x)         the leader's x, handed to every thread of the team (includes sync())
+//   exclusive_sum(x, total)
+//                    the sum of x over the threads ranked before this one; total gets the
+//                    sum over the team (includes sync())
 
 #include <pagestash/config.hpp>
 
@@ -19,6 +22,9 @@
 
 #if !defined(__CUDA_ARCH__)
 #  include <thread>
+#endif
+#if defined(__CUDACC__)
+#  include <cub/block/block_scan.cuh>
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -33,10 +39,15 @@ struct SerialTeam {
   PAGESTASH_HOST_DEVICE static void publish() {}
   template <class T>
   PAGESTASH_HOST_DEVICE static T share(T x) { return x; }
+  PAGESTASH_HOST_DEVICE static cuda::std::int64_t exclusive_sum(cuda::std::int64_t x, cuda::std::int64_t& total) {
+    total = x;
+    return 0;
+  }
 };
 
 #if defined(__CUDACC__)
-/// The threads of one block.
+/// The threads of one block, block_threads of them (the kernels' launch size).
+template <int BlockThreads>
 struct BlockTeam {
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }
   __device__ static int size() { return static_cast<int>(blockDim.x); }
@@ -53,6 +64,13 @@ struct BlockTeam {
     if (leader()) slot = x;
     sync();
     return slot;
+  }
+  __device__ static cuda::std::int64_t exclusive_sum(cuda::std::int64_t x, cuda::std::int64_t& total) {
+    using Scan = cub::BlockScan<cuda::std::int64_t, BlockThreads>;
+    __shared__ typename Scan::TempStorage storage;
+    sync();  // the storage's previous use is over
+    Scan(storage).ExclusiveSum(x, x, total);
+    return x;
   }
 };
 

@@ -26,8 +26,8 @@ inline constexpr int warps_per_block = threads_per_block / 32;
 inline constexpr int min_blocks_per_sm = 4;
 
 /// CUDA's context for a thread of the launch.
-__device__ inline GridContext<BlockTeam, WarpLanes> device_grid_context() {
-  return {BlockTeam{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32};
+__device__ inline GridContext<BlockTeam<threads_per_block>, WarpLanes> device_grid_context() {
+  return {BlockTeam<threads_per_block>{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32};
 }
 
 template <class Traits, Operation Op>
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
 
 template <int Unused = 0>  // a template, so that the header defines it in every TU
 __global__ void __launch_bounds__(threads_per_block) reset_kernel(PoolRef pool) {
-  reset_pool(BlockTeam{}, pool);
+  reset_pool(BlockTeam<threads_per_block>{}, pool);
 }
 
 /// Blocks of `kernel` that fit on the current device at once. Queried once per kernel and

@@ -52,6 +52,13 @@ struct GroupedView {
   }
 };
 
+/// Whether a group of m tokens fits the view, `before` tokens being in the groups before it
+/// (which matter for packed placement only).
+template <class Layout>
+PAGESTASH_HOST_DEVICE bool count_fits(const GroupedView<Layout>& v, cuda::std::int64_t before, cuda::std::int64_t m) {
+  return m >= 0 && (Layout::placement::packed ? before + m : m) <= v.max_tokens && m % v.count_alignment() == 0;
+}
+
 /// Where each group's rows start in the token space (exclusive prefix sums for packed
 /// placement, g * max_tokens for capacity-padded) and the first group whose count the view
 /// cannot hold: negative, beyond max_tokens, or off the packed alignment. Returns -1 when
@@ -65,8 +72,7 @@ PAGESTASH_HOST_DEVICE cuda::std::int32_t plan_groups(const GroupedView<Layout>& 
   cuda::std::int64_t next = 0;
   for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
     const cuda::std::int64_t m = counts[g];
-    const bool fits = m >= 0 && (packed ? next + m : m) <= v.max_tokens && m % v.count_alignment() == 0;
-    if (!fits && first_bad < 0) first_bad = g;
+    if (!count_fits(v, next, m) && first_bad < 0) first_bad = g;
     if (group_rows != nullptr) group_rows[g] = packed ? next : g * v.max_tokens;
     next += m;
   }

@@ -55,23 +55,19 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
   for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) rec.counts[g] = v.counts[g];
   team.sync();
 
-  RecordError error = RecordError::none;
-  WorkTotals totals{};
+  // The count check and the plan, by the whole team (block scans over groups and segments).
+  const cuda::std::int32_t first_bad = first_bad_group(team, v, rec.counts);
+  RecordError error = first_bad >= 0 ? RecordError::bad_counts : RecordError::none;
+  WorkTotals totals{};  // a stash that fails on its counts holds nothing
+  if (error == RecordError::none)
+    totals = plan_work_on_team<Traits>(team, v, rec.counts, false, tile_shift_for(pool.page_shift), rec.items);
   if (team.leader()) {
-    h.stream_bytes = h.live_bytes = 0;  // a stash that fails on its counts holds nothing
-    h.first_bad_group = plan_groups(v, rec.counts, nullptr);
-    if (h.first_bad_group >= 0) {
-      error = RecordError::bad_counts;
-    } else {
-      totals = plan_work<Traits>(v, rec.counts, false, rec.items, tile_shift_for(pool.page_shift));
-      h.tiles = totals.tiles;
-      h.items = totals.items;
-      h.stream_bytes = totals.stream_bytes;
-      h.live_bytes = totals.live_bytes;
-    }
+    h.first_bad_group = first_bad;
+    h.tiles = totals.tiles;
+    h.items = totals.items;
+    h.stream_bytes = totals.stream_bytes;
+    h.live_bytes = totals.live_bytes;
   }
-  error = team.share(error);
-  totals = team.share(totals);
   const cuda::std::int64_t need = (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
   Taken taken{TakeResult::taken, 0, 0};
   if (error == RecordError::none) {
@@ -102,15 +98,18 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   RecordError error = RecordError::none;
   if (team.leader()) {
     error = check_holds_pages(pool, h);
-    if (error == RecordError::none) {
-      const WorkTotals totals = plan_work<Traits>(dest, rec.counts, zero_tail, rec.items, tile_shift_for(pool.page_shift));
-      h.tiles = totals.tiles;
-      h.items = totals.items;
-    }
     h.error = error;
     if (error != RecordError::none) raise_overflow(pool);
   }
   error = team.share(error);
+  if (error == RecordError::none) {
+    const WorkTotals totals =
+        plan_work_on_team<Traits>(team, dest, rec.counts, zero_tail, tile_shift_for(pool.page_shift), rec.items);
+    if (team.leader()) {
+      h.tiles = totals.tiles;
+      h.items = totals.items;
+    }
+  }
   if (error == RecordError::none) copy_kept<Traits>(team, dest, rec, false);
   team.sync();
   return error == RecordError::none;

@@ -145,6 +145,68 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
   return plan_segments<Traits>(v, SegmentsAt{counts}, zero_tail, items, tile_shift);
 }
 
+/// plan_groups's answer (the first group whose count the view cannot hold, or -1), found by
+/// the whole team: threads take groups rank, rank + size, ...; the packed prefix is a team
+/// scan. Every thread gets the answer.
+template <class Layout, class Team>
+PAGESTASH_HOST_DEVICE cuda::std::int32_t first_bad_group(const Team& team, const GroupedView<Layout>& v,
+                                                         const cuda::std::int32_t* counts) {
+  cuda::std::int64_t before = 0;  // tokens of the chunks done
+  for (cuda::std::int32_t base = 0; base < v.groups; base += team.size()) {
+    const cuda::std::int32_t g = base + team.rank();
+    const cuda::std::int64_t m = g < v.groups ? counts[g] : 0;
+    cuda::std::int64_t chunk_tokens = 0, bad_groups = 0, first_plus_one = 0;
+    const cuda::std::int64_t next = before + team.exclusive_sum(m, chunk_tokens);
+    const bool bad = g < v.groups && !count_fits(v, next, m);
+    const cuda::std::int64_t bad_before = team.exclusive_sum(bad ? 1 : 0, bad_groups);
+    team.exclusive_sum(bad && bad_before == 0 ? g + 1 : 0, first_plus_one);  // one thread adds, all read
+    if (bad_groups > 0) return static_cast<cuda::std::int32_t>(first_plus_one - 1);
+    before += chunk_tokens;
+  }
+  return -1;
+}
+
+/// plan_work by the whole team, item for item the same plan: threads take items rank,
+/// rank + size, ... (in plan_segments's order: kind, role, segment); stream offsets and
+/// first tiles are team scans. Every thread gets the totals.
+template <class Traits, class Team>
+PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const GroupedView<typename Traits::layout>& v,
+                                                   const cuda::std::int32_t* counts, bool zero_tail, int tile_shift,
+                                                   WorkItem* items) {
+  auto segments_of = [&](BufferRole role) -> cuda::std::int32_t {
+    return handling_of<Traits>(role) == Handling::paged ? v.geometry(role).segment_count() : 0;
+  };
+  const cuda::std::int32_t data_segments = segments_of(BufferRole::data);
+  const cuda::std::int32_t per_kind = data_segments + segments_of(BufferRole::scales);
+  WorkTotals t{};
+  t.items = per_kind * (zero_tail ? 2 : 1);
+  for (cuda::std::int32_t base = 0; base < t.items; base += team.size()) {
+    const cuda::std::int32_t i = base + team.rank();
+    const bool mine = i < t.items;
+    const cuda::std::int32_t j = mine ? i % per_kind : 0;
+    const auto kind = mine && i >= per_kind ? WorkKind::zero : WorkKind::copy;
+    const auto role = j < data_segments ? BufferRole::data : BufferRole::scales;
+    Segment seg{};
+    PAGESTASH_UNROLL
+    for (int r = 0; r < 2; ++r)  // a constant role for geometry(): no struct indexed at run time
+      if (mine && static_cast<int>(role) == r)
+        seg = v.geometry(static_cast<BufferRole>(r)).segment(j < data_segments ? j : j - data_segments, counts);
+    const cuda::std::int64_t bytes = seg.lines * item_line_bytes(seg, kind);
+    const bool copy = mine && kind == WorkKind::copy;
+    cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
+    const cuda::std::int64_t stream =
+        t.stream_bytes + team.exclusive_sum(copy ? ceil_div(bytes, stream_alignment) * stream_alignment : 0, chunk_stream);
+    team.exclusive_sum(copy ? bytes : 0, chunk_live);
+    const cuda::std::int64_t tiles = mine ? tiles_on_grid(copy ? stream : 0, bytes, tile_shift) : 0;
+    const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
+    if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
+    t.stream_bytes += chunk_stream;
+    t.live_bytes += chunk_live;
+    t.tiles += chunk_tiles;
+  }
+  return t;
+}
+
 /// Everything the tiles of a plan need, trivially copyable (a kernel argument or a host local).
 struct TileWork {
   unsigned char* data;    ///< of the view being stashed or restored

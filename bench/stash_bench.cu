@@ -697,8 +697,12 @@ void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
   const double reload = median_seconds([&] { return time_op<L>(Op::reload, pool, rec, tensor, events.get()); });
   auto rate = [](int64_t bytes, double s) { return 2.0 * static_cast<double>(bytes) / s / 1e9; };
   const double copy_rate = rate(plan.live_bytes, copy);
-  std::printf("%-12s %-16s %5lld %9.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f\n", fs.name, recipe,
-              static_cast<long long>(mean), static_cast<double>(plan.live_bytes) / (1 << 20),
+  double buffers = 0;  // how sparse the live bytes are: what a stash reads from
+  for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales})
+    if (ps::handling_of<Tr>(role) == ps::Handling::paged) buffers += static_cast<double>(v.buffer_bytes(role));
+  std::printf("%-12s %-16s %5lld %4lld %9.2f %7.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f\n", fs.name, recipe,
+              static_cast<long long>(mean), static_cast<long long>(v.max_tokens), static_cast<double>(plan.live_bytes) / (1 << 20),
+              buffers / static_cast<double>(plan.live_bytes),
               static_cast<double>(plan.stream_bytes) / static_cast<double>(plan.live_bytes),
               static_cast<double>(pages * cfg.page_bytes) / static_cast<double>(plan.live_bytes), copy_rate,
               rate(plan.stream_bytes, stash), rate(plan.stream_bytes, stash) / copy_rate, rate(plan.stream_bytes, reload),
@@ -712,12 +716,13 @@ using Nvfp4Compact = ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::
 /// The fine-grained table: both shapes, every recipe, means of 32 to 256 tokens per expert.
 void print_fine_grained() {
   const char* copy = g_gpu ? "memcpy D2D" : "memcpy";
-  std::printf("\nfine-grained MoE: capacity-padded [experts, 2 x mean, hidden], Dirichlet(1) counts (seeded), 64 KiB pages;\n"
+  std::printf("\nfine-grained MoE: capacity-padded [experts, cap, hidden] with cap = 2 x mean rounded up to the layout's\n"
+              "granule, Dirichlet(1) counts (seeded), 64 KiB pages; buffer/live: bytes of the paged buffers per live byte;\n"
               "GB/s = bytes read + written; x = ratio to one %s of the live bytes in the same run (%s)\n",
               copy, g_gpu ? "CUDA executor" : "host executor, one thread");
-  std::printf("%-12s %-16s %5s %9s %8s %8s %8s %8s %6s %8s %6s\n", "shape", "recipe", "mean", "live MiB", "stream/", "pages/",
-              copy, "stash", "x", "reload", "x");
-  std::printf("%-12s %-16s %5s %9s %8s %8s\n", "", "", "", "", "live", "live");
+  std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s\n", "shape", "recipe", "mean", "cap", "live MiB",
+              "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x");
+  std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s\n", "", "", "", "", "", "live", "live", "live");
   for (const FineShape& fs : {kDeepSeekV3, kQwen3Moe}) {
     for (int64_t mean : {32, 64, 128, 256}) {
       fine_row<Bf16>("bf16", fs, mean);

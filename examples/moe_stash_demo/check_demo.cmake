@@ -53,7 +53,7 @@ if(forced_overflows EQUAL 0 OR forced_lost EQUAL 0)
   message(FATAL_ERROR "a pool factor of 0.5 should overflow: ${forced_overflows} overflows, ${forced_lost} lost")
 endif()
 
-foreach(_bad "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
+foreach(_bad "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
   execute_process(COMMAND "${DEMO}" ${_bad} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
   if(NOT _rc EQUAL 2 OR NOT _err MATCHES "moe_stash_demo: ")
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")

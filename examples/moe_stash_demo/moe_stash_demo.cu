@@ -91,7 +91,13 @@ Options parse(int argc, char** argv) {
     } else {
       throw UsageError(flag + ": missing value");
     }
-    if (flag == "--recipes") o.recipes = split(value);
+    if (flag == "--shape") {
+      // Fine-grained MoE layers, one rank's experts; later flags override. Both have a mean
+      // of 128 tokens per expert (tokens x topk / experts).
+      if (value == "deepseek-v3") o.hidden = 7168, o.experts = 32, o.topk = 8, o.tokens = 512;  // 256 experts at 8-way EP
+      else if (value == "qwen3-moe") o.hidden = 2048, o.experts = 128, o.topk = 8, o.tokens = 2048;
+      else throw UsageError("--shape: unknown shape '" + value + "' (deepseek-v3, qwen3-moe)");
+    } else if (flag == "--recipes") o.recipes = split(value);
     else if (flag == "--layers") o.layers = parse_number<int>(flag, value);
     else if (flag == "--experts") o.experts = parse_number<int>(flag, value);
     else if (flag == "--microbatches") o.microbatches = parse_number<int>(flag, value);
@@ -544,7 +550,7 @@ int main(int argc, char** argv) {
     o = parse(argc, argv);
   } catch (const UsageError& e) {
     if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
-    std::fprintf(stderr, "usage: moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] [--experts N] "
+    std::fprintf(stderr, "usage: moe_stash_demo [--shape deepseek-v3|qwen3-moe] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] [--experts N] "
                          "[--microbatches N] [--tokens N] [--topk N] [--hidden N] [--capacity-factor X | --capacity N] "
                          "[--pool-factor X] [--spill-factor X] [--page-kib N] [--schedule lifo|1f1b|both] [--seed N] "
                          "[--executor auto|host|cuda] [--json]\n");

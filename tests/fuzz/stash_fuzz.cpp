@@ -34,7 +34,8 @@ using namespace pagestash_test;
 
 void fuzz_engine(FuzzedDataProvider& in) {
   EngineCase c;
-  c.page_shift = in.ConsumeIntegralInRange(8, 13);
+  c.page_shift = in.ConsumeIntegralInRange(8, 17);
+  c.executor_tile_shift = in.ConsumeBool() ? ps::host_tile_shift : ps::device_tile_shift;
   c.lanes = in.ConsumeIntegralInRange(1, 32);
   c.zero_tail = in.ConsumeBool();
   c.base_misalign = in.ConsumeIntegralInRange(0u, 15u);

@@ -65,7 +65,7 @@ TEST_CASE("copy engine: one tile covers hundreds of short lines") {
   ps::detail::TileWork w{};
   w.items = items.data();
   w.item_count = t.items;
-  w.tile_shift = ps::tile_shift_for(c.page_shift);
+  w.tile_shift = ps::tile_shift_for(c.page_shift, c.executor_tile_shift);
   w.pool.page_bytes = 1 << 16;
   w.pool.page_shift = 16;
   std::vector<unsigned char> fake_arena(1 << 16);

@@ -68,8 +68,9 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   cuda::std::int32_t verdict = verdict_skip;
   if (arrival == Arrival::planner) {
     bool copy = false;
-    if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec);
-    if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail);
+    const int tile_shift = tile_shift_for(pool.page_shift, device_tile_shift);
+    if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec, tile_shift);
+    if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail, tile_shift);
     if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
     verdict = copy ? verdict_copy : verdict_skip;
     team.publish();  // the header and plan, by every thread, before the verdict

@@ -61,6 +61,7 @@ struct RecordHeader {
   cuda::std::int64_t live_bytes;
   cuda::std::int64_t tiles;  ///< of the current operation's plan
   cuda::std::int32_t items;
+  cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
   LaunchWords launch;
 };
 
@@ -102,10 +103,10 @@ struct WorkBounds {
 /// packed placements, may take different counts for data and scales); a reload's zeroing is
 /// largest with every count 0.
 template <class Traits>
-WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = tile_shift_max) {
+WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = device_tile_shift) {
   if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
-  const int tile_shift = tile_shift_for(page_shift);
+  const int tile_shift = tile_shift_for(page_shift, device_tile_shift);  // the smaller tiles: the most of them
   const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr, tile_shift);
   const WorkBounds bounds{most.stream_bytes,
                           most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr, tile_shift).tiles};

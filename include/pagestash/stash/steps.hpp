@@ -42,7 +42,8 @@ PAGESTASH_HOST_DEVICE inline RecordError check_holds_pages(const PoolRef& pool, 
 /// buffers. Returns whether the tiles are to be copied.
 template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
-                                       const GroupedView<typename Traits::layout>& v, const RecordRef& rec) {
+                                       const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
+                                       int tile_shift) {
   RecordHeader& h = *rec.header;
   if (team.share(check_holds_pages(pool, h) == RecordError::none)) {  // would lose its pages
     if (team.leader()) {
@@ -60,9 +61,10 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
   RecordError error = first_bad >= 0 ? RecordError::bad_counts : RecordError::none;
   WorkTotals totals{};  // a stash that fails on its counts holds nothing
   if (error == RecordError::none)
-    totals = plan_work_on_team<Traits>(team, v, rec.counts, false, tile_shift_for(pool.page_shift), rec.items);
+    totals = plan_work_on_team<Traits>(team, v, rec.counts, false, tile_shift, rec.items);
   if (team.leader()) {
     h.first_bad_group = first_bad;
+    h.tile_shift = tile_shift;
     h.tiles = totals.tiles;
     h.items = totals.items;
     h.stream_bytes = totals.stream_bytes;
@@ -93,7 +95,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
 template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
                                         const GroupedView<typename Traits::layout>& dest, const RecordRef& rec,
-                                        bool zero_tail) {
+                                        bool zero_tail, int tile_shift) {
   RecordHeader& h = *rec.header;
   RecordError error = RecordError::none;
   if (team.leader()) {
@@ -104,8 +106,9 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   error = team.share(error);
   if (error == RecordError::none) {
     const WorkTotals totals =
-        plan_work_on_team<Traits>(team, dest, rec.counts, zero_tail, tile_shift_for(pool.page_shift), rec.items);
+        plan_work_on_team<Traits>(team, dest, rec.counts, zero_tail, tile_shift, rec.items);
     if (team.leader()) {
+      h.tile_shift = tile_shift;
       h.tiles = totals.tiles;
       h.items = totals.items;
     }
@@ -150,7 +153,7 @@ PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<
   w.item_count = rec.header->items;
   w.page_ids = rec.page_ids;
   w.pool = pool;
-  w.tile_shift = tile_shift_for(pool.page_shift);
+  w.tile_shift = rec.header->tile_shift;
   w.to_pages = to_pages;
   return w;
 }

@@ -46,7 +46,7 @@ struct SerialTeam {
 };
 
 #if defined(__CUDACC__)
-/// The threads of one block, block_threads of them (the kernels' launch size).
+/// The threads of one block, BlockThreads of them (the kernels launch threads_per_block).
 template <int BlockThreads>
 struct BlockTeam {
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }

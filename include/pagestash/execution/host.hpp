@@ -20,7 +20,7 @@ struct ReloadOptions {
 namespace detail {
 
 /// log2 of the host executor's tile size on `pool`.
-inline int host_tiles(const PagePool& pool) { return tile_shift_for(pool.ref().page_shift, host_tile_shift); }
+inline int tile_shift_on_host(const PagePool& pool) { return tile_shift_for(pool.ref().page_shift, host_tile_shift); }
 
 /// Every tile of the plan, split over the executor's threads in consecutive ranges.
 inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
@@ -47,7 +47,7 @@ template <class Traits>
 void stash(const HostExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {
   detail::check_stash(ex.memory, pool, view, rec);
-  if (detail::begin_stash<Traits>(detail::SerialTeam{}, pool.ref(), view, rec.ref(), detail::host_tiles(pool)))
+  if (detail::begin_stash<Traits>(detail::SerialTeam{}, pool.ref(), view, rec.ref(), detail::tile_shift_on_host(pool)))
     detail::run_tiles_on_host(ex, detail::tile_work<Traits>(pool.ref(), view, rec.ref(), true), rec.ref().header->tiles);
 }
 
@@ -58,7 +58,7 @@ void reload(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
   detail::check_reload(ex.memory, pool, rec, dest);
   if (!detail::begin_reload<Traits>(detail::SerialTeam{}, pool.ref(), dest, rec.ref(), options.zero_tail,
-                                    detail::host_tiles(pool)))
+                                    detail::tile_shift_on_host(pool)))
     return;
   detail::run_tiles_on_host(ex, detail::tile_work<Traits>(pool.ref(), dest, rec.ref(), false), rec.ref().header->tiles);
   detail::end_reload(detail::SerialTeam{}, pool.ref(), rec.ref());

@@ -101,7 +101,7 @@ struct WorkBounds {
 /// Bounds for a tensor of `shape`'s shape in pages of 2^page_shift bytes: stream bytes grow
 /// with each segment, so the largest stash has every segment at its largest (which, for
 /// packed placements, may take different counts for data and scales); a reload's zeroing is
-/// largest with every count 0.
+/// largest with every count 0. The default page_shift stands for pages no smaller than a tile.
 template <class Traits>
 WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = device_tile_shift) {
   if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");

@@ -10,7 +10,7 @@
 // The work: a list of items, one per (paged buffer, segment, kind). A `copy` item moves the
 // live runs of a segment between the buffer and the stream; a `zero` item (reload with
 // zero_tail) clears the dead rest of each line. An item's bytes, its runs end to end, are
-// cut into tiles: a copy item's on the stream's grid of tile_size bytes (so a tile never
+// cut into tiles: a copy item's on the stream's grid of 2^tile_shift bytes (so a tile never
 // straddles a page, and its page is looked up once), a zero item's from its own start. A
 // tile may cover part of one long line or many short ones. Item k owns tiles
 // [first_tile(k), first_tile(k + 1)); a tile is the unit one warp (or host thread) moves.

@@ -248,6 +248,15 @@ struct Emulator {
     ps::detail::check_pool_and_record("discard", ps::MemorySpace::host, pool, rec);
     launch<Tr, ps::detail::Operation::discard>(pool, rec.shape(), rec, false);
   }
+  /// The report kernel is one block of 32 threads: write_report over its team.
+  void report(const ps::PagePool& pool, ps::PoolReport* dst) const {
+    LaunchShape one = shape;
+    one.blocks = 1;
+    one.threads = 32;
+    one.slots = 1;
+    const ps::PoolRef ref = pool.ref();
+    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::write_report(ctx.team, ref, dst); });
+  }
   /// The reset kernel is one block: its body is reset_pool over the block's team.
   void reset(ps::PagePool& pool) const {
     LaunchShape one = shape;

@@ -239,12 +239,15 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
   std::deque<std::size_t> stashed;  // in stash order
   std::vector<std::size_t> idle = {0, 1, 2, 3, 4, 5};
   std::int64_t device_free = cfg.device_pages, host_free = cfg.host_pages;
-  bool overflow = false;
+  bool overflow = false;  // capacity
+  bool error = false;     // misuse (here: bad counts)
   int checked = 0;
 
   auto check_pool = [&] {
     const ps::PoolStats st = pool.stats();
     CHECK(st.overflow == overflow);
+    CHECK(st.error == error);
+    CHECK(st.flags.bad_counts == (error ? 1 : 0));
     CHECK(st.device_pages_free == device_free);
     CHECK(st.host_pages_free == host_free);
     check_page_invariant(pool, records, stashed);
@@ -277,7 +280,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
         CHECK(st.error == ps::RecordError::bad_counts);
         CHECK(st.pages == 0);
         CHECK(st.live_bytes == 0);
-        overflow = true;
+        error = true;
       } else if (overflow) {
         CHECK(st.state == ps::RecordState::overflowed);
         CHECK(st.error == ps::RecordError::pool_overflow);
@@ -334,7 +337,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
     check_pool();
     ++checked;
 
-    if (overflow) {
+    if (overflow || error) {
       // What a trainer does: the records of the failed step are dropped, the pool is reset.
       // A reload of a record stashed before the reset is refused and leaves dest alone.
       if (!stashed.empty()) {
@@ -350,10 +353,11 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       stashed.clear();
       device_free = cfg.device_pages;
       host_free = cfg.host_pages;
-      overflow = false;
+      overflow = error = false;
       // Stale records hold no pages of the new generation.
       const ps::PoolStats st = pool.stats();
       CHECK(!st.overflow);
+      CHECK(!st.error);
       CHECK(st.device_pages_free == device_free);
       CHECK(pool.free_pages().size() == static_cast<std::size_t>(cfg.device_pages + cfg.host_pages));
     }

@@ -292,7 +292,9 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
   const ps::RecordStatus during = rec.status();
   CHECK(during.refused_blocks == 3);
   CHECK(during.launch_in_flight);
-  CHECK(pool.stats().overflow);
+  CHECK(pool.stats().error);
+  CHECK(pool.stats().flags.refused_launch == 1);
+  CHECK(!pool.stats().overflow);
   held.release.set_value();
   in_flight.join();
 
@@ -318,7 +320,8 @@ TEST_CASE("emulated grid: a record whose last launch never finished refuses ever
   CHECK(st.refused_blocks == LaunchShape{}.blocks);
   CHECK(st.state == ps::RecordState::empty);
   CHECK(st.launch_in_flight);
-  CHECK(pool.stats().overflow);
+  CHECK(pool.stats().error);
+  CHECK(pool.stats().flags.refused_launch == 1);
 }
 
 TEST_CASE("emulated grid: blocks claim tiles as they come, so the first block does all the work of late ones") {

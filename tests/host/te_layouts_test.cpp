@@ -388,5 +388,6 @@ TEST_CASE("a stash of the worked example restores TE's padded layout bit for bit
   CHECK(tight_record.status().state == ps::RecordState::failed);
   CHECK(tight_record.status().error == ps::RecordError::bad_counts);
   CHECK(tight_record.status().first_bad_group == 0);
-  CHECK(pool.stats().overflow);
+  CHECK(pool.stats().error);
+  CHECK(pool.stats().flags.bad_counts == 1);
 }

@@ -42,6 +42,11 @@ __global__ void __launch_bounds__(threads_per_block) reset_kernel(PoolRef pool) 
   reset_pool(BlockTeam<threads_per_block>{}, pool);
 }
 
+template <int Unused = 0>
+__global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolReport* dst) {
+  write_report(BlockTeam<32>{}, pool, dst);
+}
+
 /// Blocks of `kernel` that fit on the current device at once. Queried once per kernel and
 /// device (the first launch), so that later launches pay no occupancy query.
 template <class Traits, Operation Op>
@@ -105,6 +110,18 @@ template <class Traits>
 void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
   detail::check_pool_and_record("discard", ex.memory, pool, rec);
   detail::launch<Traits, detail::Operation::discard>(ex, pool, rec.shape(), rec, false, 0);
+}
+
+/// Enqueues a write of the pool's flags and counters into *dst (the caller's memory: pinned,
+/// mapped or device) on the executor's stream. It sees every operation enqueued before it
+/// on that stream (and whatever operations on other streams have done by then); read *dst
+/// on the host after an event on the stream. No synchronisation, no allocation: it can be
+/// captured in a graph. One small kernel.
+inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst) {
+  if (pool.space() != ex.memory) detail::invalid_call("report", "the pool is in host memory; use pagestash::host");
+  if (dst == nullptr) detail::invalid_call("report", "dst is null");
+  detail::report_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref(), dst);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 
 /// Enqueues a reset of the pool: every page free, flags and statistics cleared. Nothing

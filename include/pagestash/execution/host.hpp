@@ -71,6 +71,14 @@ void discard(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
   detail::discard_pages(detail::SerialTeam{}, pool.ref(), rec.ref());
 }
 
+/// Writes the pool's flags and counters into *dst (see PoolReport). Synchronous, like every
+/// host operation; operations on other threads may run meanwhile.
+inline void report(const HostExecutor& ex, const PagePool& pool, PoolReport* dst) {
+  if (pool.space() != ex.memory) detail::invalid_call("report", "the pool is in device memory; use pagestash::on(stream)");
+  if (dst == nullptr) detail::invalid_call("report", "dst is null");
+  detail::write_report(detail::SerialTeam{}, pool.ref(), dst);
+}
+
 /// Frees every page, clears the flags and statistics; records stashed before become stale.
 /// No operation may be in flight on the pool.
 inline void reset(const HostExecutor& ex, PagePool& pool) {

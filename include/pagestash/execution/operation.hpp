@@ -8,7 +8,7 @@
 //   arrival  each block's leader tries to take the record for this launch's epoch
 //            (compare-exchange owner: 0 -> epoch). The block that takes it plans; a block
 //            that finds the same epoch joins; a block that finds another epoch refuses
-//            (counted in `refused`, overflow raised) and leaves: never a hang.
+//            (counted in `refused`, the error flag raised) and leaves: never a hang.
 //   verdict  the planner runs begin_* and publishes copy / skip; the others wait for it.
 //   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
 //            or a grid smaller than the device, leaves no tail); each warp moves a run of
@@ -59,7 +59,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     } else if (owner != epoch) {
       arrival = Arrival::refused;
       device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
-      raise_overflow(pool);
+      raise_error(pool, ErrorKind::refused_launch);
     }
   }
   arrival = team.share(arrival);

@@ -11,17 +11,18 @@
 // host threads; the argument is in docs/design.md, "Memory ordering".
 
 #include <pagestash/detail/team.hpp>
+#include <pagestash/pool/flags.hpp>
 
 #include <cuda/std/cstdint>
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The pool's counters, in the pool's memory. `lock`, `overflow`, `generation` and
-/// `failures` are accessed atomically; the rest only under `lock`.
+/// The pool's counters, in the pool's memory, the flags first (their address is API). The
+/// flags, `lock`, `generation`, `overflows` and `errors` are accessed atomically; the rest
+/// only under `lock`. Stashes do nothing while `flags.overflow` is set.
 struct PoolCounters {
+  PoolFlags flags;
   cuda::std::int32_t lock;
-  cuda::std::int32_t overflow;    ///< sticky until reset: stashes do nothing while set
-  cuda::std::int32_t host_spill;  ///< sticky until reset
   cuda::std::int32_t generation;  ///< bumped by reset; a record stashed before it is stale
   cuda::std::int64_t device_free;  ///< ids on the device stack
   cuda::std::int64_t host_free;    ///< ids on the host stack
@@ -31,7 +32,8 @@ struct PoolCounters {
   cuda::std::int64_t peak_live_bytes;
   cuda::std::int64_t stashes;
   cuda::std::int64_t reloads;
-  cuda::std::int64_t failures;
+  cuda::std::int64_t overflows;
+  cuda::std::int64_t errors;
 };
 
 /// A trivially copyable handle on a pool, passed by value to kernels.
@@ -69,15 +71,23 @@ PAGESTASH_HOST_DEVICE void unlock_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) device_atomic<cuda::std::int32_t>(pool.counters->lock).store(0, cuda::std::memory_order_release);
 }
 
-/// Records an operation that did nothing: sets the sticky overflow flag and counts a
-/// failure. Plain atomics, no lock.
+/// Records an operation that did nothing for want of room: sets the sticky overflow flag
+/// and counts it. Plain atomics, no lock.
 PAGESTASH_HOST_DEVICE inline void raise_overflow(const PoolRef& pool) {
-  device_atomic<cuda::std::int32_t>(pool.counters->overflow).store(1, cuda::std::memory_order_relaxed);
-  device_atomic<cuda::std::int64_t>(pool.counters->failures).fetch_add(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int32_t>(pool.counters->flags.overflow).store(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int64_t>(pool.counters->overflows).fetch_add(1, cuda::std::memory_order_relaxed);
+}
+
+/// Records an operation refused as misuse: sets the sticky error flag and its kind's, and
+/// counts it. Plain atomics, no lock.
+PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, ErrorKind kind) {
+  device_atomic<cuda::std::int32_t>(flag_of(pool.counters->flags, kind)).store(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int32_t>(pool.counters->flags.error).store(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int64_t>(pool.counters->errors).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
 PAGESTASH_HOST_DEVICE inline bool overflow_raised(const PoolRef& pool) {
-  return device_atomic<cuda::std::int32_t>(pool.counters->overflow).load(cuda::std::memory_order_relaxed) != 0;
+  return device_atomic<cuda::std::int32_t>(pool.counters->flags.overflow).load(cuda::std::memory_order_relaxed) != 0;
 }
 
 enum class TakeResult : cuda::std::int32_t { taken = 0, overflow_set = 1, pool_full = 2 };
@@ -108,11 +118,11 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
       if (from_host > c.host_free) {
         t.result = TakeResult::pool_full;
         // At once, so that a stash racing with this one skips too.
-        device_atomic<cuda::std::int32_t>(c.overflow).store(1, cuda::std::memory_order_relaxed);
+        device_atomic<cuda::std::int32_t>(c.flags.overflow).store(1, cuda::std::memory_order_relaxed);
       } else {
         c.device_free -= t.device_pages;
         c.host_free -= from_host;
-        if (from_host > 0) c.host_spill = 1;
+        if (from_host > 0) device_atomic<cuda::std::int32_t>(c.flags.host_spill).store(1, cuda::std::memory_order_relaxed);
         const cuda::std::int64_t used = pool.device_pages + pool.host_pages - c.device_free - c.host_free;
         const cuda::std::int64_t device_used = pool.device_pages - c.device_free;
         c.peak_used = used > c.peak_used ? used : c.peak_used;
@@ -163,6 +173,39 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
     } else {
       pool.host_stack[host_top + i - device_pages] = ids[i];
     }
+  }
+  unlock_pool(team, pool);
+}
+
+/// The flags, read one word at a time (other teams raise them with atomics, without the lock).
+PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
+  PoolFlags& f = pool.counters->flags;
+  auto load = [](cuda::std::int32_t& x) { return device_atomic<cuda::std::int32_t>(x).load(cuda::std::memory_order_relaxed); };
+  return PoolFlags{load(f.overflow),  load(f.error),       load(f.host_spill), load(f.bad_counts),
+                   load(f.still_stashed), load(f.not_stashed), load(f.stale),      load(f.refused_launch)};
+}
+
+/// Writes the flags and counters into `dst` (the caller's memory), the counters under the
+/// lock so that they are one snapshot.
+template <class Team>
+PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolReport* dst) {
+  lock_pool(team, pool);
+  if (team.leader()) {
+    const PoolCounters& c = *pool.counters;
+    PoolReport r{};
+    r.flags = load_flags(pool);
+    r.overflows = device_atomic<cuda::std::int64_t>(pool.counters->overflows).load(cuda::std::memory_order_relaxed);
+    r.errors = device_atomic<cuda::std::int64_t>(pool.counters->errors).load(cuda::std::memory_order_relaxed);
+    r.stashes = c.stashes;
+    r.reloads = c.reloads;
+    r.device_pages_free = c.device_free;
+    r.host_pages_free = c.host_free;
+    r.peak_pages_used = c.peak_used;
+    r.peak_device_pages_used = c.peak_device_used;
+    r.live_bytes = c.live_bytes;
+    r.peak_live_bytes = c.peak_live_bytes;
+    r.generation = device_atomic<cuda::std::int32_t>(pool.counters->generation).load(cuda::std::memory_order_relaxed);
+    *dst = r;
   }
   unlock_pool(team, pool);
 }

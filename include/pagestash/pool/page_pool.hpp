@@ -51,6 +51,11 @@ class PagePool {
   std::uint64_t id() const { return id_; }
   /// The handle executors pass to their steps.
   const PoolRef& ref() const { return ref_; }
+  /// The pool's flags where the operations write them (device memory for a device pool), for
+  /// the caller's kernels, collectives or conditional graph nodes: 8 int32 words, each 0 or
+  /// 1, sticky until reset (pool/flags.hpp). Read them in stream order after the step's
+  /// operations; writing 1 into a field (as an all-reduce does) raises it.
+  PoolFlags* flags() const { return &ref_.counters->flags; }
 
   /// Reads the flags and counters back. For a device pool this synchronises the whole
   /// device first (cudaDeviceSynchronize); for a host pool no operation may be in flight.
@@ -58,8 +63,10 @@ class PagePool {
     const PoolCounters c = read_counters();
     PoolStats s;
     s.config = config_;
-    s.overflow = c.overflow != 0;
-    s.host_spill = c.host_spill != 0;
+    s.overflow = c.flags.overflow != 0;
+    s.error = c.flags.error != 0;
+    s.host_spill = c.flags.host_spill != 0;
+    s.flags = c.flags;
     s.device_pages_free = c.device_free;
     s.host_pages_free = c.host_free;
     s.peak_pages_used = c.peak_used;
@@ -69,7 +76,9 @@ class PagePool {
     s.generation = c.generation;
     s.stashes = c.stashes;
     s.reloads = c.reloads;
-    s.failures = c.failures;
+    s.overflows = c.overflows;
+    s.errors = c.errors;
+    s.failures = c.overflows + c.errors;
     return s;
   }
 

@@ -39,7 +39,7 @@ enum class RecordError : cuda::std::int32_t {
 /// block to do so plans and publishes `verdict`; blocks claim tiles from `next_tile`; the
 /// last block to finish clears the words and releases `owner`. A block of another launch
 /// that finds `owner` taken refuses: it counts itself in `refused`, raises the pool's
-/// overflow flag and does nothing, so that an overlapping or never-finished launch is
+/// error flag (refused_launch) and does nothing, so that an overlapping or never-finished launch is
 /// reported, never a hang.
 struct alignas(128) LaunchWords {
   cuda::std::uint32_t owner;
@@ -85,7 +85,7 @@ struct RecordStatus {
   std::int64_t stream_bytes = 0;
   std::int64_t live_bytes = 0;
   /// Blocks of launches refused because another launch on the record was in flight (or
-  /// never finished): each such launch did nothing and raised the pool's overflow flag.
+  /// never finished): each such launch did nothing and raised the pool's error flag (refused_launch).
   std::int32_t refused_blocks = 0;
   /// Whether a launch holds the record now (after a device sync: one that never finished).
   bool launch_in_flight = false;

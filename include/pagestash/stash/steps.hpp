@@ -3,8 +3,9 @@
 // executor runs `begin_*` on one team, then every tile of the plan (stash/copy.hpp), then
 // `end_reload`; the host executor does this on one CPU thread, the CUDA executor inside one
 // kernel launch. A step that cannot do its work records why in the record and, for stash
-// and reload, raises the pool's overflow flag: the step's results cannot be trusted and the
-// caller reruns it (docs/api.md, "Failures").
+// and reload, raises a pool flag: `overflow` when the pool had no room, `error` (and the
+// kind's flag) for misuse. Either way the step's results cannot be trusted and the caller
+// reruns it (pool/flags.hpp, docs/api.md "Failures").
 
 #include <pagestash/stash/copy.hpp>
 #include <pagestash/stash/record.hpp>
@@ -48,7 +49,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
   if (team.share(check_holds_pages(pool, h) == RecordError::none)) {  // would lose its pages
     if (team.leader()) {
       h.error = RecordError::still_stashed;
-      raise_overflow(pool);
+      raise_error(pool, ErrorKind::still_stashed);
     }
     team.sync();
     return false;
@@ -83,7 +84,8 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     h.generation = taken.generation;
     h.state = error == RecordError::none ? RecordState::stashed
                                          : (error == RecordError::bad_counts ? RecordState::failed : RecordState::overflowed);
-    if (error != RecordError::none) raise_overflow(pool);
+    if (error == RecordError::bad_counts) raise_error(pool, ErrorKind::bad_counts);
+    if (error == RecordError::pool_overflow) raise_overflow(pool);
   }
   if (error == RecordError::none) copy_kept<Traits>(team, v, rec, true);
   team.sync();
@@ -100,8 +102,14 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   RecordError error = RecordError::none;
   if (team.leader()) {
     error = check_holds_pages(pool, h);
-    h.error = error;
-    if (error != RecordError::none) raise_overflow(pool);
+    // A record whose stash overflowed or failed already raised its flag: reloading it (as a
+    // captured step does) is no new misuse, and its error keeps the first cause.
+    const bool stash_failed = h.state == RecordState::overflowed || h.state == RecordState::failed;
+    if (error != RecordError::none && !stash_failed) {
+      h.error = error;
+      raise_error(pool, error == RecordError::stale ? ErrorKind::stale : ErrorKind::not_stashed);
+    }
+    if (error == RecordError::none) h.error = error;
   }
   error = team.share(error);
   if (error == RecordError::none) {

@@ -1,0 +1,77 @@
+#pragma once
+// What a training loop acts on without a device-wide sync: the pool's sticky flags, in a
+// stable layout at the start of the pool's counters (PagePool::flags() points at them), and
+// the report an executor writes into the caller's memory (report()).
+//
+//   overflow  capacity: a stash found no room (or found the flag set and did nothing). The
+//             step's results cannot be trusted; rerun it without paging, or with a larger
+//             pool after reset.
+//   error     misuse: a bug to report (its kinds below). The operation did nothing; the
+//             step's results cannot be trusted either.
+//
+// Every field is 0 or 1 and sticky until reset, so that flags from several ranks combine
+// with a max (pagestash/nccl.cuh's agree() all-reduces them in place).
+
+#include <pagestash/config.hpp>
+
+#include <cuda/std/cstdint>
+
+PAGESTASH_NAMESPACE_BEGIN
+
+struct PoolFlags {
+  cuda::std::int32_t overflow;        ///< capacity: rerun the step without paging, or with a larger pool
+  cuda::std::int32_t error;           ///< misuse: any of the kinds below
+  cuda::std::int32_t host_spill;      ///< some stash used host pages (not a failure)
+  cuda::std::int32_t bad_counts;      ///< error: a stash found a count its view cannot hold
+  cuda::std::int32_t still_stashed;   ///< error: a stash into a record that still holds pages
+  cuda::std::int32_t not_stashed;     ///< error: a reload of a record that holds no pages
+  cuda::std::int32_t stale;           ///< error: a reload of a record stashed before a reset
+  cuda::std::int32_t refused_launch;  ///< error: a launch on a record with another launch in flight
+};
+static_assert(sizeof(PoolFlags) == 32, "PoolFlags is 8 int32 words: its layout is documented API");
+
+/// The kinds of misuse (each a PoolFlags field).
+enum class ErrorKind : cuda::std::int32_t { bad_counts, still_stashed, not_stashed, stale, refused_launch };
+
+/// The flag of one kind of misuse.
+PAGESTASH_HOST_DEVICE inline cuda::std::int32_t& flag_of(PoolFlags& f, ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::bad_counts: return f.bad_counts;
+    case ErrorKind::still_stashed: return f.still_stashed;
+    case ErrorKind::not_stashed: return f.not_stashed;
+    case ErrorKind::stale: return f.stale;
+    default: return f.refused_launch;
+  }
+}
+
+/// The flags and counters, as report() writes them into the caller's memory (pinned,
+/// mapped or device) in stream order: no device-wide sync, no allocation.
+struct PoolReport {
+  PoolFlags flags;
+  cuda::std::int64_t overflows;        ///< operations that found no room, or the overflow flag set
+  cuda::std::int64_t errors;           ///< operations refused as misuse
+  cuda::std::int64_t stashes;          ///< stashes that took pages
+  cuda::std::int64_t reloads;          ///< reloads and discards that returned pages
+  cuda::std::int64_t device_pages_free;
+  cuda::std::int64_t host_pages_free;
+  cuda::std::int64_t peak_pages_used;  ///< device + host pages held at once, at most
+  cuda::std::int64_t peak_device_pages_used;
+  cuda::std::int64_t live_bytes;       ///< bytes held in pages now
+  cuda::std::int64_t peak_live_bytes;
+  cuda::std::int32_t generation;       ///< resets so far
+};
+
+/// What every rank does after a step, from the flags all ranks agreed on.
+enum class StepDecision : cuda::std::int32_t {
+  keep = 0,                 ///< nothing failed: keep the step
+  rerun_without_paging = 1, ///< overflow somewhere: reset the pool, run the step again without paging (or with a larger pool)
+  report_error = 2,         ///< misuse somewhere: a bug; rerun to keep training, and report the kinds
+};
+
+/// The decision for agreed flags (misuse first: it is a bug even where capacity also ran out).
+PAGESTASH_HOST_DEVICE constexpr StepDecision decide(const PoolFlags& agreed) {
+  return agreed.error != 0 ? StepDecision::report_error
+                           : (agreed.overflow != 0 ? StepDecision::rerun_without_paging : StepDecision::keep);
+}
+
+PAGESTASH_NAMESPACE_END

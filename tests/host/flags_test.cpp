@@ -1,0 +1,263 @@
+// The pool's flags as a training loop uses them: capacity (overflow) apart from misuse
+// (error and its kinds), the report written into the caller's memory (host executor and
+// grid emulator), and a host analogue of ranks agreeing on the flags and rerunning a step
+// that overflowed on one of them.
+#include <doctest/doctest.h>
+
+#include "../common/grid_emulator.hpp"
+#include "../common/host_tensor.hpp"
+#include "../common/layout_list.hpp"
+#include "../common/stash_sequence.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+using namespace pagestash_test;
+using L = layouts::RuBf16Cap;
+using Tr = ps::StashTraits<L>;
+
+/// Random bytes into every buffer of t.
+void fill(HostTensor<L>& t, std::mt19937& rng) {
+  for (BufferRole role : all_roles) {
+    const std::vector<std::uint8_t> b = random_bytes(static_cast<std::size_t>(t.view.buffer_bytes(role)), rng);
+    std::copy(b.begin(), b.end(), t.bytes(role));
+  }
+}
+
+/// What each operation did to the flags: through the host executor, or the grid emulator.
+struct Ops {
+  bool emulated;
+  void stash(ps::PagePool& pool, const ps::GroupedView<L>& v, ps::StashRecord<Tr>& rec) const {
+    if (emulated) Emulator{}.stash(pool, v, rec);
+    else ps::stash(ps::host, pool, v, rec);
+  }
+  void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<L>& v) const {
+    if (emulated) Emulator{}.reload(pool, rec, v, false);
+    else ps::reload(ps::host, pool, rec, v);
+  }
+  ps::PoolReport report(const ps::PagePool& pool) const {
+    ps::PoolReport r;
+    std::memset(&r, 0xA5, sizeof(r));  // poisoned: every field must be written
+    if (emulated) Emulator{}.report(pool, &r);
+    else ps::report(ps::host, pool, &r);
+    return r;
+  }
+  void reset(ps::PagePool& pool) const {
+    if (emulated) Emulator{}.reset(pool);
+    else ps::reset(ps::host, pool);
+  }
+};
+
+/// The report against stats(), which reads the same counters another way.
+void check_report_matches(const ps::PoolReport& r, const ps::PagePool& pool) {
+  const ps::PoolStats s = pool.stats();
+  CHECK(std::memcmp(&r.flags, &s.flags, sizeof(ps::PoolFlags)) == 0);
+  CHECK(r.flags.overflow == (s.overflow ? 1 : 0));
+  CHECK(r.flags.error == (s.error ? 1 : 0));
+  CHECK(r.overflows == s.overflows);
+  CHECK(r.errors == s.errors);
+  CHECK(r.stashes == s.stashes);
+  CHECK(r.reloads == s.reloads);
+  CHECK(r.device_pages_free == s.device_pages_free);
+  CHECK(r.host_pages_free == s.host_pages_free);
+  CHECK(r.peak_pages_used == s.peak_pages_used);
+  CHECK(r.peak_device_pages_used == s.peak_device_pages_used);
+  CHECK(r.live_bytes == s.live_bytes);
+  CHECK(r.peak_live_bytes == s.peak_live_bytes);
+  CHECK(r.generation == s.generation);
+}
+
+TEST_CASE("flags: each kind of misuse raises error and its own flag, running out of pages raises overflow only") {
+  for (bool emulated : {false, true}) {
+    CAPTURE(emulated);
+    const Ops ops{emulated};
+    const auto shape = sequence_shape<L>(false);
+    std::mt19937 rng(5);
+    std::vector<std::int32_t> full(static_cast<std::size_t>(shape.groups), static_cast<std::int32_t>(shape.max_tokens));
+    HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, full), dst(shape.max_tokens, shape.hidden, shape.groups, full);
+    fill(src, rng);
+    ps::PoolConfig cfg;
+    cfg.page_bytes = 1024;
+    cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);  // one full stash
+    ps::PagePool pool(cfg, ps::MemorySpace::host);
+    auto a = ps::make_record<Tr>(pool, shape), b = ps::make_record<Tr>(pool, shape);
+
+    // Each case on a fresh pool (reset), then the flags it raised, and only those.
+    auto expect = [&](const char* what, int overflow, ps::PoolFlags kinds) {
+      INFO(what);
+      const ps::PoolReport r = ops.report(pool);
+      check_report_matches(r, pool);
+      CHECK(r.flags.overflow == overflow);
+      CHECK(r.flags.error == (kinds.bad_counts | kinds.still_stashed | kinds.not_stashed | kinds.stale));
+      CHECK(r.flags.bad_counts == kinds.bad_counts);
+      CHECK(r.flags.still_stashed == kinds.still_stashed);
+      CHECK(r.flags.not_stashed == kinds.not_stashed);
+      CHECK(r.flags.stale == kinds.stale);
+      CHECK(r.flags.refused_launch == 0);
+      CHECK(r.overflows == overflow);
+      CHECK(r.errors == r.flags.error);
+      CHECK(ps::decide(r.flags) == (r.flags.error      ? ps::StepDecision::report_error
+                                    : overflow != 0 ? ps::StepDecision::rerun_without_paging
+                                                    : ps::StepDecision::keep));
+    };
+
+    ops.stash(pool, src.view, a);
+    expect("a stash that fits", 0, {});
+    ops.stash(pool, src.view, a);
+    expect("a stash into a record that holds pages", 0, ps::PoolFlags{0, 0, 0, 0, 1, 0, 0, 0});
+    ops.reset(pool);
+
+    ops.stash(pool, src.view, a);
+    ops.stash(pool, src.view, b);
+    expect("a stash with no room left", 1, {});
+    ops.reload(pool, b, dst.view);  // as a captured step does: no new flag, the first cause stays
+    expect("the reload of the stash that overflowed", 1, {});
+    CHECK(b.status().error == ps::RecordError::pool_overflow);
+    ops.reset(pool);
+
+    ops.stash(pool, src.view, a);
+    ops.reload(pool, a, dst.view);
+    ops.reload(pool, a, dst.view);
+    expect("a second reload", 0, ps::PoolFlags{0, 0, 0, 0, 0, 1, 0, 0});
+    ops.reset(pool);
+
+    ops.stash(pool, src.view, a);
+    ops.reset(pool);
+    ops.reload(pool, a, dst.view);
+    expect("a reload after a reset", 0, ps::PoolFlags{0, 0, 0, 0, 0, 0, 1, 0});
+    ops.reset(pool);
+
+    src.counts[1] = static_cast<std::int32_t>(shape.max_tokens + 1);
+    ops.stash(pool, src.view, b);
+    expect("a count beyond max_tokens", 0, ps::PoolFlags{0, 0, 0, 1, 0, 0, 0, 0});
+    src.counts[1] = static_cast<std::int32_t>(shape.max_tokens);
+    ops.reset(pool);
+    expect("after a reset", 0, {});
+    CHECK(ops.report(pool).generation == 6);
+  }
+}
+
+/// Ranks as host threads: an all-reduce (max, word by word) of their pools' flags, in place.
+class HostRanks {
+ public:
+  explicit HostRanks(int ranks) : ranks_(ranks) {}
+  void agree(ps::PagePool& pool) {
+    ps::PoolFlags& mine = *pool.flags();  // a host pool: host memory
+    std::unique_lock<std::mutex> lock(m_);
+    const int generation = generation_;
+    auto* in = reinterpret_cast<const std::int32_t*>(&mine);
+    auto* acc = reinterpret_cast<std::int32_t*>(&sum_);
+    for (int k = 0; k < 8; ++k) acc[k] = std::max(acc[k], in[k]);
+    if (++arrived_ == ranks_) {
+      result_ = sum_;
+      sum_ = ps::PoolFlags{};
+      arrived_ = 0;
+      ++generation_;
+      done_.notify_all();
+    } else {
+      done_.wait(lock, [&] { return generation_ != generation; });
+    }
+    mine = result_;
+  }
+
+ private:
+  int ranks_;
+  std::mutex m_;
+  std::condition_variable done_;
+  int arrived_ = 0, generation_ = 0;
+  ps::PoolFlags sum_{}, result_{};
+};
+
+TEST_CASE("flags across ranks: 4 host ranks, one overflows at step 3, every rank reruns it and all end bit-exact") {
+  constexpr int ranks = 4, steps = 6, layers = 2, overflow_rank = 2, overflow_step = 3;
+  const auto shape = sequence_shape<L>(false);
+  const std::int32_t half = static_cast<std::int32_t>(shape.max_tokens / 2);
+
+  // Each rank's pool holds its two layers' activations at half capacity; the overflowing
+  // rank's step 3 routes every token to full capacity.
+  auto counts_for = [&](int rank, int step) {
+    std::vector<std::int32_t> c(static_cast<std::size_t>(shape.groups), half);
+    if (rank == overflow_rank && step == overflow_step) std::fill(c.begin(), c.end(), static_cast<std::int32_t>(shape.max_tokens));
+    return c;
+  };
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  {
+    const std::vector<std::int32_t> c(static_cast<std::size_t>(shape.groups), half);
+    cfg.device_pages = layers * expected_pages<Tr>(shape, c, cfg.page_bytes);
+  }
+
+  HostRanks world(ranks);
+  std::vector<std::vector<ps::StepDecision>> decisions(ranks);
+  std::vector<std::vector<ps::PoolFlags>> agreed(ranks);
+  std::vector<int> mismatches(ranks, 0), reloaded(ranks, 0);
+  auto rank_main = [&](int rank) {
+    ps::PagePool pool(cfg, ps::MemorySpace::host);
+    std::vector<ps::StashRecord<Tr>> records;
+    for (int l = 0; l < layers; ++l) records.push_back(ps::make_record<Tr>(pool, shape));
+    for (int step = 0; step < steps; ++step) {
+      for (bool paging : {true, false}) {
+        // Forward: each layer's activation, from a seed of (rank, step, layer), then its stash.
+        std::vector<HostTensor<L>> acts;
+        for (int l = 0; l < layers; ++l) {
+          if (acts.empty()) acts.reserve(layers);
+          acts.emplace_back(shape.max_tokens, shape.hidden, shape.groups, counts_for(rank, step));
+          std::mt19937 rng(static_cast<std::uint32_t>(1000 * rank + 10 * step + l));
+          fill(acts.back(), rng);
+          if (paging) ps::stash(ps::host, pool, acts.back().view, records[static_cast<std::size_t>(l)]);
+        }
+        if (paging) {
+          world.agree(pool);
+          const ps::StepDecision d = ps::decide(*pool.flags());
+          decisions[static_cast<std::size_t>(rank)].push_back(d);
+          agreed[static_cast<std::size_t>(rank)].push_back(*pool.flags());
+          if (d != ps::StepDecision::keep) {  // every rank: drop the step's records, rerun it without paging
+            ps::reset(ps::host, pool);
+            continue;
+          }
+        }
+        // Backward: reload each layer (last first) into a poisoned buffer and compare with
+        // what forward made; without paging, the activation is used as it is.
+        for (int l = layers - 1; l >= 0; --l) {
+          if (!paging) continue;
+          HostTensor<L> back(shape.max_tokens, shape.hidden, shape.groups, counts_for(rank, step));
+          std::mt19937 poison(77);
+          fill(back, poison);
+          const std::vector<std::uint8_t> poisoned(back.bytes(BufferRole::data),
+                                                   back.bytes(BufferRole::data) + back.data.size());
+          ps::reload(ps::host, pool, records[static_cast<std::size_t>(l)], back.view);
+          const HostTensor<L>& fwd = acts[static_cast<std::size_t>(l)];
+          const std::vector<std::uint8_t> source(fwd.data.begin(), fwd.data.end());
+          if (back.data != expected_reload<Tr>(shape, BufferRole::data, fwd.counts, source, poisoned, false))
+            ++mismatches[static_cast<std::size_t>(rank)];
+          ++reloaded[static_cast<std::size_t>(rank)];
+        }
+        break;  // the step is kept (paged), or rerun once without paging
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back(rank_main, r);
+  for (auto& t : threads) t.join();
+
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    REQUIRE(decisions[static_cast<std::size_t>(r)].size() == steps);
+    for (int step = 0; step < steps; ++step) {
+      CAPTURE(step);
+      const ps::StepDecision d = decisions[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)];
+      CHECK(d == (step == overflow_step ? ps::StepDecision::rerun_without_paging : ps::StepDecision::keep));
+      CHECK(std::memcmp(&agreed[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)],
+                        &agreed[0][static_cast<std::size_t>(step)], sizeof(ps::PoolFlags)) == 0);
+    }
+    CHECK(mismatches[static_cast<std::size_t>(r)] == 0);
+    CHECK(reloaded[static_cast<std::size_t>(r)] == (steps - 1) * layers);  // every step paged but the rerun one
+  }
+  CHECK(agreed[0][overflow_step].overflow == 1);
+  CHECK(agreed[0][overflow_step].error == 0);
+}
+
+}  // namespace

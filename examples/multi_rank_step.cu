@@ -67,12 +67,14 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
   const auto ex = ps::on(stream);
   cudaGraph_t graph;
   cudaGraphExec_t step;
+  // [trainer_capture]
   PAGESTASH_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  ps::stash(ex, pool, view, record);
-  ps::reload(ex, pool, record, dest);
-  ps::agree(ex, pool, comm);
-  ps::report(ex, pool, report);
+  ps::stash(ex, pool, view, record);   // after forward
+  ps::reload(ex, pool, record, dest);  // in backward
+  ps::agree(ex, pool, comm);           // every rank's flags, all-reduced (max) in place
+  ps::report(ex, pool, report);        // flags and counters into pinned memory
   PAGESTASH_CUDA_TRY(cudaStreamEndCapture(stream, &graph));
+  // [trainer_capture]
   PAGESTASH_CUDA_TRY(cudaGraphInstantiate(&step, graph, 0));
   cudaEvent_t done;
   PAGESTASH_CUDA_TRY(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -83,16 +85,18 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
     if (s == kOverflowStep && rank == ranks - 1) c[0] = static_cast<std::int32_t>(kCapacity);  // one hot expert
     PAGESTASH_CUDA_TRY(cudaMemcpyAsync(counts, c.data(), c.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream));
     PAGESTASH_CUDA_TRY(cudaMemsetAsync(out, 0, static_cast<std::size_t>(bytes), stream));
+    // [trainer_decide]
     PAGESTASH_CUDA_TRY(cudaGraphLaunch(step, stream));
     PAGESTASH_CUDA_TRY(cudaEventRecord(done, stream));
-    PAGESTASH_CUDA_TRY(cudaEventSynchronize(done));
-    const ps::StepDecision decision = ps::decide(report->flags);
+    PAGESTASH_CUDA_TRY(cudaEventSynchronize(done));  // this stream's work only
+    const ps::StepDecision decision = ps::decide(report->flags);  // the same on every rank
     if (decision != ps::StepDecision::keep) {
       // Every rank: reset the pool, run the step again without paging (here: the activation
       // is kept as it is, so backward reads it in place).
       ps::reset(ex, pool);
       PAGESTASH_CUDA_TRY(cudaMemcpyAsync(out, data, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice, stream));
     }
+    // [trainer_decide]
     PAGESTASH_CUDA_TRY(cudaMemcpyAsync(back.data(), out, back.size(), cudaMemcpyDeviceToHost, stream));
     PAGESTASH_CUDA_TRY(cudaStreamSynchronize(stream));
     // Backward's check: every live row is back (dead rows are zero, or whole on a rerun).

@@ -16,10 +16,12 @@ int main() {
   // [layout]
 
   // A grouped tensor of 4 experts with capacity 256 tokens each, hidden 1024, in host memory.
-  pagestash::GroupedView<Layout> shape;
-  shape.max_tokens = 256;
+  // [shape]
+  pagestash::GroupedView<Layout> shape;  // only the shape: no buffers, no counts yet
+  shape.max_tokens = 256;                // tokens per expert (capacity-padded)
   shape.hidden = 1024;
-  shape.groups = 4;
+  shape.groups = 4;                      // experts
+  // [shape]
   std::vector<unsigned char> data(static_cast<std::size_t>(shape.buffer_bytes(pagestash::BufferRole::data)), 0x11);
   std::vector<unsigned char> scales(static_cast<std::size_t>(shape.buffer_bytes(pagestash::BufferRole::scales)), 0x22);
   std::vector<float> amax(4, 1.0f);

@@ -333,6 +333,7 @@ class Step {
     // Eager step: a pool every saved tensor fits in at once, to observe the peak.
     ps::PoolConfig generous;
     generous.page_bytes = o_.page_kib << 10;
+    generous.device_pages = 1;  // a probe: the record's sizes depend only on the page size
     {
       ps::PagePool probe(generous, space_);
       const int64_t per_tensor = ps::make_record<Traits>(probe, shape_).max_pages();

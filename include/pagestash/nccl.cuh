@@ -21,6 +21,7 @@ PAGESTASH_NAMESPACE_BEGIN
 inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {
   if (pool.space() != MemorySpace::device)
     detail::invalid_call("agree", "the pool is in host memory; agree() all-reduces device flags");
+  detail::check_stream_device("agree", ex, pool);
   constexpr std::size_t words = sizeof(PoolFlags) / sizeof(cuda::std::int32_t);
   const ncclResult_t r = ncclAllReduce(pool.flags(), pool.flags(), words, ncclInt32, ncclMax, comm, ex.stream);
   if (r != ncclSuccess) throw std::runtime_error(std::string("pagestash::agree: ncclAllReduce: ") + ncclGetErrorString(r));

@@ -10,6 +10,7 @@
 #include "../common/stash_sequence.hpp"
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -258,6 +259,73 @@ TEST_CASE("flags across ranks: 4 host ranks, one overflows at step 3, every rank
   }
   CHECK(agreed[0][overflow_step].overflow == 1);
   CHECK(agreed[0][overflow_step].error == 0);
+}
+
+}  // namespace
+
+namespace {
+
+/// Caller-owned memory, as a framework's allocator hands it out: 256-byte aligned blocks,
+/// counted.
+struct CountingResource {
+  std::vector<std::unique_ptr<unsigned char[]>> blocks;
+  std::size_t bytes = 0;
+  void* allocate(std::size_t n) {
+    blocks.emplace_back(new unsigned char[n + 256]);
+    bytes += n;
+    auto* p = blocks.back().get();
+    return p + (256 - reinterpret_cast<std::uintptr_t>(p) % 256) % 256;
+  }
+};
+
+TEST_CASE("external memory: a pool and records in caller-owned memory allocate nothing else, and work") {
+  const auto shape = sequence_shape<L>(true);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.host_pages = 3;
+  const ps::PoolMemorySizes sizes = ps::PagePool::bytes_needed(cfg);
+  CHECK(sizes.device_arena == static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+  CHECK(sizes.host_arena == static_cast<std::size_t>(cfg.host_pages * cfg.page_bytes));
+
+  CountingResource resource;
+  ps::PoolMemory memory;
+  memory.control = resource.allocate(sizes.control);
+  memory.device_arena = resource.allocate(sizes.device_arena);
+  memory.host_arena = resource.allocate(sizes.host_arena);
+  const long long before = ps::detail::allocations_made().load();
+  ps::PagePool pool(cfg, ps::MemorySpace::host, memory);
+  CHECK(pool.ref().device_arena == memory.device_arena);
+  const std::size_t record_bytes = ps::StashRecord<Tr>::bytes_needed(pool, shape);
+  ps::StashRecord<Tr> rec(pool, shape, resource.allocate(record_bytes));
+  CHECK(rec.bytes() == record_bytes);
+
+  std::mt19937 rng(17);
+  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, random_counts(shape, rng));
+  HostTensor<L> dst(shape.max_tokens, shape.hidden, shape.groups, src.counts);
+  fill(src, rng);
+  fill(dst, rng);
+  const std::vector<std::uint8_t> poisoned = dst.data, source = src.data;
+  ps::stash(ps::host, pool, src.view, rec);
+  CHECK(rec.status().state == ps::RecordState::stashed);
+  ps::reload(ps::host, pool, rec, dst.view);
+  CHECK(dst.data == expected_reload<Tr>(shape, BufferRole::data, src.counts, source, poisoned, false));
+  ps::PoolReport r{};
+  ps::report(ps::host, pool, &r);
+  CHECK(r.stashes == 1);
+  CHECK(r.reloads == 1);
+  CHECK(ps::detail::allocations_made().load() == before);  // nothing but the caller's memory
+  CHECK(resource.bytes == sizes.control + sizes.device_arena + sizes.host_arena + record_bytes);
+
+  // Misaligned or missing parts are refused, naming the part.
+  ps::PoolMemory bad = memory;
+  bad.device_arena = static_cast<unsigned char*>(memory.device_arena) + 16;
+  CHECK_THROWS_WITH_AS(ps::PagePool(cfg, ps::MemorySpace::host, bad), doctest::Contains("device_arena is not aligned"),
+                       std::invalid_argument);
+  bad = memory;
+  bad.host_arena = nullptr;
+  CHECK_THROWS_WITH_AS(ps::PagePool(cfg, ps::MemorySpace::host, bad), doctest::Contains("host_arena is null"),
+                       std::invalid_argument);
 }
 
 }  // namespace

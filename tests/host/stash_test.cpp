@@ -147,6 +147,15 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(b.status().state == ps::RecordState::stashed);
     CHECK(pool.stats().generation == 1);
   }
+  SUBCASE("after a reset, status(pool) says stale where status() still says stashed") {
+    ps::reset(ps::host, pool);
+    CHECK(a.status().state == ps::RecordState::stashed);
+    CHECK(a.status(pool).state == ps::RecordState::stale);
+    CHECK(a.status(pool).generation == 0);
+    CHECK(pool.stats().generation == 1);
+    ps::stash(ps::host, pool, src.view, a);  // a stale record may be stashed again
+    CHECK(a.status(pool).state == ps::RecordState::stashed);
+  }
   SUBCASE("discard returns the pages; a second discard does nothing and raises nothing") {
     ps::discard(ps::host, pool, a);
     CHECK(a.status().state == ps::RecordState::discarded);
@@ -194,6 +203,13 @@ TEST_CASE("bad input is rejected on the host before anything runs") {
   bad.page_bytes = 1000;
   CHECK_THROWS_WITH_AS(ps::PagePool(bad, ps::MemorySpace::host), doctest::Contains("power of two"),
                        std::invalid_argument);
+  ps::PoolConfig empty = cfg;
+  empty.device_pages = 0;
+  CHECK_THROWS_WITH_AS(ps::PagePool(empty, ps::MemorySpace::host), doctest::Contains("a pool of no pages"),
+                       std::invalid_argument);
+  empty.host_pages = 4;  // spill only: accepted
+  CHECK(ps::PagePool(empty, ps::MemorySpace::host).stats().host_pages_free == 4);
+  CHECK_THROWS_WITH_AS(ps::report(ps::host, pool, nullptr), doctest::Contains("dst is null"), std::invalid_argument);
   // Nothing ran: the record is still empty and the pool untouched.
   CHECK(rec.status().state == ps::RecordState::empty);
   CHECK(pool.stats().device_pages_free == 64);

@@ -77,9 +77,19 @@ int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
   return static_cast<int>(blocks > 0 ? blocks : 1);
 }
 
+/// Refuses, on the host, an operation whose stream belongs to another device than the pool.
+inline void check_stream_device(const char* op, const CudaExecutor& ex, const PagePool& pool) {
+  int device = 0;
+  PAGESTASH_CUDA_TRY(cudaStreamGetDevice(ex.stream, &device));
+  if (device != pool.device())
+    invalid_call(op, "the stream belongs to device " + std::to_string(device) + ", the pool lives on device " +
+                         std::to_string(pool.device()));
+}
+
 template <class Traits, Operation Op>
 void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
             StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
+  check_stream_device(Op == Operation::stash ? "stash" : (Op == Operation::reload ? "reload" : "discard"), ex, pool);
   const int blocks = grid_for<Traits, Op>(ex, max_tiles);
   operation_kernel<Traits, Op><<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail,
                                                                              rec.next_launch_epoch());
@@ -120,6 +130,7 @@ void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst) {
   if (pool.space() != ex.memory) detail::invalid_call("report", "the pool is in host memory; use pagestash::host");
   if (dst == nullptr) detail::invalid_call("report", "dst is null");
+  detail::check_stream_device("report", ex, pool);
   detail::report_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref(), dst);
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
@@ -128,6 +139,7 @@ inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst
 /// else may run on the pool meanwhile; records stashed before become stale.
 inline void reset(const CudaExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory) detail::invalid_call("reset", "the pool is in host memory; use pagestash::host");
+  detail::check_stream_device("reset", ex, pool);
   detail::reset_kernel<><<<1, detail::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }

@@ -1,15 +1,21 @@
 #pragma once
-// The memory a pool or a record owns: one RAII allocation in host memory (for the host
-// executor), device memory, or pinned host memory mapped into the device's address space.
-// Allocations happen when a pool or record is made, never inside stash or reload.
+// The memory a pool or a record uses: one RAII allocation in host memory (for the host
+// executor), device memory, or pinned host memory mapped into the device's address space;
+// or memory the caller owns (borrowed: never freed here), for frameworks that account GPU
+// memory through their own allocator. Allocations happen when a pool or record is made,
+// never inside stash or reload.
 
 #include <pagestash/cuda/error.hpp>
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -23,16 +29,40 @@ namespace detail {
 
 enum class MemoryKind : int { host, device, mapped_host };
 
+/// Alignment of every allocation, and of caller-owned memory handed to a pool or record.
+inline constexpr std::size_t memory_alignment = 256;
+
+/// Allocations the library has made so far (tests check that caller-owned memory is used
+/// instead).
+inline std::atomic<long long>& allocations_made() {
+  static std::atomic<long long> n{0};
+  return n;
+}
+
 class Allocation {
  public:
   Allocation() = default;
   Allocation(MemoryKind kind, std::size_t bytes) : kind_(kind), bytes_(bytes) {
     if (bytes == 0) return;
+    allocations_made().fetch_add(1, std::memory_order_relaxed);
     switch (kind) {
       case MemoryKind::host: ptr_ = ::operator new(bytes, std::align_val_t{256}); break;
       case MemoryKind::device: PAGESTASH_CUDA_TRY(cudaMalloc(&ptr_, bytes)); break;
       case MemoryKind::mapped_host: PAGESTASH_CUDA_TRY(cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped)); break;
     }
+  }
+  /// Caller-owned memory of `bytes` bytes at `ptr` (never freed here). Throws
+  /// std::invalid_argument naming `what` when it is null or not aligned to memory_alignment.
+  static Allocation borrow(MemoryKind kind, void* ptr, std::size_t bytes, const char* what) {
+    if (bytes != 0 && ptr == nullptr) throw std::invalid_argument(std::string(what) + " is null");
+    if (reinterpret_cast<std::uintptr_t>(ptr) % memory_alignment != 0)
+      throw std::invalid_argument(std::string(what) + " is not aligned to " + std::to_string(memory_alignment) + " bytes");
+    Allocation a;
+    a.kind_ = kind;
+    a.bytes_ = bytes;
+    a.ptr_ = bytes != 0 ? ptr : nullptr;
+    a.owned_ = false;
+    return a;
   }
   ~Allocation() { release(); }
   Allocation(Allocation&& o) noexcept { *this = std::move(o); }
@@ -41,6 +71,7 @@ class Allocation {
       release();
       kind_ = o.kind_;
       bytes_ = o.bytes_;
+      owned_ = o.owned_;
       ptr_ = std::exchange(o.ptr_, nullptr);
     }
     return *this;
@@ -60,7 +91,7 @@ class Allocation {
 
  private:
   void release() noexcept {
-    if (ptr_ == nullptr) return;
+    if (ptr_ == nullptr || !owned_) return;
     switch (kind_) {
       case MemoryKind::host: ::operator delete(ptr_, std::align_val_t{256}); break;
       case MemoryKind::device: cudaFree(ptr_); break;
@@ -72,6 +103,7 @@ class Allocation {
   MemoryKind kind_ = MemoryKind::host;
   std::size_t bytes_ = 0;
   void* ptr_ = nullptr;
+  bool owned_ = true;
 };
 
 /// Copies between a space's memory and the host: plain memcpy, or cudaMemcpy. A copy to the

@@ -13,33 +13,46 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
+/// What a pool's caller-owned memory must hold: bytes of each part (PagePool::bytes_needed).
+struct PoolMemorySizes {
+  std::size_t control = 0;       ///< flags, counters and the free-page stacks
+  std::size_t device_arena = 0;  ///< device_pages * page_bytes
+  std::size_t host_arena = 0;    ///< host_pages * page_bytes
+};
+
+/// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching
+/// allocator, so that its accounting sees the pool): each part at least bytes_needed()'s
+/// size and aligned to 256 bytes, in the pool's memory space: device memory for a device
+/// pool's control and device arena, and pinned host memory mapped into the device
+/// (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with
+/// cudaHostRegisterMapped) for its host arena; plain host memory for a host pool. The pool
+/// uses it, never frees it, and must not outlive it.
+struct PoolMemory {
+  void* control = nullptr;
+  void* device_arena = nullptr;
+  void* host_arena = nullptr;  ///< may be null when host_pages = 0
+};
+
 class PagePool {
  public:
   /// A pool in `space`: MemorySpace::device for pagestash::on(stream), MemorySpace::host for
-  /// the host executor (then every "device" page is host memory too). Throws
-  /// std::invalid_argument for a bad config, pagestash::CudaError if allocation fails.
+  /// the host executor (then every "device" page is host memory too), with memory it
+  /// allocates (cudaMalloc, cudaHostAlloc) and frees. A device pool lives on the current
+  /// device. Throws std::invalid_argument for a bad config, pagestash::CudaError if
+  /// allocation fails.
   explicit PagePool(const PoolConfig& config, MemorySpace space = MemorySpace::device)
-      : config_(config), space_(space), id_(next_id()) {
+      : PagePool(config, space, nullptr) {}
+
+  /// A pool in caller-owned memory (see PoolMemory); it allocates nothing. Throws
+  /// std::invalid_argument for a null or misaligned part.
+  PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory& memory) : PagePool(config, space, &memory) {}
+
+  /// Bytes of each part of a pool's memory for `config`.
+  static PoolMemorySizes bytes_needed(const PoolConfig& config) {
     validate(config);
-    const bool device = space == MemorySpace::device;
     const auto d = static_cast<std::size_t>(config.device_pages), h = static_cast<std::size_t>(config.host_pages);
-    control_ = detail::Allocation(device ? detail::MemoryKind::device : detail::MemoryKind::host,
-                                  control_offset + (d + h) * sizeof(std::int32_t));
-    device_arena_ = detail::Allocation(device ? detail::MemoryKind::device : detail::MemoryKind::host,
-                                       d * static_cast<std::size_t>(config.page_bytes));
-    host_arena_ = detail::Allocation(device ? detail::MemoryKind::mapped_host : detail::MemoryKind::host,
-                                     h * static_cast<std::size_t>(config.page_bytes));
-    ref_ = make_ref();
-    // The initial state is the reset state, built on the host and copied once.
-    std::vector<unsigned char> image(control_.bytes());
-    PoolRef staging = ref_;
-    staging.counters = reinterpret_cast<PoolCounters*>(image.data());
-    staging.device_stack = reinterpret_cast<std::int32_t*>(image.data() + control_offset);
-    staging.host_stack = staging.device_stack + d;
-    *staging.counters = PoolCounters{};
-    staging.counters->generation = -1;
-    detail::reset_pool(detail::SerialTeam{}, staging);
-    detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
+    const auto page = static_cast<std::size_t>(config.page_bytes);
+    return {control_offset + (d + h) * sizeof(std::int32_t), d * page, h * page};
   }
 
   PagePool(PagePool&&) noexcept = default;
@@ -47,6 +60,10 @@ class PagePool {
 
   const PoolConfig& config() const { return config_; }
   MemorySpace space() const { return space_; }
+  /// The CUDA device a device pool lives on (the current one when it was made); -1 for a
+  /// host pool. Operations on a stream of another device are refused on the host.
+  int device() const { return device_; }
+
   /// Identity of this pool, for checking that a record belongs to it.
   std::uint64_t id() const { return id_; }
   /// The handle executors pass to their steps.
@@ -94,6 +111,36 @@ class PagePool {
   }
 
  private:
+  PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory)
+      : config_(config), space_(space), id_(next_id()) {
+    const PoolMemorySizes sizes = bytes_needed(config);
+    const bool device = space == MemorySpace::device;
+    if (device) PAGESTASH_CUDA_TRY(cudaGetDevice(&device_));
+    const auto kind = device ? detail::MemoryKind::device : detail::MemoryKind::host;
+    const auto host_kind = device ? detail::MemoryKind::mapped_host : detail::MemoryKind::host;
+    if (memory != nullptr) {
+      control_ = detail::Allocation::borrow(kind, memory->control, sizes.control, "PoolMemory::control");
+      device_arena_ = detail::Allocation::borrow(kind, memory->device_arena, sizes.device_arena, "PoolMemory::device_arena");
+      host_arena_ = detail::Allocation::borrow(host_kind, memory->host_arena, sizes.host_arena, "PoolMemory::host_arena");
+    } else {
+      control_ = detail::Allocation(kind, sizes.control);
+      device_arena_ = detail::Allocation(kind, sizes.device_arena);
+      host_arena_ = detail::Allocation(host_kind, sizes.host_arena);
+    }
+    ref_ = make_ref();
+    // The initial state is the reset state, built on the host and copied once.
+    const auto d = static_cast<std::size_t>(config.device_pages);
+    std::vector<unsigned char> image(control_.bytes());
+    PoolRef staging = ref_;
+    staging.counters = reinterpret_cast<PoolCounters*>(image.data());
+    staging.device_stack = reinterpret_cast<std::int32_t*>(image.data() + control_offset);
+    staging.host_stack = staging.device_stack + d;
+    *staging.counters = PoolCounters{};
+    staging.counters->generation = -1;
+    detail::reset_pool(detail::SerialTeam{}, staging);
+    detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
+  }
+
   static constexpr std::size_t control_offset = 256;  // PoolCounters, then the stacks
   static_assert(sizeof(PoolCounters) <= control_offset);
 
@@ -128,6 +175,7 @@ class PagePool {
   PoolConfig config_;
   MemorySpace space_;
   std::uint64_t id_;
+  int device_ = -1;
   detail::Allocation control_, device_arena_, host_arena_;
   PoolRef ref_;
 };

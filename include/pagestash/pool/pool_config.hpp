@@ -53,6 +53,9 @@ inline void validate(const PoolConfig& c) {
   if (c.device_pages < 0 || c.host_pages < 0)
     detail::invalid_pool("device_pages = " + std::to_string(c.device_pages) +
                          ", host_pages = " + std::to_string(c.host_pages) + ": must not be negative");
+  if (c.device_pages == 0 && c.host_pages == 0)
+    detail::invalid_pool("device_pages = 0 and host_pages = 0: a pool of no pages (device_pages = 0 alone is a "
+                         "spill-only pool)");
   if (c.device_pages + c.host_pages > INT32_MAX)
     detail::invalid_pool("device_pages + host_pages = " + std::to_string(c.device_pages + c.host_pages) +
                          " exceeds 2^31 - 1 page ids");

@@ -21,6 +21,7 @@ enum class RecordState : cuda::std::int32_t {
   failed = 3,      ///< the stash found a count the view cannot hold; holds nothing
   reloaded = 4,    ///< pages copied back and returned
   discarded = 5,   ///< pages returned without copying
+  stale = 6,       ///< (status(pool) only) stashed, but the pool was reset since: holds no pages of it
 };
 
 /// Why the last operation on a record did nothing (none when it did its work).
@@ -89,6 +90,8 @@ struct RecordStatus {
   std::int32_t refused_blocks = 0;
   /// Whether a launch holds the record now (after a device sync: one that never finished).
   bool launch_in_flight = false;
+  /// The pool's generation (resets so far) when the record was last stashed.
+  std::int32_t generation = 0;
 };
 
 namespace detail {
@@ -135,39 +138,19 @@ class StashRecord {
 
   /// Allocates a record for tensors of `shape`'s shape (max_tokens, hidden, groups) in
   /// `pool`'s memory space. Only the shape of `shape` is read.
-  StashRecord(const PagePool& pool, const GroupedView<layout>& shape)
-      : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes),
-        page_shift_(pool.ref().page_shift) {
-    static_assert(check_stash_traits<Traits>());
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape) : StashRecord(pool, shape, nullptr, false) {}
+
+  /// A record in caller-owned memory: bytes_needed(pool, shape) bytes aligned to 256, in
+  /// the pool's memory space. It allocates nothing, never frees the memory, and must not
+  /// outlive it.
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory)
+      : StashRecord(pool, shape, memory, true) {}
+
+  /// Bytes of the memory a record of `shape`'s shape takes in `pool`'s memory space.
+  static std::size_t bytes_needed(const PagePool& pool, const GroupedView<layout>& shape) {
     validate_shape(shape);
     const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
-    max_pages_ = pages_for(most.stream_bytes, page_bytes_);
-    max_tiles_ = most.tiles;
-
-    const auto g = static_cast<std::size_t>(shape.groups);
-    std::size_t offset = round16(sizeof(RecordHeader));
-    const std::size_t counts_at = offset;
-    offset += round16(g * sizeof(cuda::std::int32_t));
-    const std::size_t items_at = offset;
-    offset += round16(static_cast<std::size_t>(detail::max_work_items(shape.groups)) * sizeof(WorkItem));
-    const std::size_t ids_at = offset;
-    offset += round16(static_cast<std::size_t>(max_pages_) * sizeof(cuda::std::int32_t));
-    const std::size_t kept_at = offset;
-    for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
-      if (handling_of<Traits>(role) == Handling::kept) offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
-    }
-    memory_ = detail::Allocation(space_ == MemorySpace::device ? detail::MemoryKind::device : detail::MemoryKind::host,
-                                 offset);
-    auto* base = static_cast<unsigned char*>(memory_.get());
-    ref_.header = reinterpret_cast<RecordHeader*>(base);
-    ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + counts_at);
-    ref_.items = reinterpret_cast<WorkItem*>(base + items_at);
-    ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + ids_at);
-    ref_.kept = base + kept_at;
-    RecordHeader empty{};
-    empty.state = RecordState::empty;
-    empty.first_bad_group = -1;
-    detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
+    return parts_of(shape, pages_for(most.stream_bytes, pool.config().page_bytes)).total;
   }
 
   StashRecord(StashRecord&&) noexcept = default;
@@ -221,6 +204,16 @@ class StashRecord {
     s.live_bytes = h.live_bytes;
     s.refused_blocks = h.launch.refused;
     s.launch_in_flight = h.launch.owner != 0;
+    s.generation = h.generation;
+    return s;
+  }
+
+  /// status(), with `stale` in place of `stashed` when `pool` (the record's) was reset since
+  /// the stash: the record's page ids are no longer its own (status() alone cannot know).
+  RecordStatus status(const PagePool& pool) const {
+    if (pool.id() != pool_id_) throw std::invalid_argument("StashRecord::status: the record was made for another pool");
+    RecordStatus s = status();
+    if (s.state == RecordState::stashed && s.generation != pool.stats().generation) s.state = RecordState::stale;
     return s;
   }
 
@@ -234,6 +227,51 @@ class StashRecord {
 
  private:
   static std::size_t round16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+  /// Where each part of a record's memory starts, and its size.
+  struct Parts {
+    std::size_t counts_at, items_at, ids_at, kept_at, total;
+  };
+  static Parts parts_of(const GroupedView<layout>& shape, cuda::std::int64_t max_pages) {
+    Parts p{};
+    std::size_t offset = round16(sizeof(RecordHeader));
+    p.counts_at = offset;
+    offset += round16(static_cast<std::size_t>(shape.groups) * sizeof(cuda::std::int32_t));
+    p.items_at = offset;
+    offset += round16(static_cast<std::size_t>(detail::max_work_items(shape.groups)) * sizeof(WorkItem));
+    p.ids_at = offset;
+    offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
+    p.kept_at = offset;
+    for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+      if (handling_of<Traits>(role) == Handling::kept) offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
+    }
+    p.total = offset;
+    return p;
+  }
+
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory, bool borrowed)
+      : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes),
+        page_shift_(pool.ref().page_shift) {
+    static_assert(check_stash_traits<Traits>());
+    validate_shape(shape);
+    const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
+    max_pages_ = pages_for(most.stream_bytes, page_bytes_);
+    max_tiles_ = most.tiles;
+    const Parts parts = parts_of(shape, max_pages_);
+    const auto kind = space_ == MemorySpace::device ? detail::MemoryKind::device : detail::MemoryKind::host;
+    memory_ = borrowed ? detail::Allocation::borrow(kind, memory, parts.total, "StashRecord memory")
+                       : detail::Allocation(kind, parts.total);
+    auto* base = static_cast<unsigned char*>(memory_.get());
+    ref_.header = reinterpret_cast<RecordHeader*>(base);
+    ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + parts.counts_at);
+    ref_.items = reinterpret_cast<WorkItem*>(base + parts.items_at);
+    ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
+    ref_.kept = base + parts.kept_at;
+    RecordHeader empty{};
+    empty.state = RecordState::empty;
+    empty.first_bad_group = -1;
+    detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
+  }
 
   std::uint64_t pool_id_;
   MemorySpace space_;
@@ -262,6 +300,7 @@ inline const char* name_of(RecordState s) {
     case RecordState::failed: return "failed";
     case RecordState::reloaded: return "reloaded";
     case RecordState::discarded: return "discarded";
+    case RecordState::stale: return "stale";
   }
   return "?";
 }

@@ -29,8 +29,8 @@ void check_device_matches_host(std::int64_t M, std::int64_t K, std::uint32_t see
     host_q.direction = dir;
     std::vector<std::uint8_t> data(host_q.data_bytes()), scales(host_q.scale_bytes());
     float amax = 0;
-    host_q.data = data.data();
-    host_q.scales = scales.data();
+    host_q.data = reinterpret_cast<typename Format::data_storage*>(data.data());
+    host_q.scales = reinterpret_cast<typename Format::scale_type*>(scales.data());
     host_q.amax = &amax;
     ps::quantize_matrix(source.data(), host_q);
     std::vector<float> host_out(M * K);
@@ -43,8 +43,8 @@ void check_device_matches_host(std::int64_t M, std::int64_t K, std::uint32_t see
     d_data.upload(std::vector<std::uint8_t>(data.size(), 0xA5));
     d_amax.upload({amax});
     auto dev_q = host_q;
-    dev_q.data = d_data.ptr;
-    dev_q.scales = d_scales.ptr;
+    dev_q.data = reinterpret_cast<typename Format::data_storage*>(d_data.ptr);
+    dev_q.scales = reinterpret_cast<typename Format::scale_type*>(d_scales.ptr);
     dev_q.amax = d_amax.ptr;
     const auto tensor = Format::TensorScale::from_amax(amax);
     pagestash_test::quantize_on_device(d_source.ptr, dev_q, tensor);

@@ -21,14 +21,15 @@ struct Quantized {
   float amax = -1;
   ps::QuantizedMatrix<Format> ref;
 
-  Quantized(std::int64_t rows, std::int64_t cols, ps::Direction dir, std::uint8_t poison) {
+  Quantized(std::int64_t rows, std::int64_t cols, ps::Direction dir, std::uint8_t poison, std::int64_t scale_pitch = 0) {
     ref.rows = rows;
     ref.cols = cols;
     ref.direction = dir;
+    ref.scale_pitch = scale_pitch;
     data.assign(static_cast<std::size_t>(ref.data_bytes()), poison);
     scales.assign(static_cast<std::size_t>(ref.scale_bytes()), poison);
-    ref.data = data.data();
-    ref.scales = scales.data();
+    ref.data = reinterpret_cast<typename Format::data_storage*>(data.data());
+    ref.scales = reinterpret_cast<typename Format::scale_type*>(scales.data());
     ref.amax = &amax;
   }
 };
@@ -134,3 +135,42 @@ TEST_CASE("matrix validation names the bad field") {
   no_amax.ref.amax = nullptr;
   CHECK_THROWS_AS(ps::quantize_matrix(src.data(), no_amax.ref), std::invalid_argument);
 }
+
+namespace {
+
+/// A scale pitch writes each scale row where a padded layout wants it: the compact scales
+/// row by row, the padding left alone.
+template <class Format>
+void check_scale_pitch(std::int64_t rows, std::int64_t cols, ps::Direction dir) {
+  std::vector<float> values = pagestash_test::random_activations(static_cast<std::size_t>(rows * cols), 41, 2.0f);
+  const std::vector<ps::BF16> src = to_bf16(values);
+  Quantized<Format> compact(rows, cols, dir, 0x11);
+  ps::quantize_matrix(src.data(), compact.ref);
+  const std::int64_t pitch = compact.ref.compact_scale_pitch() + 5;
+  Quantized<Format> padded(rows, cols, dir, 0x77, pitch);
+  ps::quantize_matrix(src.data(), padded.ref);
+  CHECK(padded.data == compact.data);
+  const std::int64_t row = compact.ref.compact_scale_pitch();
+  for (std::int64_t r = 0; r < compact.ref.scale_rows(); ++r)
+    for (std::int64_t i = 0; i < pitch; ++i) {
+      const std::uint8_t got = padded.scales[static_cast<std::size_t>(r * pitch + i)];
+      CHECK(got == (i < row ? compact.scales[static_cast<std::size_t>(r * row + i)] : std::uint8_t{0x77}));
+    }
+  std::vector<float> a(values.size()), b(values.size());
+  ps::dequantize_matrix(compact.ref, a.data());
+  ps::dequantize_matrix(padded.ref, b.data());
+  CHECK(a == b);
+}
+
+TEST_CASE("matrix scale_pitch: scales written into padded rows, every format and direction") {
+  for (auto dir : {ps::Direction::rowwise, ps::Direction::columnwise}) {
+    check_scale_pitch<ps::MXFP8_E4M3>(64, 96, dir);
+    check_scale_pitch<ps::NVFP4>(48, 64, dir);
+  }
+  Quantized<ps::NVFP4> short_rows(32, 32, ps::Direction::rowwise, 0, 1);
+  std::vector<float> src(32 * 32, 1.0f);
+  CHECK_THROWS_WITH_AS(ps::quantize_matrix(src.data(), short_rows.ref),
+                       "QuantizedMatrix: scale_pitch = 1 is shorter than a scale row (2)", std::invalid_argument);
+}
+
+}  // namespace

@@ -39,7 +39,7 @@ int blocks_for(std::int64_t units) {
 template <class Format>
 void quantize_on_device(const pagestash::BF16* source, const pagestash::QuantizedMatrix<Format>& q,
                         typename Format::TensorScale tensor) {
-  pagestash::validate(q);
+  pagestash::validate_matrix(q);
   quantize_kernel<Format><<<blocks_for(q.line_count() * q.blocks_per_line()), threads>>>(source, q, tensor);
   PAGESTASH_CUDA_CHECK_LAUNCH();
   PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
@@ -48,7 +48,7 @@ void quantize_on_device(const pagestash::BF16* source, const pagestash::Quantize
 template <class Format>
 void dequantize_on_device(const pagestash::QuantizedMatrix<Format>& q, typename Format::TensorScale tensor,
                           float* out) {
-  pagestash::validate(q);
+  pagestash::validate_matrix(q);
   dequantize_kernel<Format><<<blocks_for(q.line_count() * q.blocks_per_line()), threads>>>(q, tensor, out);
   PAGESTASH_CUDA_CHECK_LAUNCH();
   PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());

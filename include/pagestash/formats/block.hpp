@@ -22,6 +22,7 @@ struct MXFP8 {
   static_assert(cuda::std::is_same_v<Element, E4M3> || cuda::std::is_same_v<Element, E5M2>,
                 "MXFP8<Element>: Element must be pagestash::E4M3 or pagestash::E5M2");
   using element_type = Element;
+  using data_storage = Element;  ///< what a data buffer holds: one element a byte
   using scale_type = E8M0;
   static constexpr int block_size = 32;
   static constexpr int element_bits = 8;
@@ -40,6 +41,7 @@ using MXFP8_E5M2 = MXFP8<E5M2>;
 /// NVFP4: E2M1 elements packed two per byte, E4M3 block scales, FP32 per-tensor amax.
 struct NVFP4 {
   using element_type = E2M1;
+  using data_storage = E2M1x2;  ///< what a data buffer holds: two elements a byte
   using scale_type = E4M3;
   static constexpr int block_size = 16;
   static constexpr int element_bits = 4;

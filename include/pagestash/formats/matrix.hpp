@@ -26,15 +26,20 @@ PAGESTASH_NAMESPACE_BEGIN
 
 enum class Direction { rowwise, columnwise };
 
-/// Compact storage of one quantized [rows, cols] matrix. `amax` is used by NVFP4 only.
+/// Storage of one quantized [rows, cols] matrix, typed as the layouts' views are (MXFP8:
+/// E4M3/E5M2 data and E8M0 scales; NVFP4: E2M1x2 data and E4M3 scales). `amax` is used by
+/// NVFP4 only. Scales are compact unless `scale_pitch` says how far apart their rows are
+/// (in scales), so that quantize_matrix can write straight into a layout whose scale rows
+/// are padded (e.g. NVFP4 columnwise compact scales of a capacity-padded group).
 template <class Format>
 struct QuantizedMatrix {
-  cuda::std::uint8_t* data = nullptr;
-  cuda::std::uint8_t* scales = nullptr;
+  typename Format::data_storage* data = nullptr;
+  typename Format::scale_type* scales = nullptr;
   float* amax = nullptr;
   cuda::std::int64_t rows = 0;
   cuda::std::int64_t cols = 0;
   Direction direction = Direction::rowwise;
+  cuda::std::int64_t scale_pitch = 0;  ///< scales from one scale row to the next; 0: compact
 
   PAGESTASH_HOST_DEVICE cuda::std::int64_t line_count() const {
     return direction == Direction::rowwise ? rows : cols;
@@ -46,7 +51,16 @@ struct QuantizedMatrix {
     return line_length() / Format::block_size;
   }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t data_bytes() const { return rows * cols * Format::element_bits / 8; }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_bytes() const { return line_count() * blocks_per_line(); }
+  /// Scale rows, and scales in one (compact): [lines, blocks] or, MXFP8 columnwise, [blocks, cols].
+  PAGESTASH_HOST_DEVICE bool scales_by_block() const {
+    return !Format::transposed_columnwise && direction == Direction::columnwise;
+  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_rows() const { return scales_by_block() ? blocks_per_line() : line_count(); }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t compact_scale_pitch() const {
+    return scales_by_block() ? cols : blocks_per_line();
+  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t row_pitch() const { return scale_pitch != 0 ? scale_pitch : compact_scale_pitch(); }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_bytes() const { return scale_rows() * row_pitch(); }
 
   /// Element (line, pos) of the source matrix, as an index into row-major [M, K].
   PAGESTASH_HOST_DEVICE cuda::std::int64_t source_index(cuda::std::int64_t line, cuda::std::int64_t pos) const {
@@ -57,10 +71,9 @@ struct QuantizedMatrix {
   PAGESTASH_HOST_DEVICE cuda::std::int64_t data_index(cuda::std::int64_t line, cuda::std::int64_t pos) const {
     return Format::transposed_columnwise ? line * line_length() + pos : source_index(line, pos);
   }
-  /// Scale of block b of a line, as a byte index into the scale buffer.
+  /// Scale of block b of a line, as an index into the scale buffer.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_index(cuda::std::int64_t line, cuda::std::int64_t block) const {
-    if (Format::transposed_columnwise || direction == Direction::rowwise) return line * blocks_per_line() + block;
-    return block * cols + line;  // MXFP8 columnwise: [M/32, K]
+    return scales_by_block() ? block * row_pitch() + line : line * row_pitch() + block;
   }
 };
 
@@ -71,10 +84,10 @@ PAGESTASH_HOST_DEVICE typename Format::element_type load_element(const Quantized
                                                                  cuda::std::int64_t index) {
   using Element = typename Format::element_type;
   if constexpr (Format::element_bits == 4) {
-    const E2M1x2 pair{q.data[index / 2]};
+    const E2M1x2 pair = q.data[index / 2];
     return index % 2 == 0 ? pair.first() : pair.second();
   } else {
-    return Element::from_bits(q.data[index]);
+    return Element::from_bits(q.data[index].bits);
   }
 }
 
@@ -82,11 +95,11 @@ template <class Format>
 PAGESTASH_HOST_DEVICE void store_element(const QuantizedMatrix<Format>& q, cuda::std::int64_t index,
                                          typename Format::element_type e) {
   if constexpr (Format::element_bits == 4) {
-    cuda::std::uint8_t& byte = q.data[index / 2];
+    cuda::std::uint8_t& byte = q.data[index / 2].bits;
     const int shift = index % 2 == 0 ? 0 : 4;
     byte = static_cast<cuda::std::uint8_t>((byte & ~(0xF << shift)) | ((e.bits & 0xF) << shift));
   } else {
-    q.data[index] = e.bits;
+    q.data[index] = e;
   }
 }
 
@@ -103,7 +116,7 @@ PAGESTASH_HOST_DEVICE void quantize_matrix_block(const Source* source, const Qua
   for (int i = 0; i < n; ++i) values[i] = to_float(source[q.source_index(line, block * n + i)]);
   const auto scale = quantize_block(Format{}, values, tensor, codes);
   for (int i = 0; i < n; ++i) detail::store_element(q, q.data_index(line, block * n + i), codes[i]);
-  q.scales[q.scale_index(line, block)] = scale.bits;
+  q.scales[q.scale_index(line, block)] = scale;
 }
 
 /// Dequantizes block `block` of line `line` into the row-major [q.rows, q.cols] float output.
@@ -114,14 +127,16 @@ PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>
   float values[n];
   typename Format::element_type codes[n];
   for (int i = 0; i < n; ++i) codes[i] = detail::load_element(q, q.data_index(line, block * n + i));
-  const auto scale = Format::scale_type::from_bits(q.scales[q.scale_index(line, block)]);
+  const auto scale = q.scales[q.scale_index(line, block)];
   dequantize_block(Format{}, codes, scale, tensor, values);
   for (int i = 0; i < n; ++i) out[q.source_index(line, block * n + i)] = values[i];
 }
 
 /// Host check of a matrix description; throws std::invalid_argument naming the problem.
+/// (Not an overload of the views' `validate<Traits>`: resolving that call would instantiate
+/// QuantizedMatrix<Traits>, which has no storage types.)
 template <class Format>
-void validate(const QuantizedMatrix<Format>& q) {
+void validate_matrix(const QuantizedMatrix<Format>& q) {
   if (q.rows < 0 || q.cols < 0) throw std::invalid_argument("QuantizedMatrix: negative shape");
   if (q.line_length() % Format::block_size != 0) {
     throw std::invalid_argument(std::string("QuantizedMatrix: ") +
@@ -129,6 +144,9 @@ void validate(const QuantizedMatrix<Format>& q) {
                                 std::to_string(q.line_length()) + " is not a multiple of the block size " +
                                 std::to_string(Format::block_size));
   }
+  if (q.scale_pitch != 0 && q.scale_pitch < q.compact_scale_pitch())
+    throw std::invalid_argument("QuantizedMatrix: scale_pitch = " + std::to_string(q.scale_pitch) +
+                                " is shorter than a scale row (" + std::to_string(q.compact_scale_pitch()) + ")");
   if (q.rows * q.cols > 0 && (q.data == nullptr || q.scales == nullptr))
     throw std::invalid_argument("QuantizedMatrix: data or scales is null");
   if (cuda::std::is_same_v<Format, NVFP4> && q.amax == nullptr)
@@ -139,7 +157,7 @@ void validate(const QuantizedMatrix<Format>& q) {
 /// from the source and stored in *q.amax.
 template <class Format, class Source>
 void quantize_matrix(const Source* source, const QuantizedMatrix<Format>& q) {
-  validate(q);
+  validate_matrix(q);
   const float amax = detail::abs_max(source, q.rows * q.cols);
   if (q.amax != nullptr) *q.amax = amax;
   const auto tensor = Format::TensorScale::from_amax(amax);
@@ -150,7 +168,7 @@ void quantize_matrix(const Source* source, const QuantizedMatrix<Format>& q) {
 /// Dequantizes a whole matrix on the host into row-major float [rows, cols].
 template <class Format>
 void dequantize_matrix(const QuantizedMatrix<Format>& q, float* out) {
-  validate(q);
+  validate_matrix(q);
   const auto tensor = Format::TensorScale::from_amax(q.amax != nullptr ? *q.amax : 0.0f);
   for (cuda::std::int64_t line = 0; line < q.line_count(); ++line)
     for (cuda::std::int64_t b = 0; b < q.blocks_per_line(); ++b) dequantize_matrix_block(q, tensor, out, line, b);

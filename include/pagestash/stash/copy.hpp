@@ -153,6 +153,20 @@ PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
   return reinterpret_cast<cuda::std::uintptr_t>(p) % 16 == 0;
 }
 
+/// fn(address, offset in the vector, bytes) for each run piece of the n-byte vector at tile
+/// byte q, the first of which is p (already located).
+template <class Fn>
+PAGESTASH_HOST_DEVICE void for_each_run_piece(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n, Piece p,
+                                              const Fn& fn) {
+  for (cuda::std::uint32_t done = 0;;) {
+    const cuda::std::uint32_t m = p.room < n - done ? p.room : n - done;
+    fn(p.at, done, m);
+    done += m;
+    if (done >= n) return;
+    p = locate(s, q + done);
+  }
+}
+
 /// One vector of a tile, starting at byte q, however its bytes lie in the buffer.
 PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda::std::uint32_t q) {
   const cuda::std::uint32_t n = s.bytes - q < 16 ? s.bytes - q : 16;
@@ -164,24 +178,18 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
   }
   if (op == TileOp::stash) {
     Vector16 x{};
-    for (cuda::std::uint32_t done = 0; done < n;) {
-      const Piece p = locate(s, q + done);
-      const cuda::std::uint32_t m = p.room < n - done ? p.room : n - done;
-      const Vector16 part = shift_bytes(load_bytes(p.at, m), done, true);
+    for_each_run_piece(s, q, n, first, [&](const unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
+      const Vector16 part = shift_bytes(load_bytes(at, m), done, true);
       PAGESTASH_UNROLL
       for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
-      done += m;
-    }
+    });
     store16(s.stream + q, x, false);  // bytes past n: the segment's padding, zeros
     return;
   }
   const Vector16 x = op == TileOp::reload ? load16(s.stream + q) : Vector16{};
-  for (cuda::std::uint32_t done = 0; done < n;) {
-    const Piece p = locate(s, q + done);
-    const cuda::std::uint32_t m = p.room < n - done ? p.room : n - done;
-    store_bytes(p.at, shift_bytes(x, done, false), m);
-    done += m;
-  }
+  for_each_run_piece(s, q, n, first, [&](unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
+    store_bytes(at, shift_bytes(x, done, false), m);
+  });
 }
 
 /// Whether every whole vector of the tile lies in one run, aligned alike in the buffer:

@@ -79,6 +79,11 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int64_t tiles_on_grid(cuda::std::int64_t
   return bytes == 0 ? 0 : ((begin + bytes - 1) >> shift) - (begin >> shift) + 1;
 }
 
+/// Stream bytes a segment of `bytes` live bytes takes: rounded up to stream_alignment.
+PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t stream_bytes_of(cuda::std::int64_t bytes) {
+  return ceil_div(bytes, stream_alignment) * stream_alignment;
+}
+
 /// Most items a plan of `groups` groups can have: two paged buffers, each with one
 /// segment per group and both kinds.
 PAGESTASH_HOST_DEVICE constexpr cuda::std::int32_t max_work_items(cuda::std::int32_t groups) { return 4 * groups; }
@@ -112,7 +117,7 @@ PAGESTASH_HOST_DEVICE inline void add_item(WorkTotals& t, const Segment& seg, Bu
   if (bound && copy) t.tiles += bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
   else t.tiles += tiles_on_grid(copy ? t.stream_bytes : 0, bytes, tile_shift);
   if (copy) {
-    t.stream_bytes += ceil_div(bytes, stream_alignment) * stream_alignment;
+    t.stream_bytes += stream_bytes_of(bytes);
     t.live_bytes += bytes;
   }
 }
@@ -199,7 +204,7 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
     const bool copy = mine && kind == WorkKind::copy;
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
     const cuda::std::int64_t stream =
-        t.stream_bytes + team.exclusive_sum(copy ? ceil_div(bytes, stream_alignment) * stream_alignment : 0, chunk_stream);
+        t.stream_bytes + team.exclusive_sum(copy ? stream_bytes_of(bytes) : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);
     const cuda::std::int64_t tiles = mine ? tiles_on_grid(copy ? stream : 0, bytes, tile_shift) : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);

@@ -10,6 +10,8 @@
 #include "../common/stash_sequence.hpp"
 
 #include <condition_variable>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -319,13 +321,87 @@ TEST_CASE("external memory: a pool and records in caller-owned memory allocate n
 
   // Misaligned or missing parts are refused, naming the part.
   ps::PoolMemory bad = memory;
-  bad.device_arena = static_cast<unsigned char*>(memory.device_arena) + 16;
+  bad.device_arena = static_cast<unsigned char*>(memory.device_arena) + 8;
   CHECK_THROWS_WITH_AS(ps::PagePool(cfg, ps::MemorySpace::host, bad), doctest::Contains("device_arena is not aligned"),
                        std::invalid_argument);
   bad = memory;
   bad.host_arena = nullptr;
   CHECK_THROWS_WITH_AS(ps::PagePool(cfg, ps::MemorySpace::host, bad), doctest::Contains("host_arena is null"),
                        std::invalid_argument);
+}
+
+/// A byte copy of `bytes` bytes at an address that is 16-byte but not 32-byte aligned (as a
+/// framework's copy that keeps only the address modulo 16 or 32 may place it).
+struct MovedCopy {
+  std::vector<unsigned char> storage;
+  unsigned char* at = nullptr;
+  MovedCopy(const void* from, std::size_t bytes) : storage(bytes + 64) {
+    const auto base = reinterpret_cast<std::uintptr_t>(storage.data());
+    at = storage.data() + (32 - base % 32) % 32 + 16;
+    std::memcpy(at, from, bytes);
+  }
+};
+
+TEST_CASE("attach: a pool and a record over memory that holds them, or a byte copy of it, carry on where they were") {
+  const auto shape = sequence_shape<L>(true);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  const ps::PoolMemorySizes sizes = ps::PagePool::bytes_needed(cfg);
+  CountingResource resource;
+  ps::PoolMemory memory;
+  memory.control = resource.allocate(sizes.control);
+  memory.device_arena = resource.allocate(sizes.device_arena);
+  ps::PagePool made(cfg, ps::MemorySpace::host, memory);
+  const std::size_t record_bytes = ps::StashRecord<Tr>::bytes_needed(made, shape);
+  void* record_memory = resource.allocate(record_bytes);
+  {
+    const ps::StashRecord<Tr> fresh(made, shape, record_memory);  // writes the empty header
+  }
+
+  std::mt19937 rng(23);
+  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, random_counts(shape, rng));
+  fill(src, rng);
+  const std::vector<std::uint8_t> source = src.data;
+  {
+    // Stash through objects attached for this call only, as a framework's op does.
+    ps::PagePool pool = ps::PagePool::attach(cfg, ps::MemorySpace::host, memory);
+    auto rec = ps::StashRecord<Tr>::attach(pool, shape, record_memory);
+    ps::stash(ps::host, pool, src.view, rec);
+    REQUIRE(rec.status().state == ps::RecordState::stashed);
+  }
+  const ps::PoolStats stashed = made.stats();
+  REQUIRE(stashed.stashes == 1);
+
+  // A byte copy of the whole state, 16-byte aligned only, reloads what the original holds.
+  MovedCopy control(memory.control, sizes.control), arena(memory.device_arena, sizes.device_arena),
+      record(record_memory, record_bytes);
+  ps::PoolMemory copied{control.at, arena.at, nullptr};
+  ps::PagePool pool = ps::PagePool::attach(cfg, ps::MemorySpace::host, copied);
+  auto rec = ps::StashRecord<Tr>::attach(pool, shape, record.at);
+  CHECK(rec.status(pool).state == ps::RecordState::stashed);
+  for (int twice = 0; twice < 2; ++twice) {  // the original, then the copy: the same bytes back
+    HostTensor<L> dst(shape.max_tokens, shape.hidden, shape.groups, src.counts);
+    fill(dst, rng);
+    const std::vector<std::uint8_t> poisoned = dst.data;
+    if (twice == 0) {
+      ps::PagePool original = ps::PagePool::attach(cfg, ps::MemorySpace::host, memory);
+      auto original_rec = ps::StashRecord<Tr>::attach(original, shape, record_memory);
+      ps::reload(ps::host, original, original_rec, dst.view);
+    } else {
+      ps::reload(ps::host, pool, rec, dst.view);
+    }
+    CHECK(dst.data == expected_reload<Tr>(shape, BufferRole::data, src.counts, source, poisoned, false));
+  }
+  // Each state returned its pages once.
+  for (const ps::PagePool* p : {&made, &pool}) {
+    const ps::PoolStats s = p->stats();
+    CHECK(s.reloads == 1);
+    CHECK(s.device_pages_free == cfg.device_pages);
+    CHECK(s.flags.error == 0);
+  }
+  // A record attached to a pool other than the one in the call is refused, as for made ones.
+  CHECK_THROWS_AS(ps::reload(ps::host, made, rec, src.view), std::invalid_argument);
 }
 
 }  // namespace

@@ -29,8 +29,12 @@ namespace detail {
 
 enum class MemoryKind : int { host, device, mapped_host };
 
-/// Alignment of every allocation, and of caller-owned memory handed to a pool or record.
+/// Alignment of every allocation the library makes.
 inline constexpr std::size_t memory_alignment = 256;
+/// Alignment caller-owned memory handed to a pool or record must have: the copies' 16-byte
+/// vectors. Less than a framework's allocator gives, and kept by a copy of the memory that
+/// preserves its address modulo 16 or more (as PyTorch's test utilities do).
+inline constexpr std::size_t borrowed_alignment = 16;
 
 /// Allocations the library has made so far (tests check that caller-owned memory is used
 /// instead).
@@ -46,17 +50,17 @@ class Allocation {
     if (bytes == 0) return;
     allocations_made().fetch_add(1, std::memory_order_relaxed);
     switch (kind) {
-      case MemoryKind::host: ptr_ = ::operator new(bytes, std::align_val_t{256}); break;
+      case MemoryKind::host: ptr_ = ::operator new(bytes, std::align_val_t{memory_alignment}); break;
       case MemoryKind::device: PAGESTASH_CUDA_TRY(cudaMalloc(&ptr_, bytes)); break;
       case MemoryKind::mapped_host: PAGESTASH_CUDA_TRY(cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped)); break;
     }
   }
   /// Caller-owned memory of `bytes` bytes at `ptr` (never freed here). Throws
-  /// std::invalid_argument naming `what` when it is null or not aligned to memory_alignment.
+  /// std::invalid_argument naming `what` when it is null or not aligned to borrowed_alignment.
   static Allocation borrow(MemoryKind kind, void* ptr, std::size_t bytes, const char* what) {
     if (bytes != 0 && ptr == nullptr) throw std::invalid_argument(std::string(what) + " is null");
-    if (reinterpret_cast<std::uintptr_t>(ptr) % memory_alignment != 0)
-      throw std::invalid_argument(std::string(what) + " is not aligned to " + std::to_string(memory_alignment) + " bytes");
+    if (reinterpret_cast<std::uintptr_t>(ptr) % borrowed_alignment != 0)
+      throw std::invalid_argument(std::string(what) + " is not aligned to " + std::to_string(borrowed_alignment) + " bytes");
     Allocation a;
     a.kind_ = kind;
     a.bytes_ = bytes;
@@ -93,7 +97,7 @@ class Allocation {
   void release() noexcept {
     if (ptr_ == nullptr || !owned_) return;
     switch (kind_) {
-      case MemoryKind::host: ::operator delete(ptr_, std::align_val_t{256}); break;
+      case MemoryKind::host: ::operator delete(ptr_, std::align_val_t{memory_alignment}); break;
       case MemoryKind::device: cudaFree(ptr_); break;
       case MemoryKind::mapped_host: cudaFreeHost(ptr_); break;
     }

@@ -68,6 +68,15 @@ enum class StepDecision : cuda::std::int32_t {
   report_error = 2,         ///< misuse somewhere: a bug; rerun to keep training, and report the kinds
 };
 
+inline const char* name_of(StepDecision d) {
+  switch (d) {
+    case StepDecision::keep: return "keep";
+    case StepDecision::rerun_without_paging: return "rerun_without_paging";
+    case StepDecision::report_error: return "report_error";
+  }
+  return "?";
+}
+
 /// The decision for agreed flags (misuse first: it is a bug even where capacity also ran out).
 PAGESTASH_HOST_DEVICE constexpr StepDecision decide(const PoolFlags& agreed) {
   return agreed.error != 0 ? StepDecision::report_error

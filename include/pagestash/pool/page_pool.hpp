@@ -22,7 +22,7 @@ struct PoolMemorySizes {
 
 /// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching
 /// allocator, so that its accounting sees the pool): each part at least bytes_needed()'s
-/// size and aligned to 256 bytes, in the pool's memory space: device memory for a device
+/// size and aligned to 16 bytes (detail::borrowed_alignment), in the pool's memory space: device memory for a device
 /// pool's control and device arena, and pinned host memory mapped into the device
 /// (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with
 /// cudaHostRegisterMapped) for its host arena; plain host memory for a host pool. The pool
@@ -46,6 +46,15 @@ class PagePool {
   /// A pool in caller-owned memory (see PoolMemory); it allocates nothing. Throws
   /// std::invalid_argument for a null or misaligned part.
   PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory& memory) : PagePool(config, space, &memory) {}
+
+  /// A pool over caller-owned memory that already holds one: memory a pool of the same
+  /// config and space was made in (the constructor above), or a byte copy of such memory.
+  /// Writes nothing and synchronises nothing; the pool's state is the memory's. For
+  /// frameworks that keep a pool's state in their own tensors and make the host-side object
+  /// per call (examples/torch). Same checks as the constructor.
+  static PagePool attach(const PoolConfig& config, MemorySpace space, const PoolMemory& memory) {
+    return PagePool(config, space, &memory, false);
+  }
 
   /// Bytes of each part of a pool's memory for `config`.
   static PoolMemorySizes bytes_needed(const PoolConfig& config) {
@@ -111,7 +120,7 @@ class PagePool {
   }
 
  private:
-  PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory)
+  PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory, bool initialize = true)
       : config_(config), space_(space), id_(next_id()) {
     const PoolMemorySizes sizes = bytes_needed(config);
     const bool device = space == MemorySpace::device;
@@ -128,6 +137,7 @@ class PagePool {
       host_arena_ = detail::Allocation(host_kind, sizes.host_arena);
     }
     ref_ = make_ref();
+    if (!initialize) return;
     // The initial state is the reset state, built on the host and copied once.
     const auto d = static_cast<std::size_t>(config.device_pages);
     std::vector<unsigned char> image(control_.bytes());

@@ -7,6 +7,8 @@
 #include <pagestash/pool/page_pool.hpp>
 #include <pagestash/stash/work.hpp>
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -41,14 +43,17 @@ enum class RecordError : cuda::std::int32_t {
 /// last block to finish clears the words and releases `owner`. A block of another launch
 /// that finds `owner` taken refuses: it counts itself in `refused`, raises the pool's
 /// error flag (refused_launch) and does nothing, so that an overlapping or never-finished launch is
-/// reported, never a hang.
-struct alignas(128) LaunchWords {
+/// reported, never a hang. Padded rather than over-aligned: caller memory need only be
+/// 16-byte aligned (the words are on their own line when it is 128-byte aligned).
+struct LaunchWords {
   cuda::std::uint32_t owner;
   cuda::std::int32_t verdict;
   cuda::std::int32_t finished;
   cuda::std::int32_t refused;
   cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
+  unsigned char padding[104];
 };
+static_assert(sizeof(LaunchWords) == 128);
 
 /// The record's header in the pool's memory space.
 struct RecordHeader {
@@ -63,8 +68,10 @@ struct RecordHeader {
   cuda::std::int64_t tiles;  ///< of the current operation's plan
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
+  unsigned char padding[64];      ///< the launch words at offset 128
   LaunchWords launch;
 };
+static_assert(offsetof(RecordHeader, launch) == 128);
 
 /// A trivially copyable handle on a record's memory, passed by value to kernels.
 struct RecordRef {
@@ -138,13 +145,20 @@ class StashRecord {
 
   /// Allocates a record for tensors of `shape`'s shape (max_tokens, hidden, groups) in
   /// `pool`'s memory space. Only the shape of `shape` is read.
-  StashRecord(const PagePool& pool, const GroupedView<layout>& shape) : StashRecord(pool, shape, nullptr, false) {}
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape) : StashRecord(pool, shape, nullptr, Memory::owned) {}
 
-  /// A record in caller-owned memory: bytes_needed(pool, shape) bytes aligned to 256, in
+  /// A record in caller-owned memory: bytes_needed(pool, shape) bytes aligned to 16, in
   /// the pool's memory space. It allocates nothing, never frees the memory, and must not
   /// outlive it.
   StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory)
-      : StashRecord(pool, shape, memory, true) {}
+      : StashRecord(pool, shape, memory, Memory::borrowed) {}
+
+  /// A record over caller-owned memory that already holds one of this shape, made for
+  /// `pool`'s memory (PagePool::attach): the memory a record was made in, or a byte copy of
+  /// it together with the pool's. Writes nothing; the record's state is the memory's.
+  static StashRecord attach(const PagePool& pool, const GroupedView<layout>& shape, void* memory) {
+    return StashRecord(pool, shape, memory, Memory::attached);
+  }
 
   /// Bytes of the memory a record of `shape`'s shape takes in `pool`'s memory space.
   static std::size_t bytes_needed(const PagePool& pool, const GroupedView<layout>& shape) {
@@ -179,12 +193,15 @@ class StashRecord {
   std::size_t bytes() const { return memory_.bytes(); }
   /// The counts the last stash saw (in the pool's memory space; read them on the device).
   const cuda::std::int32_t* counts() const { return ref_.counts; }
-  /// For executors: the epoch of a new launch on this record (never 0), which its blocks
-  /// compare with the record's launch owner. A graph replays the epoch it captured; replays
-  /// of one graph never overlap, so they need no new one.
-  cuda::std::uint32_t next_launch_epoch() {
-    if (++launch_epoch_ == 0) ++launch_epoch_;
-    return launch_epoch_;
+  /// For executors: the epoch of a new launch (never 0), which its blocks compare with the
+  /// record's launch owner. Drawn from one process-wide counter, so that two records
+  /// attached to the same memory never launch with the same epoch. A graph replays the epoch
+  /// it captured; replays of one graph never overlap, so they need no new one.
+  static cuda::std::uint32_t next_launch_epoch() {
+    static std::atomic<cuda::std::uint32_t> counter{0};
+    cuda::std::uint32_t epoch = counter.fetch_add(1, std::memory_order_relaxed) + 1;
+    while (epoch == 0) epoch = counter.fetch_add(1, std::memory_order_relaxed) + 1;
+    return epoch;
   }
 
   /// Reads the header back. A device record synchronises the whole device first; a host
@@ -249,7 +266,8 @@ class StashRecord {
     return p;
   }
 
-  StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory, bool borrowed)
+  enum class Memory { owned, borrowed, attached };
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory, Memory how)
       : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes),
         page_shift_(pool.ref().page_shift) {
     static_assert(check_stash_traits<Traits>());
@@ -259,14 +277,15 @@ class StashRecord {
     max_tiles_ = most.tiles;
     const Parts parts = parts_of(shape, max_pages_);
     const auto kind = space_ == MemorySpace::device ? detail::MemoryKind::device : detail::MemoryKind::host;
-    memory_ = borrowed ? detail::Allocation::borrow(kind, memory, parts.total, "StashRecord memory")
-                       : detail::Allocation(kind, parts.total);
+    memory_ = how == Memory::owned ? detail::Allocation(kind, parts.total)
+                                   : detail::Allocation::borrow(kind, memory, parts.total, "StashRecord memory");
     auto* base = static_cast<unsigned char*>(memory_.get());
     ref_.header = reinterpret_cast<RecordHeader*>(base);
     ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + parts.counts_at);
     ref_.items = reinterpret_cast<WorkItem*>(base + parts.items_at);
     ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
     ref_.kept = base + parts.kept_at;
+    if (how == Memory::attached) return;
     RecordHeader empty{};
     empty.state = RecordState::empty;
     empty.first_bad_group = -1;
@@ -280,7 +299,6 @@ class StashRecord {
   int page_shift_;
   cuda::std::int64_t max_pages_ = 0;
   cuda::std::int64_t max_tiles_ = 0;
-  cuda::std::uint32_t launch_epoch_ = 0;
   detail::Allocation memory_;
   RecordRef ref_;
 };

@@ -1,0 +1,435 @@
+// The extension's torch side (g++): the pagestash:: op schemas, their CPU implementations
+// (the host executor) and, when built with CUDA, their CUDA implementations, which hand the
+// checked pointers to ops_cuda.cu (nvcc). Every check of a tensor happens here, on the host,
+// before anything runs: ValueError for a bad argument, RuntimeError for a CUDA failure.
+
+#include "recipes.hpp"
+
+#include <torch/extension.h>
+
+#ifdef PAGESTASH_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <optional>
+
+namespace pagestash_torch {
+
+#ifdef PAGESTASH_TORCH_CUDA
+// ops_cuda.cu
+void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
+              const RecordMemory& record, const Buffers& buffers, bool zero_tail);
+void reset_cuda(cudaStream_t stream, const PoolParts& pool);
+void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst);
+#endif
+
+namespace {
+
+/// Runs f, turning the library's std::invalid_argument into Python's ValueError.
+template <class F>
+decltype(auto) checked(F&& f) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+    throw;  // not reached
+  }
+}
+
+ps::MemorySpace space_of(const at::Tensor& control) {
+  return control.is_cuda() ? ps::MemorySpace::device : ps::MemorySpace::host;
+}
+
+void check_state_tensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kByte, "pagestash: ", what, " must be a uint8 tensor, not ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.is_contiguous(), "pagestash: ", what, " must be contiguous");
+}
+
+/// The pool's three parts, checked: uint8, contiguous; the control and device arena on one
+/// device (the pool's); a CUDA pool's host arena in pinned CPU memory (or empty).
+PoolParts pool_parts(const at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+                     std::int64_t page_bytes) {
+  check_state_tensor(control, "pool control");
+  check_state_tensor(device_arena, "pool device arena");
+  check_state_tensor(host_arena, "pool host arena");
+  TORCH_CHECK_VALUE(device_arena.device() == control.device(), "pagestash: the pool's device arena is on ",
+                    device_arena.device(), ", its control on ", control.device());
+  if (control.is_cuda()) {
+    TORCH_CHECK_VALUE(host_arena.numel() == 0 || (host_arena.is_cpu() && host_arena.is_pinned()),
+                      "pagestash: a CUDA pool's host arena must be pinned CPU memory");
+  } else {
+    TORCH_CHECK_VALUE(host_arena.is_cpu() && control.is_cpu(), "pagestash: a CPU pool's parts must all be CPU tensors");
+  }
+  PoolParts p;
+  p.control = control.data_ptr();
+  p.device_arena = device_arena.numel() ? device_arena.data_ptr() : nullptr;
+  p.host_arena = host_arena.numel() ? host_arena.data_ptr() : nullptr;
+  p.control_bytes = control.numel();
+  p.device_arena_bytes = device_arena.numel();
+  p.host_arena_bytes = host_arena.numel();
+  p.page_bytes = page_bytes;
+  return p;
+}
+
+RecordMemory record_memory(const at::Tensor& record, const at::Tensor& control) {
+  check_state_tensor(record, "record");
+  TORCH_CHECK_VALUE(record.device() == control.device(), "pagestash: the record is on ", record.device(),
+                    ", its pool on ", control.device());
+  return RecordMemory{record.data_ptr(), record.numel()};
+}
+
+/// Whether `dtype` may hold the recipe's data (first) or scales: the element type itself,
+/// or raw bytes.
+bool dtype_fits(const std::string& recipe, bool scales, at::ScalarType dtype) {
+  if (dtype == at::kByte) return true;
+  const std::string family = recipe.substr(0, recipe.find('/'));
+  if (family == "plain") return !scales;
+  if (family == "bf16") return dtype == at::kBFloat16;
+  if (family == "fp16") return dtype == at::kHalf;
+  if (family == "mxfp8") return dtype == (scales ? at::kFloat8_e8m0fnu : at::kFloat8_e4m3fn);
+  if (family == "nvfp4") return dtype == (scales ? at::kFloat8_e4m3fn : at::kFloat4_e2m1fn_x2);
+  return false;
+}
+
+void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int64_t bytes, const at::Device& device,
+                  const std::string& recipe, bool scales) {
+  if (bytes == 0) {
+    TORCH_CHECK_VALUE(!t.has_value() || t->numel() == 0, "pagestash: recipe '", recipe, "' has no ", what,
+                      "; pass None");
+    return;
+  }
+  TORCH_CHECK_VALUE(t.has_value(), "pagestash: recipe '", recipe, "' needs ", what, " (", bytes, " bytes)");
+  TORCH_CHECK_VALUE(t->device() == device, "pagestash: ", what, " is on ", t->device(), ", the pool on ", device);
+  TORCH_CHECK_VALUE(t->is_contiguous(), "pagestash: ", what, " must be contiguous");
+  if (std::string(what) == "amax") {
+    TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat, "pagestash: amax must be float32, not ", t->scalar_type());
+  } else {
+    TORCH_CHECK_VALUE(dtype_fits(recipe, scales, t->scalar_type()), "pagestash: ", what, " of recipe '", recipe,
+                      "' cannot be ", t->scalar_type());
+  }
+  const std::int64_t got = t->numel() * t->element_size();
+  TORCH_CHECK_VALUE(got == bytes, "pagestash: ", what, " has ", got, " bytes; recipe '", recipe,
+                    "' of this shape needs ", bytes);
+}
+
+/// The buffers of a grouped tensor, checked against the recipe's geometry for `s`.
+Buffers buffers_of(const std::string& recipe, const Shape& s, const at::Device& device, const at::Tensor& data,
+                   const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
+                   const std::optional<at::Tensor>& counts) {
+  const RecipeInfo info = checked([&] { return recipe_info(recipe, s); });
+  check_buffer(data, "data", info.data_bytes, device, recipe, false);
+  check_buffer(scales, "scales", info.scales_bytes, device, recipe, true);
+  check_buffer(amax, "amax", info.amax_bytes, device, recipe, false);
+  Buffers b;
+  b.data = data.data_ptr();
+  if (info.scales_bytes) b.scales = scales->data_ptr();
+  if (info.amax_bytes) b.amax = amax->data_ptr<float>();
+  if (counts.has_value()) {
+    TORCH_CHECK_VALUE(counts->device() == device, "pagestash: counts is on ", counts->device(), ", the pool on ", device);
+    TORCH_CHECK_VALUE(counts->scalar_type() == at::kInt, "pagestash: counts must be int32, not ", counts->scalar_type());
+    TORCH_CHECK_VALUE(counts->is_contiguous() && counts->numel() == s.groups, "pagestash: counts must be ", s.groups,
+                      " contiguous int32 (one per group), not ", counts->sizes());
+    b.counts = counts->data_ptr<std::int32_t>();
+  }
+  return b;
+}
+
+#ifdef PAGESTASH_TORCH_CUDA
+/// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
+/// stream is the legacy one, which pagestash refuses (it cannot be captured); the per-thread
+/// default stream serialises with it, so the order of the caller's work is kept.
+cudaStream_t stream_of(const at::Tensor& control) {
+  const cudaStream_t s = c10::cuda::getCurrentCUDAStream(control.device().index()).stream();
+  return s == nullptr ? cudaStreamPerThread : s;
+}
+#endif
+
+/// One stash, reload or discard, on the executor of the pool's device.
+void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+            at::Tensor& record, const std::string& recipe, std::int64_t page_bytes, const Shape& s,
+            const Buffers& buffers, bool zero_tail) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  const RecordMemory rec = record_memory(record, control);
+  if (!control.is_cuda()) {
+    checked([&] { run(ps::host, op, recipe, pool, s, rec, buffers, zero_tail); });
+    return;
+  }
+#ifdef PAGESTASH_TORCH_CUDA
+  const c10::cuda::CUDAGuard guard(control.device());
+  checked([&] { run_cuda(stream_of(control), op, recipe, pool, s, rec, buffers, zero_tail); });
+#else
+  TORCH_CHECK(false, "pagestash_torch was built without CUDA");
+#endif
+}
+
+Shape shape_of(std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups) { return Shape{max_tokens, hidden, groups}; }
+
+void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_arena, at::Tensor& record,
+              const std::string& recipe, std::int64_t page_bytes, std::int64_t max_tokens, std::int64_t hidden,
+              std::int64_t groups, const at::Tensor& data, const std::optional<at::Tensor>& scales,
+              const std::optional<at::Tensor>& amax, const at::Tensor& counts) {
+  const Shape s = shape_of(max_tokens, hidden, groups);
+  const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, counts);
+  run_op(Op::stash, control, device_arena, host_arena, record, recipe, page_bytes, s, b, false);
+}
+
+void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena, at::Tensor& record,
+               const std::string& recipe, std::int64_t page_bytes, std::int64_t max_tokens, std::int64_t hidden,
+               std::int64_t groups, at::Tensor& data, const std::optional<at::Tensor>& scales,
+               const std::optional<at::Tensor>& amax, bool zero_tail) {
+  const Shape s = shape_of(max_tokens, hidden, groups);
+  const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, std::nullopt);
+  run_op(Op::reload, control, device_arena, host_arena, record, recipe, page_bytes, s, b, zero_tail);
+}
+
+void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena, at::Tensor& record,
+                const std::string& recipe, std::int64_t page_bytes, std::int64_t max_tokens, std::int64_t hidden,
+                std::int64_t groups) {
+  run_op(Op::discard, control, device_arena, host_arena, record, recipe, page_bytes,
+         shape_of(max_tokens, hidden, groups), Buffers{}, false);
+}
+
+void reset_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+              std::int64_t page_bytes) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  if (!control.is_cuda()) return checked([&] { run_reset(ps::host, pool); });
+#ifdef PAGESTASH_TORCH_CUDA
+  const c10::cuda::CUDAGuard guard(control.device());
+  checked([&] { reset_cuda(stream_of(control), pool); });
+#else
+  TORCH_CHECK(false, "pagestash_torch was built without CUDA");
+#endif
+}
+
+void report_op(const at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+               std::int64_t page_bytes, at::Tensor& out) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  TORCH_CHECK_VALUE(out.scalar_type() == at::kByte && out.is_contiguous() &&
+                        out.numel() == static_cast<std::int64_t>(sizeof(ps::PoolReport)),
+                    "pagestash: report's out must be ", sizeof(ps::PoolReport), " contiguous uint8");
+  TORCH_CHECK_VALUE(out.device() == control.device() || (control.is_cuda() && out.is_pinned()),
+                    "pagestash: report's out must be on the pool's device (or pinned, for a CUDA pool)");
+  TORCH_CHECK_VALUE(reinterpret_cast<std::uintptr_t>(out.data_ptr()) % alignof(ps::PoolReport) == 0,
+                    "pagestash: report's out must be ", alignof(ps::PoolReport), "-byte aligned");
+  auto* dst = static_cast<ps::PoolReport*>(out.data_ptr());
+  if (!control.is_cuda()) return checked([&] { run_report(ps::host, pool, dst); });
+#ifdef PAGESTASH_TORCH_CUDA
+  const c10::cuda::CUDAGuard guard(control.device());
+  checked([&] { report_cuda(stream_of(control), pool, dst); });
+#else
+  TORCH_CHECK(false, "pagestash_torch was built without CUDA");
+#endif
+}
+
+// ---- Helpers for the Python objects (not ops: made once, outside any graph) -------------
+
+struct DeviceScope {  // the pool's device current while a pool or record is made or read
+#ifdef PAGESTASH_TORCH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard;
+  explicit DeviceScope(const at::Tensor& t) {
+    if (t.is_cuda()) guard.emplace(t.device());
+  }
+#else
+  explicit DeviceScope(const at::Tensor&) {}
+#endif
+};
+
+py::dict info_dict(const std::string& recipe, std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups) {
+  const RecipeInfo i = checked([&] { return recipe_info(recipe, shape_of(max_tokens, hidden, groups)); });
+  py::dict d;
+  d["data_bytes"] = i.data_bytes;
+  d["scales_bytes"] = i.scales_bytes;
+  d["amax_bytes"] = i.amax_bytes;
+  d["count_alignment"] = i.count_alignment;
+  d["token_granule"] = i.token_granule;
+  d["token_rows"] = i.token_rows;
+  d["packed"] = i.packed;
+  d["scales_paged"] = i.scales_paged;
+  d["amax_kept"] = i.amax_kept;
+  return d;
+}
+
+py::tuple pool_bytes(std::int64_t page_bytes, std::int64_t device_pages, std::int64_t host_pages) {
+  ps::PoolConfig c;
+  c.page_bytes = page_bytes;
+  c.device_pages = device_pages;
+  c.host_pages = host_pages;
+  const ps::PoolMemorySizes s = checked([&] { return ps::PagePool::bytes_needed(c); });
+  return py::make_tuple(s.control, s.device_arena, s.host_arena);
+}
+
+void init_pool_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  const DeviceScope scope(control);
+  checked([&] { init_pool(pool, space_of(control)); });
+}
+
+std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
+                             std::int64_t page_bytes, const std::string& recipe, std::int64_t max_tokens,
+                             std::int64_t hidden, std::int64_t groups) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  const DeviceScope scope(control);
+  return checked([&] { return record_bytes(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups)); });
+}
+
+void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
+                    const std::string& recipe, std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups,
+                    at::Tensor record) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  const RecordMemory rec = record_memory(record, control);
+  const DeviceScope scope(control);
+  checked([&] {
+    const Shape s = shape_of(max_tokens, hidden, groups);
+    if (rec.bytes != record_bytes(recipe, pool, space_of(control), s))
+      throw std::invalid_argument("pagestash: the record's memory does not have the size record_bytes gives");
+    init_record(recipe, pool, space_of(control), s, rec.ptr);
+  });
+}
+
+py::dict flags_dict(const ps::PoolFlags& f) {
+  py::dict d;
+  d["overflow"] = f.overflow;
+  d["error"] = f.error;
+  d["host_spill"] = f.host_spill;
+  d["bad_counts"] = f.bad_counts;
+  d["still_stashed"] = f.still_stashed;
+  d["not_stashed"] = f.not_stashed;
+  d["stale"] = f.stale;
+  d["refused_launch"] = f.refused_launch;
+  return d;
+}
+
+py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  const DeviceScope scope(control);
+  const ps::PoolStats s = checked([&] { return attach_pool(pool, space_of(control)).stats(); });
+  py::dict d;
+  d["page_bytes"] = s.config.page_bytes;
+  d["device_pages"] = s.config.device_pages;
+  d["host_pages"] = s.config.host_pages;
+  d["flags"] = flags_dict(s.flags);
+  d["device_pages_free"] = s.device_pages_free;
+  d["host_pages_free"] = s.host_pages_free;
+  d["peak_pages_used"] = s.peak_pages_used;
+  d["peak_device_pages_used"] = s.peak_device_pages_used;
+  d["live_bytes"] = s.live_bytes;
+  d["peak_live_bytes"] = s.peak_live_bytes;
+  d["generation"] = s.generation;
+  d["stashes"] = s.stashes;
+  d["reloads"] = s.reloads;
+  d["overflows"] = s.overflows;
+  d["errors"] = s.errors;
+  return d;
+}
+
+py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
+                          std::int64_t page_bytes, const std::string& recipe, std::int64_t max_tokens,
+                          std::int64_t hidden, std::int64_t groups, at::Tensor record) {
+  const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
+  const RecordMemory rec = record_memory(record, control);
+  const DeviceScope scope(control);
+  const ps::RecordStatus s = checked(
+      [&] { return record_status(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups), rec); });
+  py::dict d;
+  d["state"] = ps::name_of(s.state);
+  d["error"] = ps::name_of(s.error);
+  d["first_bad_group"] = s.first_bad_group;
+  d["pages"] = s.pages;
+  d["device_pages"] = s.device_pages;
+  d["host_pages"] = s.host_pages;
+  d["stream_bytes"] = s.stream_bytes;
+  d["live_bytes"] = s.live_bytes;
+  return d;
+}
+
+py::dict decode_report(at::Tensor bytes) {
+  TORCH_CHECK_VALUE(bytes.is_cpu() && bytes.scalar_type() == at::kByte &&
+                        bytes.numel() == static_cast<std::int64_t>(sizeof(ps::PoolReport)),
+                    "pagestash: a report is ", sizeof(ps::PoolReport), " uint8 on the CPU");
+  ps::PoolReport r{};
+  std::memcpy(&r, bytes.contiguous().data_ptr(), sizeof(r));
+  py::dict d;
+  d["flags"] = flags_dict(r.flags);
+  d["overflows"] = r.overflows;
+  d["errors"] = r.errors;
+  d["stashes"] = r.stashes;
+  d["reloads"] = r.reloads;
+  d["device_pages_free"] = r.device_pages_free;
+  d["host_pages_free"] = r.host_pages_free;
+  d["peak_pages_used"] = r.peak_pages_used;
+  d["peak_device_pages_used"] = r.peak_device_pages_used;
+  d["live_bytes"] = r.live_bytes;
+  d["peak_live_bytes"] = r.peak_live_bytes;
+  d["generation"] = r.generation;
+  d["decision"] = ps::name_of(ps::decide(r.flags));
+  return d;
+}
+
+/// The decision for flags read back as 8 ints (e.g. after an all-reduce in Python).
+std::string decide_py(const std::vector<std::int32_t>& words) {
+  TORCH_CHECK_VALUE(words.size() == sizeof(ps::PoolFlags) / sizeof(std::int32_t), "pagestash: the flags are ",
+                    sizeof(ps::PoolFlags) / sizeof(std::int32_t), " int32 words");
+  ps::PoolFlags f{};
+  std::memcpy(&f, words.data(), sizeof(f));
+  return ps::name_of(ps::decide(f));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(pagestash, m) {
+  m.def(
+      "stash(Tensor(a!) control, Tensor(b!) device_arena, Tensor(c!) host_arena, Tensor(d!) record, str recipe, "
+      "int page_bytes, int max_tokens, int hidden, int groups, Tensor data, Tensor? scales, Tensor? amax, "
+      "Tensor counts) -> ()");
+  m.def(
+      "reload(Tensor(a!) control, Tensor device_arena, Tensor host_arena, Tensor(d!) record, str recipe, "
+      "int page_bytes, int max_tokens, int hidden, int groups, Tensor(e!) data, Tensor(f!)? scales, "
+      "Tensor(g!)? amax, bool zero_tail=False) -> ()");
+  m.def(
+      "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, Tensor(d!) record, str recipe, "
+      "int page_bytes, int max_tokens, int hidden, int groups) -> ()");
+  m.def("reset(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes) -> ()");
+  m.def("report(Tensor control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(a!) out) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(pagestash, CPU, m) {
+  m.impl("stash", &stash_op);
+  m.impl("reload", &reload_op);
+  m.impl("discard", &discard_op);
+  m.impl("reset", &reset_op);
+  m.impl("report", &report_op);
+}
+
+#ifdef PAGESTASH_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pagestash, CUDA, m) {
+  m.impl("stash", &stash_op);
+  m.impl("reload", &reload_op);
+  m.impl("discard", &discard_op);
+  m.impl("reset", &reset_op);
+  m.impl("report", &report_op);
+}
+#endif
+
+}  // namespace pagestash_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace pagestash_torch;
+  m.doc() = "pagestash: paged stashing of grouped MoE activations (ops in torch.ops.pagestash)";
+  m.def("recipes", &recipe_names, "The recipes this build instantiates");
+  m.def("recipe_info", &info_dict, "Buffer bytes and granules of a recipe for a shape");
+  m.def("pool_bytes", &pool_bytes, "Bytes of a pool's control, device arena and host arena");
+  m.def("init_pool", &init_pool_py, "Writes a new pool's state into its memory");
+  m.def("record_bytes", &record_bytes_py, "Bytes of a record's memory");
+  m.def("init_record", &init_record_py, "Writes an empty record into its memory");
+  m.def("pool_stats", &pool_stats_py, "The pool's flags and counters (synchronises)");
+  m.def("record_status", &record_status_py, "A record's state (synchronises)");
+  m.def("report_bytes", [] { return static_cast<std::int64_t>(sizeof(ps::PoolReport)); });
+  m.def("decode_report", &decode_report, "A report written by torch.ops.pagestash.report, as a dict");
+  m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
+#ifdef PAGESTASH_TORCH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+}

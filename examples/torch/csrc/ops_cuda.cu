@@ -1,0 +1,23 @@
+// The extension's CUDA side (nvcc): the CUDA executor on pointers ops.cpp has checked. No
+// PyTorch headers here, so this translation unit compiles in the time the kernels take.
+
+// The CUDA executor's overloads first: recipes.hpp's templates call pagestash::stash etc.
+// by qualified name, which sees the declarations before it.
+#include <pagestash/pagestash.cuh>
+
+#include "recipes.hpp"
+
+namespace pagestash_torch {
+
+void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
+              const RecordMemory& record, const Buffers& buffers, bool zero_tail) {
+  run(ps::on(stream), op, recipe, pool, s, record, buffers, zero_tail);
+}
+
+void reset_cuda(cudaStream_t stream, const PoolParts& pool) { run_reset(ps::on(stream), pool); }
+
+void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst) {
+  run_report(ps::on(stream), pool, dst);
+}
+
+}  // namespace pagestash_torch

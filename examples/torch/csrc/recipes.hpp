@@ -1,0 +1,250 @@
+#pragma once
+// The layouts the extension instantiates, by the names Python uses, and what one operation
+// does on memory it is handed. No PyTorch here: both the g++ translation unit (host
+// executor, and every torch-facing check) and the nvcc one (CUDA executor) include it.
+//
+// The pool and the record are attached per call (PagePool::attach, StashRecord::attach):
+// their state lives in the caller's tensors, so an operation is a function of its
+// arguments, as torch.library's functionalization and opcheck expect.
+
+#include <pagestash/pagestash.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pagestash_torch {
+namespace ps = pagestash;
+
+/// Every recipe: X(name, layout). Add a line to offer another layout.
+#define PAGESTASH_TORCH_RECIPES(X)                                                                  \
+  X("plain", ps::Plain<std::uint8_t>)                                                               \
+  X("bf16/packed", (ps::RowwiseUnquantized<ps::BF16, ps::Packed>))                                  \
+  X("bf16/capacity", (ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>))                        \
+  X("fp16/packed", (ps::RowwiseUnquantized<ps::FP16, ps::Packed>))                                  \
+  X("fp16/capacity", (ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>))                        \
+  X("mxfp8/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>)) \
+  X("mxfp8/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>)) \
+  X("mxfp8/capacity/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>)) \
+  X("mxfp8/capacity/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::SwizzledScales>)) \
+  X("nvfp4/packed/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::CompactScales>))    \
+  X("nvfp4/packed/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>))  \
+  X("nvfp4/capacity/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>)) \
+  X("nvfp4/capacity/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>))
+
+template <class T>
+struct Unparen;
+template <class T>
+struct Unparen<void(T)> {
+  using type = T;
+};
+#define PAGESTASH_TORCH_LAYOUT(L) typename ::pagestash_torch::Unparen<void(L)>::type
+
+template <class Layout>
+struct RecipeTag {
+  using layout = Layout;
+  using traits = ps::StashTraits<Layout>;  // the default selection: data + scales paged, amax kept
+};
+
+inline std::vector<std::string> recipe_names() {
+  std::vector<std::string> names;
+#define PAGESTASH_TORCH_NAME(name, L) names.emplace_back(name);
+  PAGESTASH_TORCH_RECIPES(PAGESTASH_TORCH_NAME)
+#undef PAGESTASH_TORCH_NAME
+  return names;
+}
+
+/// Calls f(RecipeTag<Layout>{}) for the recipe called `name`; throws std::invalid_argument
+/// listing the names for any other.
+template <class F>
+decltype(auto) with_recipe(const std::string& name, F&& f) {
+#define PAGESTASH_TORCH_MATCH(n, L) \
+  if (name == n) return f(RecipeTag<PAGESTASH_TORCH_LAYOUT(L)>{});
+  PAGESTASH_TORCH_RECIPES(PAGESTASH_TORCH_MATCH)
+#undef PAGESTASH_TORCH_MATCH
+  std::string known;
+  for (const std::string& n : recipe_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("pagestash: unknown recipe '" + name + "' (known: " + known + ")");
+}
+
+/// A pool's memory as the caller holds it: three parts and the page size (the page counts
+/// follow from the arenas' sizes).
+struct PoolParts {
+  void* control = nullptr;
+  void* device_arena = nullptr;
+  void* host_arena = nullptr;
+  std::int64_t control_bytes = 0, device_arena_bytes = 0, host_arena_bytes = 0;
+  std::int64_t page_bytes = 0;
+};
+
+inline ps::PoolConfig config_of(const PoolParts& parts) {
+  ps::PoolConfig c;
+  c.page_bytes = parts.page_bytes;
+  if (parts.page_bytes > 0) {
+    c.device_pages = parts.device_arena_bytes / parts.page_bytes;
+    c.host_pages = parts.host_arena_bytes / parts.page_bytes;
+  }
+  return c;
+}
+
+/// The pool over `parts`, which must hold one already (made by init_pool). Checks that
+/// each part has exactly the size the config needs.
+inline ps::PagePool attach_pool(const PoolParts& parts, ps::MemorySpace space) {
+  const ps::PoolConfig config = config_of(parts);
+  const ps::PoolMemorySizes sizes = ps::PagePool::bytes_needed(config);
+  const auto check = [](const char* what, std::int64_t got, std::size_t want) {
+    if (got != static_cast<std::int64_t>(want))
+      throw std::invalid_argument(std::string("pagestash: the pool's ") + what + " has " + std::to_string(got) +
+                                  " bytes, its config needs " + std::to_string(want));
+  };
+  check("control", parts.control_bytes, sizes.control);
+  check("device arena", parts.device_arena_bytes, sizes.device_arena);
+  check("host arena", parts.host_arena_bytes, sizes.host_arena);
+  return ps::PagePool::attach(config, space, ps::PoolMemory{parts.control, parts.device_arena, parts.host_arena});
+}
+
+/// Writes a new pool's initial state into `parts`.
+inline void init_pool(const PoolParts& parts, ps::MemorySpace space) {
+  attach_pool(parts, space);  // the size checks
+  const ps::PagePool made(config_of(parts), space, ps::PoolMemory{parts.control, parts.device_arena, parts.host_arena});
+}
+
+struct Shape {
+  std::int64_t max_tokens = 0, hidden = 0, groups = 1;
+};
+
+template <class Layout>
+ps::GroupedView<Layout> view_of(const Shape& s) {
+  if (s.groups < 1 || s.groups > INT32_MAX) throw std::invalid_argument("pagestash: groups = " + std::to_string(s.groups) + " is out of range");
+  ps::GroupedView<Layout> v;
+  v.max_tokens = s.max_tokens;
+  v.hidden = s.hidden;
+  v.groups = static_cast<std::int32_t>(s.groups);
+  ps::validate_shape(v);
+  return v;
+}
+
+/// The buffers of one grouped tensor (null where absent).
+struct Buffers {
+  void* data = nullptr;
+  void* scales = nullptr;
+  float* amax = nullptr;
+  const std::int32_t* counts = nullptr;
+};
+
+template <class Layout>
+ps::GroupedView<Layout> view_of(const Shape& s, const Buffers& b) {
+  ps::GroupedView<Layout> v = view_of<Layout>(s);
+  v.data = static_cast<typename Layout::data_type*>(b.data);
+  if constexpr (!std::is_void_v<typename Layout::scale_type>) v.scales = static_cast<typename Layout::scale_type*>(b.scales);
+  v.amax = b.amax;
+  v.counts = b.counts;
+  return v;
+}
+
+/// What a recipe needs of a shape: each buffer's bytes (0: the layout has none), the
+/// count and token granules, the record's bytes for a pool, and how each buffer is handled.
+struct RecipeInfo {
+  std::int64_t data_bytes = 0, scales_bytes = 0, amax_bytes = 0;
+  std::int64_t count_alignment = 1, token_granule = 1, token_rows = 0;
+  bool packed = false, scales_paged = false, amax_kept = false;
+};
+
+inline RecipeInfo recipe_info(const std::string& recipe, const Shape& s) {
+  return with_recipe(recipe, [&](auto tag) {
+    using L = typename decltype(tag)::layout;
+    using Tr = typename decltype(tag)::traits;
+    const ps::GroupedView<L> v = view_of<L>(s);
+    RecipeInfo info;
+    info.data_bytes = v.buffer_bytes(ps::BufferRole::data);
+    info.scales_bytes = v.buffer_bytes(ps::BufferRole::scales);
+    info.amax_bytes = v.buffer_bytes(ps::BufferRole::amax);
+    info.count_alignment = v.count_alignment();
+    info.token_granule = v.token_granule();
+    info.token_rows = v.token_rows();
+    info.packed = L::placement::packed;
+    info.scales_paged = ps::handling_of<Tr>(ps::BufferRole::scales) == ps::Handling::paged;
+    info.amax_kept = ps::handling_of<Tr>(ps::BufferRole::amax) == ps::Handling::kept;
+    return info;
+  });
+}
+
+inline std::int64_t record_bytes(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space, const Shape& s) {
+  const ps::PagePool p = attach_pool(pool, space);
+  return with_recipe(recipe, [&](auto tag) {
+    using L = typename decltype(tag)::layout;
+    return static_cast<std::int64_t>(ps::StashRecord<typename decltype(tag)::traits>::bytes_needed(p, view_of<L>(s)));
+  });
+}
+
+/// Writes an empty record's header into `memory`.
+inline void init_record(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space, const Shape& s,
+                        void* memory) {
+  const ps::PagePool p = attach_pool(pool, space);
+  with_recipe(recipe, [&](auto tag) {
+    using L = typename decltype(tag)::layout;
+    const ps::StashRecord<typename decltype(tag)::traits> made(p, view_of<L>(s), memory);
+  });
+}
+
+enum class Op { stash, reload, discard };
+
+/// A record's memory as the caller holds it.
+struct RecordMemory {
+  void* ptr = nullptr;
+  std::int64_t bytes = 0;
+};
+
+/// The record in `record`, of `shape` in pool `p`: its size checked against the recipe's.
+template <class Traits>
+ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedView<typename Traits::layout>& shape,
+                                      const RecordMemory& record) {
+  const auto need = static_cast<std::int64_t>(ps::StashRecord<Traits>::bytes_needed(p, shape));
+  if (record.bytes != need)
+    throw std::invalid_argument("pagestash: the record has " + std::to_string(record.bytes) + " bytes; a " +
+                                Traits::layout::name + " record of this shape in this pool needs " + std::to_string(need));
+  return ps::StashRecord<Traits>::attach(p, shape, record.ptr);
+}
+
+/// One operation with executor `exec` (pagestash::host, or pagestash::on(stream) from CUDA
+/// code) on the pool in `pool` and the record in `record`.
+template <class Exec>
+void run(const Exec& exec, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
+         const RecordMemory& record, const Buffers& buffers, bool zero_tail) {
+  ps::PagePool p = attach_pool(pool, Exec::memory);
+  with_recipe(recipe, [&](auto tag) {
+    using L = typename decltype(tag)::layout;
+    using Tr = typename decltype(tag)::traits;
+    auto rec = attach_record<Tr>(p, view_of<L>(s), record);
+    switch (op) {
+      case Op::stash: ps::stash(exec, p, view_of<L>(s, buffers), rec); break;
+      case Op::reload: ps::reload(exec, p, rec, view_of<L>(s, buffers), ps::ReloadOptions{zero_tail}); break;
+      case Op::discard: ps::discard(exec, p, rec); break;
+    }
+  });
+}
+
+template <class Exec>
+void run_reset(const Exec& exec, const PoolParts& pool) {
+  ps::PagePool p = attach_pool(pool, Exec::memory);
+  ps::reset(exec, p);
+}
+
+template <class Exec>
+void run_report(const Exec& exec, const PoolParts& pool, ps::PoolReport* dst) {
+  const ps::PagePool p = attach_pool(pool, Exec::memory);
+  ps::report(exec, p, dst);
+}
+
+/// The record's status (synchronises, as StashRecord::status does), `stale` included.
+inline ps::RecordStatus record_status(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space,
+                                      const Shape& s, const RecordMemory& record) {
+  const ps::PagePool p = attach_pool(pool, space);
+  return with_recipe(recipe, [&](auto tag) {
+    using L = typename decltype(tag)::layout;
+    return attach_record<typename decltype(tag)::traits>(p, view_of<L>(s), record).status(p);
+  });
+}
+
+}  // namespace pagestash_torch

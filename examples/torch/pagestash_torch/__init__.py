@@ -7,11 +7,11 @@ that pages marked activations between forward and backward. See docs/python.md.
 """
 
 from ._ops import ops
-from .hooks import paged_saved_tensors
+from .hooks import count_activation, paged_saved_tensors
 from .pool import FLAG_NAMES, PagePool, Record, Shape, decode_report, recipe, recipe_info, recipes
 from . import _C
 
 with_cuda = _C.with_cuda
 
-__all__ = ["ops", "paged_saved_tensors", "FLAG_NAMES", "PagePool", "Record", "Shape", "decode_report", "recipe",
+__all__ = ["ops", "count_activation", "paged_saved_tensors", "FLAG_NAMES", "PagePool", "Record", "Shape", "decode_report", "recipe",
            "recipe_info", "recipes", "with_cuda"]

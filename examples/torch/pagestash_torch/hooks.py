@@ -15,6 +15,14 @@ import torch
 from .pool import Shape
 
 
+def count_activation(storages, t):
+    """Adds t's storage to `storages` (data pointer -> bytes) unless t is a parameter (a
+    leaf that requires grad): how the example and the tests count the activation bytes
+    autograd holds."""
+    if not (t.is_leaf and t.requires_grad):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+
+
 class _Group:
     """The buffers of one grouped tensor (data, and scales and amax for quantized recipes),
     stashed together the first time autograd saves one of them and reloaded together the
@@ -81,7 +89,19 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self._marked = {}  # id(tensor) -> (weakref to it, group, role)
         self.paged_tensors = 0  # tensors autograd saved that were paged
         self.passed_tensors = 0  # and that passed through
+        self._passed_storages = {}
+        self.paged_bytes = 0  # bytes of the buffers paged (their full, capacity-padded size)
         super().__init__(self._pack, self._unpack)
+
+    def __enter__(self):
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        # Only autograd holds the groups from here on: one it lets go of without needing
+        # (no backward) returns its pages.
+        self._marked = {}
+        return super().__exit__(*exc)
 
     def mark(self, data, recipe, shape, counts, scales=None, amax=None):
         """Marks `data` (with its `scales` and `amax`, for MXFP8 and NVFP4) as one grouped
@@ -103,11 +123,19 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         entry = self._marked.get(id(t))
         if entry is None or entry[0]() is not t:
             self.passed_tensors += 1
+            count_activation(self._passed_storages, t)
             return t
         _, group, role = entry
+        if group.record is None:
+            self.paged_bytes += sum(b.numel() * b.element_size() for b in group.buffers.values())
         group.stash()
         self.paged_tensors += 1
         return _Packed(group, role)
+
+    @property
+    def passed_bytes(self):
+        """Bytes of the activations that passed through (each storage once; no parameters)."""
+        return sum(self._passed_storages.values())
 
     def _unpack(self, packed):
         if isinstance(packed, _Packed):

@@ -101,6 +101,11 @@ class PagePool:
     def nbytes(self):
         return self.control.numel() + self.device_arena.numel() + self.host_arena.numel()
 
+    def pages_in_use(self):
+        """Device and host pages held by records (reads the counters: synchronises)."""
+        s = self.stats()
+        return self.device_pages - s["device_pages_free"] + self.host_pages - s["host_pages_free"]
+
     def record(self, recipe_name, shape):
         """A record for one grouped tensor of `shape` in recipe `recipe_name`."""
         return Record(self, recipe_name, shape)

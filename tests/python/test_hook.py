@@ -1,0 +1,97 @@
+"""paged_saved_tensors on CPU tensors: the MoE example trained with and without paging."""
+
+import gc
+
+import torch
+
+import moe_example as moe
+import pagestash_torch as pt
+
+E, H, F, TOKENS, STEPS = 8, 128, 256, 192, 4
+CAPACITY = 2 * TOKENS // E
+
+
+def models():
+    return moe.GroupedMLP(E, H, F, seed=7), moe.GroupedMLP(E, H, F, seed=7)
+
+
+def batches():
+    return moe.dirichlet_batches(STEPS, TOKENS, E, H, torch.bfloat16, "cpu", seed=3)
+
+
+def pool_for(factor, page_bytes=4096):
+    most = max(moe.live_fraction(b, E, CAPACITY) for b in batches()) * E * CAPACITY * (H + 2 * F) * 2
+    return pt.PagePool(device_pages=int(factor * most / page_bytes) + 3 * E, page_bytes=page_bytes)
+
+
+def opts(a, b):
+    return torch.optim.SGD(a.parameters(), lr=0.05), torch.optim.SGD(b.parameters(), lr=0.05)
+
+
+def test_gradients_bit_identical_and_activation_bytes_reduced_by_the_live_fraction():
+    eager_model, paged_model = models()
+    eager_opt, paged_opt = opts(eager_model, paged_model)
+    pool = pool_for(1.0)
+    print(f"\n{'step':>4} {'live':>6} {'eager held':>11} {'paged held':>11} {'buffers':>9} {'pages':>9} {'pages/buffers':>13}")
+    for i, batch in enumerate(batches()):
+        eager = moe.step(eager_model, eager_opt, batch, CAPACITY)
+        paged = moe.step(paged_model, paged_opt, batch, CAPACITY, pool)
+        assert paged["how"] == "paged"
+        for a, b in zip(eager["grads"], paged["grads"]):
+            assert torch.equal(a, b)  # bit for bit
+        assert paged["loss"] == eager["loss"]
+        live = moe.live_fraction(batch, E, CAPACITY)
+        buffers, pages = paged["marked"]
+        print(f"{i:>4} {live:>6.3f} {eager['held']:>11} {paged['held']:>11} {buffers:>9} {pages:>9} "
+              f"{pages / buffers:>13.3f}")
+        # The three marked activations are all that changed: their buffers were replaced by
+        # pages holding the live rows (each stash rounded up to whole pages).
+        assert paged["held"] == eager["held"] - buffers + pages
+        assert live * buffers <= pages <= live * buffers + 3 * pool.page_bytes
+        assert live < 0.6  # Dirichlet(1) counts with capacity twice the mean
+        # After each step every page is back and no flag is raised.
+        stats = pool.stats()
+        assert stats["device_pages_free"] == pool.device_pages and stats["live_bytes"] == 0
+        assert not any(stats["flags"].values())
+    for a, b in zip(eager_model.parameters(), paged_model.parameters()):
+        assert torch.equal(a, b)
+    assert pool.stats()["stashes"] == 3 * STEPS
+
+
+def test_a_too_small_pool_raises_overflow_and_the_step_reruns_with_the_same_result():
+    eager_model, paged_model = models()
+    eager_opt, paged_opt = opts(eager_model, paged_model)
+    pool = pool_for(0.25)
+    hows = []
+    for batch in batches():
+        eager = moe.step(eager_model, eager_opt, batch, CAPACITY)
+        paged = moe.step(paged_model, paged_opt, batch, CAPACITY, pool)
+        hows.append(paged["how"])
+        for a, b in zip(eager["grads"], paged["grads"]):
+            assert torch.equal(a, b)
+    assert "rerun" in hows
+    for a, b in zip(eager_model.parameters(), paged_model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_unmarked_tensors_pass_through_untouched_and_unneeded_stashes_return_their_pages():
+    pool = pt.PagePool(device_pages=8, page_bytes=4096)
+    w = torch.randn(16, 16, requires_grad=True)
+    x = torch.randn(2, 8, 16).to(torch.bfloat16)
+    counts = torch.tensor([3, 8], dtype=torch.int32)
+    y = torch.randn(4, 16)
+    with pt.paged_saved_tensors(pool) as paging:
+        marked = paging.mark(x.clone(), "bf16/capacity", pt.Shape(8, 16, 2), counts)
+        node = (y @ w).grad_fn
+        out = (y @ w).sum() + (marked.float() * 2).sum()
+    assert node._saved_self is y  # passed through: the very tensor
+    assert paging.paged_tensors == 0 and paging.passed_tensors >= 1  # `marked` itself was never saved
+    out.backward()
+    assert torch.equal(w.grad, y.sum(0, keepdim=True).t().expand(16, 16))
+    with pt.paged_saved_tensors(pool) as paging:
+        z = paging.mark(x.clone().requires_grad_(), "bf16/capacity", pt.Shape(8, 16, 2), counts)
+        loss = (z * z).sum()  # saves z (twice): one stash
+    assert paging.paged_tensors == 2 and pool.pages_in_use() > 0
+    del loss  # no backward: the stash's pages come back when autograd lets go
+    gc.collect()
+    assert pool.pages_in_use() == 0 and not any(pool.flag_dict().values())

@@ -1,0 +1,268 @@
+"""torch.ops.pagestash on CPU tensors (the host executor): round trips for every recipe
+against independent oracles, pool invariants, errors, and torch.library.opcheck."""
+
+import pytest
+import torch
+
+import pagestash_torch as pt
+
+SEED = 1234
+
+
+def make_pool(pages=64, page_bytes=4096, host_pages=0):
+    return pt.PagePool(device_pages=pages, page_bytes=page_bytes, host_pages=host_pages)
+
+
+def random_bytes(n, gen):
+    return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen)
+
+
+def buffers_for(recipe, shape, gen):
+    """Random non-zero buffers of the recipe's sizes (raw bytes), and counts that fit."""
+    info = pt.recipe_info(recipe, shape)
+    data = random_bytes(info["data_bytes"], gen)
+    scales = random_bytes(info["scales_bytes"], gen) if info["scales_bytes"] else None
+    amax = torch.rand(shape.groups, generator=gen) + 0.5 if info["amax_bytes"] else None
+    align = info["count_alignment"]
+    if info["packed"]:
+        cuts = torch.randint(0, shape.max_tokens // align + 1, (shape.groups - 1,), generator=gen).sort().values * align
+        edges = torch.cat([torch.tensor([0]), cuts, torch.tensor([shape.max_tokens // align * align])])
+        counts = (edges[1:] - edges[:-1]).to(torch.int32)
+        counts[-1] = counts[-1] // 2 // align * align  # not every row live
+    else:
+        counts = (torch.randint(0, shape.max_tokens // align + 1, (shape.groups,), generator=gen) * align).to(torch.int32)
+    return data, scales, amax, counts
+
+
+SHAPES = {"plain": pt.Shape(256, 96, 1)}
+
+
+def shape_of(recipe):
+    """A small shape the recipe accepts: 2 granules a group (capacity) or 4 in all (packed)."""
+    if recipe in SHAPES:
+        return SHAPES[recipe]
+    granule = pt.recipe_info(recipe, pt.Shape(0, 64, 3))["token_granule"]
+    return pt.Shape((4 if "packed" in recipe else 2) * granule, 64, 3)
+
+
+@pytest.mark.parametrize("recipe", pt.recipes())
+def test_round_trip_every_recipe(recipe):
+    """Two stashes of the same source reloaded into two destinations poisoned differently:
+    every byte is the source's in both (live) or each destination's poison (dead); the live
+    bytes are as many as the record says; with zero_tail the dead bytes are 0."""
+    gen = torch.Generator().manual_seed(SEED)
+    shape = shape_of(recipe)
+    pool = make_pool()
+    data, scales, amax, counts = buffers_for(recipe, shape, gen)
+    results = []
+    for poison in (0x5A, 0xA5):
+        rec = pool.record(recipe, shape)
+        rec.stash(data, counts, scales, amax)
+        status = rec.status()
+        assert status["state"] == "stashed", status
+        out = [torch.full_like(data, poison), None if scales is None else torch.full_like(scales, poison),
+               None if amax is None else torch.full_like(amax, -1.0)]
+        rec.reload(*out)
+        assert rec.status()["state"] == "reloaded"
+        results.append((out, status))
+        stats = pool.stats()
+        assert stats["device_pages_free"] == pool.device_pages and stats["live_bytes"] == 0
+        assert not any(stats["flags"].values())
+    live = 0
+    dead_of = {}
+    pairs = [("data", data, results[0][0][0], results[1][0][0])]
+    if scales is not None:
+        pairs.append(("scales", scales, results[0][0][1], results[1][0][1]))
+    for role, src, a, b in pairs:
+        dead = (a == 0x5A) & (b == 0xA5)
+        assert bool((dead | ((a == src) & (b == src))).all()), f"a {role} byte is neither the source's nor the poison"
+        live += int((~dead).sum())
+        dead_of[role] = dead
+    assert 0 < live == results[0][1]["live_bytes"]
+    if amax is not None:
+        assert torch.equal(results[0][0][2], amax)  # kept in the record, restored bit for bit
+    # zero_tail writes the live bytes and clears the dead ones.
+    rec = pool.record(recipe, shape)
+    rec.stash(data, counts, scales, amax)
+    out = [torch.full_like(data, 0x77), None if scales is None else torch.full_like(scales, 0x77),
+           None if amax is None else torch.zeros_like(amax)]
+    rec.reload(*out, zero_tail=True)
+    assert torch.equal(out[0], torch.where(dead_of["data"], torch.zeros_like(data), data))
+    if scales is not None:
+        assert torch.equal(out[1], torch.where(dead_of["scales"], torch.zeros_like(scales), scales))
+
+
+def test_bf16_capacity_matches_the_rows_the_counts_say():
+    """The direct oracle: the first counts[g] rows of each expert, the rest zero."""
+    gen = torch.Generator().manual_seed(SEED)
+    E, C, H = 5, 48, 80
+    x = torch.randn(E, C, H, generator=gen).to(torch.bfloat16)
+    counts = torch.tensor([0, 48, 17, 1, 30], dtype=torch.int32)
+    pool = make_pool(page_bytes=1024)
+    rec = pool.record("bf16/capacity", pt.Shape(C, H, E))
+    rec.stash(x, counts)
+    x_copy = x.clone()
+    x.fill_(3.0)  # the buffer may be reused once stashed
+    out = torch.full_like(x, float("nan"))
+    rec.reload(out, zero_tail=True)
+    mask = (torch.arange(C)[None, :] < counts[:, None]).unsqueeze(-1)
+    assert torch.equal(out, torch.where(mask, x_copy, torch.zeros_like(x_copy)))
+    assert rec.status()["live_bytes"] == int(counts.sum()) * H * 2
+
+
+def test_pool_invariants_overflow_and_reset():
+    gen = torch.Generator().manual_seed(SEED)
+    E, C, H = 4, 64, 128
+    pool = make_pool(pages=6, page_bytes=4096)
+    x = torch.randn(E, C, H, generator=gen).to(torch.float16)
+    full = torch.full((E,), C, dtype=torch.int32)  # 64 KiB live: 16 pages, more than the pool
+    rec = pool.record("fp16/capacity", pt.Shape(C, H, E))
+    rec.stash(x, full)
+    assert rec.status()["state"] == "overflowed"
+    assert pool.flag_dict()["overflow"] == 1 and pool.decide() == "rerun_without_paging"
+    report = pt.decode_report(pool.report())
+    assert report["overflows"] == 1 and report["decision"] == "rerun_without_paging"
+    assert report["device_pages_free"] == 6  # nothing taken
+    pool.reset()
+    assert pool.decide() == "keep" and pool.stats()["generation"] == 1
+    small = torch.tensor([1, 2, 0, 3], dtype=torch.int32)
+    rec2 = pool.record("fp16/capacity", pt.Shape(C, H, E))
+    rec2.stash(x, small)
+    assert rec2.status()["state"] == "stashed"
+    rec2.discard()
+    assert pool.stats()["device_pages_free"] == 6
+    rec2.reload(torch.empty_like(x))  # nothing to reload: misuse, reported in the flags
+    assert pool.flag_dict()["not_stashed"] == 1 and pool.decide() == "report_error"
+
+
+def test_host_spill_pages():
+    gen = torch.Generator().manual_seed(SEED)
+    E, C, H = 2, 64, 256
+    pool = make_pool(pages=2, page_bytes=4096, host_pages=16)
+    x = torch.randn(E, C, H, generator=gen).to(torch.bfloat16)
+    counts = torch.tensor([64, 40], dtype=torch.int32)
+    rec = pool.record("bf16/capacity", pt.Shape(C, H, E))
+    rec.stash(x, counts)
+    status = rec.status()
+    assert status["state"] == "stashed" and status["host_pages"] > 0
+    out = torch.zeros_like(x)
+    rec.reload(out, zero_tail=True)
+    mask = (torch.arange(C)[None, :] < counts[:, None]).unsqueeze(-1)
+    assert torch.equal(out, torch.where(mask, x, torch.zeros_like(x)))
+    assert pool.flag_dict()["host_spill"] == 1 and pool.decide() == "keep"
+
+
+class TestErrors:
+    """Bad tensors are refused on the host, before anything runs, with a ValueError that
+    says what is wrong; the pool is left as it was."""
+
+    def setup_method(self):
+        self.pool = make_pool()
+        self.shape = pt.Shape(32, 64, 2)
+        self.rec = self.pool.record("bf16/capacity", self.shape)
+        self.x = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
+        self.counts = torch.tensor([3, 4], dtype=torch.int32)
+
+    def refused(self, match, **kw):
+        args = dict(data=self.x, counts=self.counts)
+        args.update(kw)
+        with pytest.raises(ValueError, match=match):
+            self.rec.stash(**args)
+        assert self.rec.status()["state"] == "empty"
+        assert not any(self.pool.flag_dict().values())
+
+    def test_dtype(self):
+        self.refused("cannot be Float", data=self.x.float()[..., :32].contiguous())
+
+    def test_size(self):
+        self.refused("data has 4096 bytes; recipe 'bf16/capacity' of this shape needs 8192", data=self.x[:, :16].contiguous())
+
+    def test_contiguity(self):
+        self.refused("must be contiguous", data=self.x.transpose(1, 2))
+
+    def test_alignment(self):
+        raw = torch.zeros(self.x.numel() + 1, dtype=torch.bfloat16)
+        self.refused("not 16-byte aligned", data=raw[1:].view(2, 32, 64))
+
+    def test_counts(self):
+        self.refused("counts must be int32", counts=self.counts.long())
+        self.refused("counts must be 2", counts=torch.zeros(3, dtype=torch.int32))
+
+    def test_unknown_recipe_and_bad_shape(self):
+        with pytest.raises(ValueError, match="unknown recipe 'bf8'"):
+            self.pool.record("bf8", self.shape)
+        with pytest.raises(ValueError, match="not a multiple of the granule"):
+            self.pool.record("nvfp4/capacity/swizzled", pt.Shape(100, 64, 2))
+        with pytest.raises(ValueError, match="no recipe"):
+            pt.recipe("nvfp4", placement="padded")
+
+    def test_missing_scales(self):
+        shape = pt.Shape(128, 64, 2)
+        rec = self.pool.record("mxfp8/capacity/swizzled", shape)
+        info = pt.recipe_info("mxfp8/capacity/swizzled", shape)
+        with pytest.raises(ValueError, match="needs scales"):
+            rec.stash(torch.zeros(info["data_bytes"], dtype=torch.uint8), self.counts)
+
+    def test_record_of_another_shape(self):
+        other = self.pool.record("bf16/capacity", pt.Shape(1024, 64, 2))
+        other.shape = self.shape  # its memory is for the larger shape
+        with pytest.raises(ValueError, match="the record has"):
+            other.stash(self.x, self.counts)
+
+    def test_bad_counts_are_reported_by_the_op(self):
+        # A count beyond the capacity is only visible where the counts are (the device):
+        # the stash copies nothing and raises the error flag.
+        self.rec.stash(self.x, torch.tensor([3, 33], dtype=torch.int32))
+        status = self.rec.status()
+        assert status["state"] == "failed" and status["first_bad_group"] == 1
+        assert self.pool.flag_dict()["bad_counts"] == 1
+
+
+def opcheck_args(op):
+    gen = torch.Generator().manual_seed(SEED)
+    pool = make_pool(pages=16, page_bytes=1024)
+    recipe = "nvfp4/capacity/swizzled"
+    shape = pt.Shape(128, 64, 2)
+    data, scales, amax, _ = buffers_for(recipe, shape, gen)
+    counts = torch.tensor([40, 7], dtype=torch.int32)
+    rec = pool.record(recipe, shape)
+    if op != "stash":
+        rec.stash(data, counts, scales, amax)
+    base = (*pool.state[:3], rec.memory, recipe, pool.page_bytes, shape.max_tokens, shape.hidden, shape.groups)
+    if op == "stash":
+        return base + (data, scales, amax, counts)
+    if op == "reload":
+        return base + (torch.full_like(data, 0x5A), torch.full_like(scales, 0x5A), torch.zeros_like(amax), True)
+    if op == "discard":
+        return base
+    if op == "reset":
+        return pool.state
+    return pool.state + (torch.zeros(pool.report().numel(), dtype=torch.uint8),)
+
+
+@pytest.mark.parametrize("op", ["stash", "reload", "discard", "reset", "report"])
+def test_opcheck(op):
+    torch.library.opcheck(getattr(torch.ops.pagestash, op).default, opcheck_args(op))
+
+
+def test_ops_trace_under_torch_compile():
+    """The fake implementations let torch.compile trace a function that stashes and reloads."""
+    gen = torch.Generator().manual_seed(SEED)
+    pool = make_pool()
+    shape = pt.Shape(32, 64, 2)
+    rec = pool.record("bf16/capacity", shape)
+    x = torch.randn(2, 32, 64, generator=gen).to(torch.bfloat16)
+    counts = torch.tensor([32, 5], dtype=torch.int32)
+
+    def round_trip(x, out):
+        torch.ops.pagestash.stash(*pool.state[:3], rec.memory, rec.recipe, pool.page_bytes, 32, 64, 2, x, None, None,
+                                  counts)
+        torch.ops.pagestash.reload(*pool.state[:3], rec.memory, rec.recipe, pool.page_bytes, 32, 64, 2, out, None,
+                                   None, True)
+        return out * 2
+
+    out = torch.full_like(x, 9.0)
+    got = torch.compile(round_trip, backend="aot_eager", fullgraph=True)(x, out)
+    mask = (torch.arange(32)[None, :] < counts[:, None]).unsqueeze(-1)
+    assert torch.equal(got, torch.where(mask, x, torch.zeros_like(x)) * 2)
+    assert pool.stats()["device_pages_free"] == pool.device_pages

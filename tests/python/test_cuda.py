@@ -1,0 +1,62 @@
+"""The same ops on CUDA tensors (the CUDA executor on PyTorch's current stream), checked
+against the host executor's results byte for byte. Skipped without a GPU; scripts/gpu-check
+runs them where one is lent (and torch is installed)."""
+
+import pytest
+import torch
+
+import moe_example as moe
+import pagestash_torch as pt
+from test_ops import SEED, buffers_for, shape_of
+
+pytestmark = pytest.mark.skipif(
+    not (torch.cuda.is_available() and pt.with_cuda),
+    reason="SKIPPED: no CUDA device (or pagestash_torch built without CUDA): the CUDA executor's tests need a GPU")
+
+
+def round_trip(device, recipe, data, scales, amax, counts, zero_tail):
+    shape = shape_of(recipe)
+    pool = pt.PagePool(device_pages=64, page_bytes=4096, device=device)
+    rec = pool.record(recipe, shape)
+    to = (lambda t: None if t is None else t.to(device))
+    rec.stash(to(data), to(counts), to(scales), to(amax))
+    out = [to(torch.full_like(data, 0x5A)), to(None if scales is None else torch.full_like(scales, 0x5A)),
+           to(None if amax is None else torch.zeros_like(amax))]
+    rec.reload(*out, zero_tail=zero_tail)
+    stats = pool.stats()
+    assert stats["device_pages_free"] == pool.device_pages and not any(stats["flags"].values())
+    return [None if t is None else t.cpu() for t in out]
+
+
+@pytest.mark.parametrize("zero_tail", [False, True])
+@pytest.mark.parametrize("recipe", pt.recipes())
+def test_cuda_matches_the_host_executor(recipe, zero_tail):
+    gen = torch.Generator().manual_seed(SEED)
+    data, scales, amax, counts = buffers_for(recipe, shape_of(recipe), gen)
+    host = round_trip("cpu", recipe, data, scales, amax, counts, zero_tail)
+    cuda = round_trip("cuda", recipe, data, scales, amax, counts, zero_tail)
+    for h, c in zip(host, cuda):
+        assert (h is None) == (c is None)
+        if h is not None:
+            assert torch.equal(h, c)
+
+
+def test_cuda_moe_gradients_bit_identical_and_report_without_sync():
+    E, H, F, T = 8, 128, 256, 192
+    capacity = 2 * T // E
+    batches = moe.dirichlet_batches(3, T, E, H, torch.bfloat16, "cuda", seed=3)
+    eager_model = moe.GroupedMLP(E, H, F, seed=7).cuda()
+    paged_model = moe.GroupedMLP(E, H, F, seed=7).cuda()
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.05)
+    paged_opt = torch.optim.SGD(paged_model.parameters(), lr=0.05)
+    pool = pt.PagePool(device_pages=256, page_bytes=4096, device="cuda")
+    for batch in batches:
+        eager = moe.step(eager_model, eager_opt, batch, capacity)
+        paged = moe.step(paged_model, paged_opt, batch, capacity, pool)
+        assert paged["how"] == "paged"
+        for a, b in zip(eager["grads"], paged["grads"]):
+            assert torch.equal(a, b)
+    out = torch.empty(pt._C.report_bytes(), dtype=torch.uint8, device="cuda")
+    pool.report(out)  # enqueued on the current stream
+    report = pt.decode_report(out.cpu())
+    assert report["stashes"] == 9 and report["reloads"] == 9 and report["decision"] == "keep"

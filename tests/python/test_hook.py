@@ -95,3 +95,45 @@ def test_unmarked_tensors_pass_through_untouched_and_unneeded_stashes_return_the
     del loss  # no backward: the stash's pages come back when autograd lets go
     gc.collect()
     assert pool.pages_in_use() == 0 and not any(pool.flag_dict().values())
+
+
+def test_a_quantized_tensor_saved_as_three_buffers_is_stashed_once_and_each_buffer_comes_back():
+    """NVFP4: data, scales and amax saved by a custom autograd function are one stash, and
+    backward gets each buffer back in its role (live bytes, dead ones zeroed; amax exact)."""
+    from test_ops import buffers_for
+
+    recipe, shape = "nvfp4/capacity/swizzled", pt.Shape(128, 64, 3)
+    gen = torch.Generator().manual_seed(11)
+    data, scales, amax, counts = buffers_for(recipe, shape, gen)
+    expected_pool = pt.PagePool(device_pages=64, page_bytes=1024)
+    rec = expected_pool.record(recipe, shape)
+    rec.stash(data, counts, scales, amax)
+    expected = [torch.full_like(data, 1), torch.full_like(scales, 1), torch.zeros_like(amax)]
+    rec.reload(*expected, zero_tail=True)
+
+    seen = []
+
+    class UsesQuantized(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w, q_data, q_scales, q_amax):
+            ctx.save_for_backward(q_data, q_scales, q_amax)
+            return w * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append([t.clone() for t in ctx.saved_tensors])
+            return g * 2, None, None, None
+
+    pool = pt.PagePool(device_pages=64, page_bytes=1024)
+    w = torch.ones(4, requires_grad=True)
+    with pt.paged_saved_tensors(pool) as paging:
+        q = [data.clone(), scales.clone(), amax.clone()]
+        paging.mark(q[0], recipe, shape, counts, scales=q[1], amax=q[2])
+        out = UsesQuantized.apply(w, *q).sum()
+    assert paging.paged_tensors == 3 and pool.stats()["stashes"] == 1
+    out.backward()
+    assert len(seen) == 1
+    for got, want in zip(seen[0], expected):
+        assert torch.equal(got, want)
+    assert torch.equal(seen[0][2], amax)
+    assert pool.pages_in_use() == 0

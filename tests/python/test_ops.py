@@ -21,6 +21,9 @@ def buffers_for(recipe, shape, gen):
     """Random non-zero buffers of the recipe's sizes (raw bytes), and counts that fit."""
     info = pt.recipe_info(recipe, shape)
     data = random_bytes(info["data_bytes"], gen)
+    family = recipe.split("/")[0]
+    if family in ("plain", "bf16", "fp16"):  # rows of tokens, as raw bytes
+        data = data.view(-1, shape.hidden * (1 if family == "plain" else 2))
     scales = random_bytes(info["scales_bytes"], gen) if info["scales_bytes"] else None
     amax = torch.rand(shape.groups, generator=gen) + 0.5 if info["amax_bytes"] else None
     align = info["count_alignment"]
@@ -176,6 +179,10 @@ class TestErrors:
 
     def test_size(self):
         self.refused("data has 4096 bytes; recipe 'bf16/capacity' of this shape needs 8192", data=self.x[:, :16].contiguous())
+
+    def test_rows(self):
+        # The right number of bytes, but not rows of `hidden`: refused, not paged as rows.
+        self.refused("last dimension must be one token's row of 128 bytes", data=self.x.reshape(2, 64, 32))
 
     def test_contiguity(self):
         self.refused("must be contiguous", data=self.x.transpose(1, 2))

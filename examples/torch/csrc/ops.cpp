@@ -113,12 +113,26 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
                     "' of this shape needs ", bytes);
 }
 
+/// Unquantized data is rows of tokens: its last dimension must be one token's row (for
+/// 'plain', `hidden` is the row's bytes), so that a transposed tensor of the right size is
+/// refused rather than paged as rows.
+void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& s) {
+  const std::string family = recipe.substr(0, recipe.find('/'));
+  if (family != "plain" && family != "bf16" && family != "fp16") return;  // quantized: bytes only
+  const std::int64_t row_bytes = family == "plain" ? s.hidden : s.hidden * 2;
+  TORCH_CHECK_VALUE(data.dim() >= 1 && data.size(-1) * data.element_size() == row_bytes, "pagestash: data's last ",
+                    "dimension must be one token's row of ", row_bytes, " bytes (hidden = ", s.hidden, "), not ",
+                    data.sizes(), " of ", data.scalar_type(),
+                    ": pass [groups, max_tokens, hidden] (capacity) or [max_tokens, hidden] (packed)");
+}
+
 /// The buffers of a grouped tensor, checked against the recipe's geometry for `s`.
 Buffers buffers_of(const std::string& recipe, const Shape& s, const at::Device& device, const at::Tensor& data,
                    const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
                    const std::optional<at::Tensor>& counts) {
   const RecipeInfo info = checked([&] { return recipe_info(recipe, s); });
   check_buffer(data, "data", info.data_bytes, device, recipe, false);
+  check_rows(data, recipe, s);
   check_buffer(scales, "scales", info.scales_bytes, device, recipe, true);
   check_buffer(amax, "amax", info.amax_bytes, device, recipe, false);
   Buffers b;

@@ -90,6 +90,10 @@ class PagePool:
         return (self.control, self.device_arena, self.host_arena, self.page_bytes)
 
     @property
+    def config(self):
+        return dict(page_bytes=self.page_bytes, device_pages=self.device_pages, host_pages=self.host_pages)
+
+    @property
     def device_pages(self):
         return self.device_arena.numel() // self.page_bytes
 

@@ -101,21 +101,25 @@ def step(model, opt, batch, capacity, pool=None):
     the gradients, the activation bytes autograd held after forward (paged: the pages in use
     plus what passed through) and, when paged, (bytes of the paged buffers, bytes of the pages
     that replaced them)."""
+    # [trainer_step]
     opt.zero_grad(set_to_none=True)
     how = "eager"
     if pool is not None:
         with pt.paged_saved_tensors(pool) as paging:
             loss = loss_of(model, batch, capacity, paging)
-        pages = pool.pages_in_use() * pool.page_bytes
+        pages = pool.pages_in_use() * pool.page_bytes  # measuring only (synchronises)
         held = paging.passed_bytes + pages
         marked = (paging.paged_bytes, pages)
         loss.backward()
         how = "paged"
-        if pool.decide() != "keep":  # a stash found no room: every rank reruns without paging
+        # With several ranks: torch.distributed.all_reduce(pool.flags, op=ReduceOp.MAX) here,
+        # so that every rank takes the same decision.
+        if pool.decide() != "keep":  # a stash found no room (or report_error: a bug)
             pool.reset()
             opt.zero_grad(set_to_none=True)
             how = "rerun"
-    if how != "paged":
+    # [trainer_step]
+    if how != "paged":  # the step without paging
         with SavedBytes() as saved:
             loss = loss_of(model, batch, capacity)
         held = saved.nbytes

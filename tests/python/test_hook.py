@@ -137,3 +137,34 @@ def test_a_quantized_tensor_saved_as_three_buffers_is_stashed_once_and_each_buff
         assert torch.equal(got, want)
     assert torch.equal(seen[0][2], amax)
     assert pool.pages_in_use() == 0
+
+
+def test_the_hook_as_docs_python_md_shows_it():
+    gen = torch.Generator().manual_seed(5)
+    experts, capacity, hidden = 4, 16, 32
+    x = torch.randn(40, hidden, generator=gen).to(torch.bfloat16)
+    expert = torch.randint(0, experts, (40,), generator=gen)
+    counts = torch.bincount(expert, minlength=experts).clamp(max=capacity).to(torch.int32)
+    w1 = torch.randn(experts, hidden, hidden, generator=gen).to(torch.bfloat16).requires_grad_()
+    pool = pt.PagePool(device_pages=16, page_bytes=4096)
+
+    def dispatch(x):
+        buf = x.new_zeros(experts, capacity, hidden)
+        for e in range(experts):
+            rows = x[expert == e][:capacity]
+            buf[e, : len(rows)] = rows
+        return buf
+
+    # [hook]
+    with pt.paged_saved_tensors(pool) as paging:  # zero_tail=True by default
+        buf = dispatch(x)  # [experts, capacity, hidden]
+        paging.mark(buf, "bf16/capacity", pt.Shape(capacity, hidden, experts), counts)
+        h = torch.bmm(buf, w1)  # autograd saves buf: stashed into the pool
+        loss = torch.nn.functional.silu(h).sum()
+    loss.backward()  # backward needs buf: reloaded
+    # [hook]
+    assert paging.paged_tensors == 1 and pool.stats()["reloads"] == 1
+    reference = w1.grad.clone()
+    w1.grad = None
+    torch.nn.functional.silu(torch.bmm(dispatch(x), w1)).sum().backward()
+    assert torch.equal(w1.grad, reference)

@@ -95,6 +95,24 @@ def test_round_trip_every_recipe(recipe):
         assert torch.equal(out[1], torch.where(dead_of["scales"], torch.zeros_like(scales), scales))
 
 
+def test_pool_and_record_as_docs_python_md_shows_them():
+    gen = torch.Generator().manual_seed(SEED)
+    experts, capacity, hidden, device = 4, 32, 64, "cpu"
+    x = torch.randn(experts, capacity, hidden, generator=gen).to(torch.bfloat16)
+    counts = torch.tensor([32, 0, 5, 17], dtype=torch.int32)
+    # [pool_and_record]
+    pool = pt.PagePool(device_pages=64, page_bytes=4096, device=device)  # memory from PyTorch's allocator
+    shape = pt.Shape(capacity, hidden, experts)  # capacity-padded: max_tokens is the capacity
+    rec = pool.record("bf16/capacity", shape)
+    rec.stash(x, counts)  # x: [experts, capacity, hidden]; counts: int32, on x's device
+    out = torch.empty_like(x)
+    rec.reload(out, zero_tail=True)  # the live rows back, the rest zeroed; the pages returned
+    assert pool.decide() == "keep"
+    # [pool_and_record]
+    mask = (torch.arange(capacity)[None, :] < counts[:, None]).unsqueeze(-1)
+    assert torch.equal(out, torch.where(mask, x, torch.zeros_like(x)))
+
+
 def test_bf16_capacity_matches_the_rows_the_counts_say():
     """The direct oracle: the first counts[g] rows of each expert, the rest zero."""
     gen = torch.Generator().manual_seed(SEED)

@@ -60,3 +60,17 @@ def test_cuda_moe_gradients_bit_identical_and_report_without_sync():
     pool.report(out)  # enqueued on the current stream
     report = pt.decode_report(out.cpu())
     assert report["stashes"] == 9 and report["reloads"] == 9 and report["decision"] == "keep"
+
+
+def test_cuda_pool_memory_is_pytorchs_and_tensors_elsewhere_are_refused():
+    before = torch.cuda.memory_allocated()
+    pool = pt.PagePool(device_pages=32, page_bytes=65536, device="cuda")
+    assert torch.cuda.memory_allocated() - before >= pool.control.numel() + pool.device_arena.numel()
+    rec = pool.record("bf16/capacity", pt.Shape(32, 64, 2))
+    x = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
+    counts = torch.tensor([3, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match="is on cpu, the pool on cuda"):
+        rec.stash(x, counts.cuda())
+    with pytest.raises(ValueError, match="counts is on cpu"):
+        rec.stash(x.cuda(), counts)
+    assert rec.status()["state"] == "empty"

@@ -12,7 +12,10 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <cstring>
+#include <iterator>
 #include <optional>
+#include <vector>
 
 namespace pagestash_torch {
 
@@ -79,11 +82,14 @@ RecordMemory record_memory(const at::Tensor& record, const at::Tensor& control) 
   return RecordMemory{record.data_ptr(), record.numel()};
 }
 
+/// The recipe's number format: its name up to the first '/' (plain, bf16, fp16, mxfp8, nvfp4).
+std::string family_of(const std::string& recipe) { return recipe.substr(0, recipe.find('/')); }
+
 /// Whether `dtype` may hold the recipe's data (first) or scales: the element type itself,
 /// or raw bytes.
 bool dtype_fits(const std::string& recipe, bool scales, at::ScalarType dtype) {
   if (dtype == at::kByte) return true;
-  const std::string family = recipe.substr(0, recipe.find('/'));
+  const std::string family = family_of(recipe);
   if (family == "plain") return !scales;
   if (family == "bf16") return dtype == at::kBFloat16;
   if (family == "fp16") return dtype == at::kHalf;
@@ -117,7 +123,7 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
 /// 'plain', `hidden` is the row's bytes), so that a transposed tensor of the right size is
 /// refused rather than paged as rows.
 void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& s) {
-  const std::string family = recipe.substr(0, recipe.find('/'));
+  const std::string family = family_of(recipe);
   if (family != "plain" && family != "bf16" && family != "fp16") return;  // quantized: bytes only
   const std::int64_t row_bytes = family == "plain" ? s.hidden : s.hidden * 2;
   TORCH_CHECK_VALUE(data.dim() >= 1 && data.size(-1) * data.element_size() == row_bytes, "pagestash: data's last ",
@@ -301,18 +307,17 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
   });
 }
 
+constexpr std::size_t flag_words = sizeof(ps::PoolFlags) / sizeof(std::int32_t);
+
 py::dict flags_dict(const ps::PoolFlags& f) {
+  std::int32_t words[flag_words];
+  std::memcpy(words, &f, sizeof(f));
   py::dict d;
-  d["overflow"] = f.overflow;
-  d["error"] = f.error;
-  d["host_spill"] = f.host_spill;
-  d["bad_counts"] = f.bad_counts;
-  d["still_stashed"] = f.still_stashed;
-  d["not_stashed"] = f.not_stashed;
-  d["stale"] = f.stale;
-  d["refused_launch"] = f.refused_launch;
+  for (std::size_t i = 0; i < flag_words; ++i) d[ps::flag_names[i]] = words[i];
   return d;
 }
+
+std::vector<std::string> flag_names() { return {std::begin(ps::flag_names), std::end(ps::flag_names)}; }
 
 py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
@@ -382,8 +387,7 @@ py::dict decode_report(at::Tensor bytes) {
 
 /// The decision for flags read back as 8 ints (e.g. after an all-reduce in Python).
 std::string decide_py(const std::vector<std::int32_t>& words) {
-  TORCH_CHECK_VALUE(words.size() == sizeof(ps::PoolFlags) / sizeof(std::int32_t), "pagestash: the flags are ",
-                    sizeof(ps::PoolFlags) / sizeof(std::int32_t), " int32 words");
+  TORCH_CHECK_VALUE(words.size() == flag_words, "pagestash: the flags are ", flag_words, " int32 words");
   ps::PoolFlags f{};
   std::memcpy(&f, words.data(), sizeof(f));
   return ps::name_of(ps::decide(f));
@@ -440,6 +444,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("record_status", &record_status_py, "A record's state (synchronises)");
   m.def("report_bytes", [] { return static_cast<std::int64_t>(sizeof(ps::PoolReport)); });
   m.def("decode_report", &decode_report, "A report written by torch.ops.pagestash.report, as a dict");
+  m.def("flag_names", &flag_names, "The flags' names, in the order of their int32 words");
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
 #ifdef PAGESTASH_TORCH_CUDA
   m.attr("with_cuda") = true;

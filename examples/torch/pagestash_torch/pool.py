@@ -12,8 +12,7 @@ import torch
 from . import _C
 from ._ops import ops
 
-FLAG_NAMES = ("overflow", "error", "host_spill", "bad_counts", "still_stashed", "not_stashed", "stale",
-              "refused_launch")
+FLAG_NAMES = tuple(_C.flag_names())  # the order of the flag words (pagestash/pool/flags.hpp)
 
 
 def recipes():

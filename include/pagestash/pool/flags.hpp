@@ -30,6 +30,11 @@ struct PoolFlags {
 };
 static_assert(sizeof(PoolFlags) == 32, "PoolFlags is 8 int32 words: its layout is documented API");
 
+/// The flags' names, in the order of PoolFlags' words (for tools that read the words).
+inline constexpr const char* flag_names[] = {"overflow",      "error",       "host_spill", "bad_counts",
+                                             "still_stashed", "not_stashed", "stale",      "refused_launch"};
+static_assert(sizeof(flag_names) / sizeof(flag_names[0]) == sizeof(PoolFlags) / sizeof(cuda::std::int32_t));
+
 /// The kinds of misuse (each a PoolFlags field).
 enum class ErrorKind : cuda::std::int32_t { bad_counts, still_stashed, not_stashed, stale, refused_launch };
 

@@ -27,7 +27,7 @@ class GroupedMLP(torch.nn.Module):
         self.w2 = torch.nn.Parameter((torch.randn(experts, ffn, hidden, generator=g) * ffn**-0.5).to(dtype))
 
     def forward(self, x, expert, capacity, paging=None):
-        experts, hidden, ffn = self.w1.shape
+        experts, hidden, _ = self.w1.shape
         # Each token's slot in its expert's buffer, and the counts, without leaving the device;
         # tokens beyond an expert's capacity are dropped.
         onehot = torch.nn.functional.one_hot(expert, experts)
@@ -36,19 +36,15 @@ class GroupedMLP(torch.nn.Module):
         counts = onehot.sum(0).clamp(max=capacity).to(torch.int32)
         e, s = expert[kept], slot[kept]
 
-        buf = x.new_zeros(experts, capacity, hidden)
-        buf = buf.index_put((e, s), x[kept])
-        if paging is not None:
-            paging.mark(buf, "bf16/capacity" if x.dtype == torch.bfloat16 else "fp16/capacity",
-                        pt.Shape(capacity, hidden, experts), counts)
-        h = torch.bmm(buf, self.w1)
-        if paging is not None:
-            paging.mark(h, "bf16/capacity" if x.dtype == torch.bfloat16 else "fp16/capacity",
-                        pt.Shape(capacity, ffn, experts), counts)
-        a = torch.nn.functional.silu(h)
-        if paging is not None:
-            paging.mark(a, "bf16/capacity" if x.dtype == torch.bfloat16 else "fp16/capacity",
-                        pt.Shape(capacity, ffn, experts), counts)
+        def pageable(t):  # marks a [experts, capacity, n] activation for paging
+            if paging is not None:
+                family = "bf16" if t.dtype == torch.bfloat16 else "fp16"
+                paging.mark(t, pt.recipe(family, "capacity"), pt.Shape(capacity, t.shape[-1], experts), counts)
+            return t
+
+        buf = pageable(x.new_zeros(experts, capacity, hidden).index_put((e, s), x[kept]))
+        h = pageable(torch.bmm(buf, self.w1))
+        a = pageable(torch.nn.functional.silu(h))
         y = torch.bmm(a, self.w2)
         out = x.new_zeros(x.shape).index_put((kept.nonzero().squeeze(1),), y[e, s])
         return out

@@ -251,16 +251,28 @@ inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::ui
   }
 }
 
+/// Width tags for short runs: 16, 8 or 4 bytes.
+template <unsigned W>
+struct Width {
+  static constexpr unsigned bytes = W;
+};
+
 /// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole
-/// runs, the rest. `short_run(at, q)` takes a whole run shorter than 16 bytes, when 16
-/// bytes from q are in the tile and 16 from `at` are in its line (pitch >= 16).
+/// runs, the rest. `short_run(at, q, Width<W>{})` takes a whole run shorter than W bytes,
+/// W the widest of 16, 8 and 4 that the pitch holds, when W bytes from q are in the tile
+/// (and W bytes from `at` are in its line: pitch >= W).
 template <class Move, class ShortRun>
 inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run) {
   move(s.head, 0u, s.head_bytes);
   cuda::std::uint32_t q = s.head_bytes;
   unsigned char* at = s.body;
-  if (s.run < 16 && s.pitch >= 16)
-    for (; q + 16 <= s.bytes; q += s.run, at += s.pitch) short_run(at, q);
+  const auto short_runs = [&](auto width) {
+    constexpr unsigned w = decltype(width)::bytes;
+    for (; q + w <= s.bytes; q += s.run, at += s.pitch) short_run(at, q, width);
+  };
+  if (s.run < 16 && s.pitch >= 16) short_runs(Width<16>{});
+  else if (s.run < 8 && s.pitch >= 8) short_runs(Width<8>{});
+  else if (s.run < 4 && s.pitch >= 4) short_runs(Width<4>{});
   for (; q < s.bytes && s.bytes - q >= s.run; q += s.run, at += s.pitch) move(at, q, s.run);
   if (q < s.bytes) move(at, q, s.bytes - q);
 }
@@ -269,17 +281,18 @@ inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& 
 inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
   using u32 = cuda::std::uint32_t;
   if (op == TileOp::stash) {
-    // A short run is copied as 16 bytes: the next run overwrites the excess in the stream.
+    // A short run is copied as 16, 8 or 4 bytes: the next run overwrites the excess in the
+    // stream.
     for_each_piece(
         s, [&](const unsigned char* at, u32 q, u32 m) { copy_run(s.stream + q, at, m); },
-        [&](const unsigned char* at, u32 q) { std::memcpy(s.stream + q, at, 16); });
+        [&](const unsigned char* at, u32 q, auto width) { std::memcpy(s.stream + q, at, width.bytes); });
     if (s.last && s.bytes % 16 != 0) std::memset(s.stream + s.bytes, 0, 16 - s.bytes % 16);
   } else if (op == TileOp::reload) {
     auto move = [&](unsigned char* at, u32 q, u32 m) { copy_run(at, s.stream + q, m); };
-    for_each_piece(s, move, [&](unsigned char* at, u32 q) { move(at, q, s.run); });
+    for_each_piece(s, move, [&](unsigned char* at, u32 q, auto) { move(at, q, s.run); });
   } else {
     auto clear = [](unsigned char* at, u32, u32 m) { std::memset(at, 0, m); };
-    for_each_piece(s, clear, [&](unsigned char* at, u32 q) { clear(at, q, s.run); });
+    for_each_piece(s, clear, [&](unsigned char* at, u32 q, auto) { clear(at, q, s.run); });
   }
 }
 

@@ -22,9 +22,9 @@ struct PoolMemorySizes {
 
 /// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching
 /// allocator, so that its accounting sees the pool): each part at least bytes_needed()'s
-/// size and aligned to 16 bytes (detail::borrowed_alignment), in the pool's memory space: device memory for a device
-/// pool's control and device arena, and pinned host memory mapped into the device
-/// (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with
+/// size and aligned to 16 bytes (detail::borrowed_alignment), in the pool's memory space:
+/// device memory for a device pool's control and device arena, and pinned host memory
+/// mapped into the device (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with
 /// cudaHostRegisterMapped) for its host arena; plain host memory for a host pool. The pool
 /// uses it, never frees it, and must not outlive it.
 struct PoolMemory {

@@ -168,3 +168,29 @@ def test_the_hook_as_docs_python_md_shows_it():
     w1.grad = None
     torch.nn.functional.silu(torch.bmm(dispatch(x), w1)).sum().backward()
     assert torch.equal(w1.grad, reference)
+
+
+def _rank(rank, world, init_file, results):
+    """One rank of the trainer's decision: its own pool (rank 1's too small), the flags
+    all-reduced with MAX, the same decision everywhere."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    pool = pt.PagePool(device_pages=2 if rank == 1 else 64, page_bytes=4096)
+    rec = pool.record("bf16/capacity", pt.Shape(64, 128, 2))
+    x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(rank)).to(torch.bfloat16)
+    rec.stash(x, torch.tensor([64, 40], dtype=torch.int32))
+    alone = pool.decide()
+    torch.distributed.all_reduce(pool.flags, op=torch.distributed.ReduceOp.MAX)  # in place, in the pool
+    results.put((rank, alone, pool.decide(), rec.status()["state"]))
+    torch.distributed.destroy_process_group()
+
+
+def test_ranks_agree_by_all_reducing_the_flags(tmp_path):
+    world = 3
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.SimpleQueue()
+    torch.multiprocessing.start_processes(_rank, args=(world, tmp_path / "init", results), nprocs=world,
+                                          start_method="spawn")
+    got = sorted(results.get() for _ in range(world))
+    assert [alone for _, alone, _, _ in got] == ["keep", "rerun_without_paging", "keep"]
+    assert all(agreed == "rerun_without_paging" for _, _, agreed, _ in got)
+    assert [state for _, _, _, state in got] == ["stashed", "overflowed", "stashed"]

@@ -85,7 +85,8 @@ class PagePool:
 
     @property
     def state(self):
-        """The arguments every op takes first: control, device arena, host arena, page bytes."""
+        """(control, device arena, host arena, page bytes): what reset and report take; the
+        other ops take the three parts first and the page size after the record."""
         return (self.control, self.device_arena, self.host_arena, self.page_bytes)
 
     @property

@@ -244,10 +244,11 @@ inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::ui
   } else if (n >= 4) {
     std::memcpy(dst, src, 4);
     std::memcpy(dst + n - 4, src + n - 4, 4);
-  } else if (n > 0) {
+  } else if (n >= 2) {
+    std::memcpy(dst, src, 2);
+    std::memcpy(dst + n - 2, src + n - 2, 2);
+  } else if (n == 1) {
     dst[0] = src[0];
-    dst[n / 2] = src[n / 2];
-    dst[n - 1] = src[n - 1];
   }
 }
 
@@ -264,35 +265,41 @@ struct Width {
 template <class Move, class ShortRun>
 inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run) {
   move(s.head, 0u, s.head_bytes);
+  // In locals: the copies store through byte pointers, which may alias `s` as far as the
+  // compiler knows, and would reload these after every store.
+  const cuda::std::uint32_t bytes = s.bytes, run = s.run;
+  const cuda::std::int64_t pitch = s.pitch;
   cuda::std::uint32_t q = s.head_bytes;
   unsigned char* at = s.body;
   const auto short_runs = [&](auto width) {
     constexpr unsigned w = decltype(width)::bytes;
-    for (; q + w <= s.bytes; q += s.run, at += s.pitch) short_run(at, q, width);
+    for (; q + w <= bytes; q += run, at += pitch) short_run(at, q, width);
   };
-  if (s.run < 16 && s.pitch >= 16) short_runs(Width<16>{});
-  else if (s.run < 8 && s.pitch >= 8) short_runs(Width<8>{});
-  else if (s.run < 4 && s.pitch >= 4) short_runs(Width<4>{});
-  for (; q < s.bytes && s.bytes - q >= s.run; q += s.run, at += s.pitch) move(at, q, s.run);
-  if (q < s.bytes) move(at, q, s.bytes - q);
+  if (run < 16 && pitch >= 16) short_runs(Width<16>{});
+  else if (run < 8 && pitch >= 8) short_runs(Width<8>{});
+  else if (run < 4 && pitch >= 4) short_runs(Width<4>{});
+  for (; q < bytes && bytes - q >= run; q += run, at += pitch) move(at, q, run);
+  if (q < bytes) move(at, q, bytes - q);
 }
 
 /// One host thread moves a tile, a line's run at a time (see the top of this file).
 inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
   using u32 = cuda::std::uint32_t;
+  unsigned char* const stream = s.stream;
+  const u32 run = s.run;
   if (op == TileOp::stash) {
     // A short run is copied as 16, 8 or 4 bytes: the next run overwrites the excess in the
     // stream.
     for_each_piece(
-        s, [&](const unsigned char* at, u32 q, u32 m) { copy_run(s.stream + q, at, m); },
-        [&](const unsigned char* at, u32 q, auto width) { std::memcpy(s.stream + q, at, width.bytes); });
+        s, [stream](const unsigned char* at, u32 q, u32 m) { copy_run(stream + q, at, m); },
+        [stream](const unsigned char* at, u32 q, auto width) { std::memcpy(stream + q, at, width.bytes); });
     if (s.last && s.bytes % 16 != 0) std::memset(s.stream + s.bytes, 0, 16 - s.bytes % 16);
   } else if (op == TileOp::reload) {
-    auto move = [&](unsigned char* at, u32 q, u32 m) { copy_run(at, s.stream + q, m); };
-    for_each_piece(s, move, [&](unsigned char* at, u32 q, auto) { move(at, q, s.run); });
+    auto move = [stream](unsigned char* at, u32 q, u32 m) { copy_run(at, stream + q, m); };
+    for_each_piece(s, move, [move, run](unsigned char* at, u32 q, auto) { move(at, q, run); });
   } else {
     auto clear = [](unsigned char* at, u32, u32 m) { std::memset(at, 0, m); };
-    for_each_piece(s, clear, [&](unsigned char* at, u32 q, auto) { clear(at, q, s.run); });
+    for_each_piece(s, clear, [clear, run](unsigned char* at, u32 q, auto) { clear(at, q, run); });
   }
 }
 

@@ -20,6 +20,8 @@
 
 #include <pagestash/stash/work.hpp>
 
+#include <cuda/std/type_traits>
+
 #include <cstring>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -258,12 +260,15 @@ struct Width {
   static constexpr unsigned bytes = W;
 };
 
+/// No short-run path: every run is moved exactly.
+struct ExactRuns {};
+
 /// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole
-/// runs, the rest. `short_run(at, q, Width<W>{})` takes a whole run shorter than W bytes,
-/// W the widest of 16, 8 and 4 that the pitch holds, when W bytes from q are in the tile
-/// (and W bytes from `at` are in its line: pitch >= W).
-template <class Move, class ShortRun>
-inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run) {
+/// runs, the rest. Unless ShortRun is ExactRuns, `short_run(at, q, Width<W>{})` takes a
+/// whole run shorter than W bytes, W the widest of 16, 8 and 4 that the pitch holds, when W
+/// bytes from q are in the tile (and W bytes from `at` are in its line: pitch >= W).
+template <class Move, class ShortRun = ExactRuns>
+inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run = {}) {
   move(s.head, 0u, s.head_bytes);
   // In locals: the copies store through byte pointers, which may alias `s` as far as the
   // compiler knows, and would reload these after every store.
@@ -271,13 +276,15 @@ inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& 
   const cuda::std::int64_t pitch = s.pitch;
   cuda::std::uint32_t q = s.head_bytes;
   unsigned char* at = s.body;
-  const auto short_runs = [&](auto width) {
-    constexpr unsigned w = decltype(width)::bytes;
-    for (; q + w <= bytes; q += run, at += pitch) short_run(at, q, width);
-  };
-  if (run < 16 && pitch >= 16) short_runs(Width<16>{});
-  else if (run < 8 && pitch >= 8) short_runs(Width<8>{});
-  else if (run < 4 && pitch >= 4) short_runs(Width<4>{});
+  if constexpr (!cuda::std::is_same_v<ShortRun, ExactRuns>) {
+    const auto short_runs = [&](auto width) {
+      constexpr unsigned w = decltype(width)::bytes;
+      for (; q + w <= bytes; q += run, at += pitch) short_run(at, q, width);
+    };
+    if (run < 16 && pitch >= 16) short_runs(Width<16>{});
+    else if (run < 8 && pitch >= 8) short_runs(Width<8>{});
+    else if (run < 4 && pitch >= 4) short_runs(Width<4>{});
+  }
   for (; q < bytes && bytes - q >= run; q += run, at += pitch) move(at, q, run);
   if (q < bytes) move(at, q, bytes - q);
 }
@@ -286,7 +293,6 @@ inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& 
 inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
   using u32 = cuda::std::uint32_t;
   unsigned char* const stream = s.stream;
-  const u32 run = s.run;
   if (op == TileOp::stash) {
     // A short run is copied as 16, 8 or 4 bytes: the next run overwrites the excess in the
     // stream.
@@ -295,11 +301,10 @@ inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
         [stream](const unsigned char* at, u32 q, auto width) { std::memcpy(stream + q, at, width.bytes); });
     if (s.last && s.bytes % 16 != 0) std::memset(s.stream + s.bytes, 0, 16 - s.bytes % 16);
   } else if (op == TileOp::reload) {
-    auto move = [stream](unsigned char* at, u32 q, u32 m) { copy_run(at, stream + q, m); };
-    for_each_piece(s, move, [move, run](unsigned char* at, u32 q, auto) { move(at, q, run); });
+    // Exactly: no byte outside a live run is written.
+    for_each_piece(s, [stream](unsigned char* at, u32 q, u32 m) { copy_run(at, stream + q, m); });
   } else {
-    auto clear = [](unsigned char* at, u32, u32 m) { std::memset(at, 0, m); };
-    for_each_piece(s, clear, [clear, run](unsigned char* at, u32 q, auto) { clear(at, q, run); });
+    for_each_piece(s, [](unsigned char* at, u32, u32 m) { std::memset(at, 0, m); });
   }
 }
 

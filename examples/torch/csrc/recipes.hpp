@@ -12,25 +12,26 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace pagestash_torch {
 namespace ps = pagestash;
 
 /// Every recipe: X(name, layout). Add a line to offer another layout.
-#define PAGESTASH_TORCH_RECIPES(X)                                                                  \
-  X("plain", ps::Plain<std::uint8_t>)                                                               \
-  X("bf16/packed", (ps::RowwiseUnquantized<ps::BF16, ps::Packed>))                                  \
-  X("bf16/capacity", (ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>))                        \
-  X("fp16/packed", (ps::RowwiseUnquantized<ps::FP16, ps::Packed>))                                  \
-  X("fp16/capacity", (ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>))                        \
-  X("mxfp8/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>)) \
-  X("mxfp8/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>)) \
-  X("mxfp8/capacity/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>)) \
+#define PAGESTASH_TORCH_RECIPES(X)                                                                                \
+  X("plain", ps::Plain<std::uint8_t>)                                                                             \
+  X("bf16/packed", (ps::RowwiseUnquantized<ps::BF16, ps::Packed>))                                                \
+  X("bf16/capacity", (ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>))                                      \
+  X("fp16/packed", (ps::RowwiseUnquantized<ps::FP16, ps::Packed>))                                                \
+  X("fp16/capacity", (ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>))                                      \
+  X("mxfp8/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>))             \
+  X("mxfp8/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>))           \
+  X("mxfp8/capacity/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>))   \
   X("mxfp8/capacity/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::SwizzledScales>)) \
-  X("nvfp4/packed/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::CompactScales>))    \
-  X("nvfp4/packed/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>))  \
-  X("nvfp4/capacity/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>)) \
+  X("nvfp4/packed/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::CompactScales>))                  \
+  X("nvfp4/packed/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>))                \
+  X("nvfp4/capacity/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>))        \
   X("nvfp4/capacity/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>))
 
 template <class T>
@@ -116,7 +117,8 @@ struct Shape {
 
 template <class Layout>
 ps::GroupedView<Layout> view_of(const Shape& s) {
-  if (s.groups < 1 || s.groups > INT32_MAX) throw std::invalid_argument("pagestash: groups = " + std::to_string(s.groups) + " is out of range");
+  if (s.groups < 1 || s.groups > INT32_MAX)
+    throw std::invalid_argument("pagestash: groups = " + std::to_string(s.groups) + " is out of range");
   ps::GroupedView<Layout> v;
   v.max_tokens = s.max_tokens;
   v.hidden = s.hidden;
@@ -137,7 +139,8 @@ template <class Layout>
 ps::GroupedView<Layout> view_of(const Shape& s, const Buffers& b) {
   ps::GroupedView<Layout> v = view_of<Layout>(s);
   v.data = static_cast<typename Layout::data_type*>(b.data);
-  if constexpr (!std::is_void_v<typename Layout::scale_type>) v.scales = static_cast<typename Layout::scale_type*>(b.scales);
+  if constexpr (!std::is_void_v<typename Layout::scale_type>)
+    v.scales = static_cast<typename Layout::scale_type*>(b.scales);
   v.amax = b.amax;
   v.counts = b.counts;
   return v;
@@ -170,7 +173,8 @@ inline RecipeInfo recipe_info(const std::string& recipe, const Shape& s) {
   });
 }
 
-inline std::int64_t record_bytes(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space, const Shape& s) {
+inline std::int64_t record_bytes(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space,
+                                 const Shape& s) {
   const ps::PagePool p = attach_pool(pool, space);
   return with_recipe(recipe, [&](auto tag) {
     using L = typename decltype(tag)::layout;

@@ -319,26 +319,33 @@ py::dict flags_dict(const ps::PoolFlags& f) {
 
 std::vector<std::string> flag_names() { return {std::begin(ps::flag_names), std::end(ps::flag_names)}; }
 
+/// The flags and counters PoolStats and PoolReport both carry, by the same names.
+template <class Counters>
+py::dict counters_dict(const Counters& c) {
+  py::dict d;
+  d["flags"] = flags_dict(c.flags);
+  d["device_pages_free"] = c.device_pages_free;
+  d["host_pages_free"] = c.host_pages_free;
+  d["peak_pages_used"] = c.peak_pages_used;
+  d["peak_device_pages_used"] = c.peak_device_pages_used;
+  d["live_bytes"] = c.live_bytes;
+  d["peak_live_bytes"] = c.peak_live_bytes;
+  d["generation"] = c.generation;
+  d["stashes"] = c.stashes;
+  d["reloads"] = c.reloads;
+  d["overflows"] = c.overflows;
+  d["errors"] = c.errors;
+  return d;
+}
+
 py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const DeviceScope scope(control);
   const ps::PoolStats s = checked([&] { return attach_pool(pool, space_of(control)).stats(); });
-  py::dict d;
+  py::dict d = counters_dict(s);
   d["page_bytes"] = s.config.page_bytes;
   d["device_pages"] = s.config.device_pages;
   d["host_pages"] = s.config.host_pages;
-  d["flags"] = flags_dict(s.flags);
-  d["device_pages_free"] = s.device_pages_free;
-  d["host_pages_free"] = s.host_pages_free;
-  d["peak_pages_used"] = s.peak_pages_used;
-  d["peak_device_pages_used"] = s.peak_device_pages_used;
-  d["live_bytes"] = s.live_bytes;
-  d["peak_live_bytes"] = s.peak_live_bytes;
-  d["generation"] = s.generation;
-  d["stashes"] = s.stashes;
-  d["reloads"] = s.reloads;
-  d["overflows"] = s.overflows;
-  d["errors"] = s.errors;
   return d;
 }
 
@@ -368,19 +375,7 @@ py::dict decode_report(at::Tensor bytes) {
                     "pagestash: a report is ", sizeof(ps::PoolReport), " uint8 on the CPU");
   ps::PoolReport r{};
   std::memcpy(&r, bytes.contiguous().data_ptr(), sizeof(r));
-  py::dict d;
-  d["flags"] = flags_dict(r.flags);
-  d["overflows"] = r.overflows;
-  d["errors"] = r.errors;
-  d["stashes"] = r.stashes;
-  d["reloads"] = r.reloads;
-  d["device_pages_free"] = r.device_pages_free;
-  d["host_pages_free"] = r.host_pages_free;
-  d["peak_pages_used"] = r.peak_pages_used;
-  d["peak_device_pages_used"] = r.peak_device_pages_used;
-  d["live_bytes"] = r.live_bytes;
-  d["peak_live_bytes"] = r.peak_live_bytes;
-  d["generation"] = r.generation;
+  py::dict d = counters_dict(r);
   d["decision"] = ps::name_of(ps::decide(r.flags));
   return d;
 }

@@ -8,7 +8,6 @@
 #include <torch/extension.h>
 
 #ifdef PAGESTASH_TORCH_CUDA
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -25,6 +24,25 @@ void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolP
               const RecordMemory& record, const Buffers& buffers, bool zero_tail);
 void reset_cuda(cudaStream_t stream, const PoolParts& pool);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst);
+
+/// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
+/// stream is the legacy one, which pagestash refuses (it cannot be captured); the per-thread
+/// default stream serialises with it, so the order of the caller's work is kept.
+cudaStream_t stream_of(const at::Tensor& control) {
+  const cudaStream_t s = c10::cuda::getCurrentCUDAStream(control.device().index()).stream();
+  return s == nullptr ? cudaStreamPerThread : s;
+}
+#else
+// Built without CUDA (PAGESTASH_TORCH_CUDA=0): a CUDA pool is refused when its stream is asked for.
+// The stubs below are never reached.
+cudaStream_t stream_of(const at::Tensor&) {
+  TORCH_CHECK(false, "pagestash_torch was built without CUDA (PAGESTASH_TORCH_CUDA=0)");
+  return nullptr;
+}
+void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
+              const Buffers&, bool) {}
+void reset_cuda(cudaStream_t, const PoolParts&) {}
+void report_cuda(cudaStream_t, const PoolParts&, ps::PoolReport*) {}
 #endif
 
 namespace {
@@ -155,32 +173,24 @@ Buffers buffers_of(const std::string& recipe, const Shape& s, const at::Device& 
   return b;
 }
 
-#ifdef PAGESTASH_TORCH_CUDA
-/// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
-/// stream is the legacy one, which pagestash refuses (it cannot be captured); the per-thread
-/// default stream serialises with it, so the order of the caller's work is kept.
-cudaStream_t stream_of(const at::Tensor& control) {
-  const cudaStream_t s = c10::cuda::getCurrentCUDAStream(control.device().index()).stream();
-  return s == nullptr ? cudaStreamPerThread : s;
+/// on_host() for a CPU pool (the host executor); on_cuda(stream) for a CUDA pool, on its
+/// device and PyTorch's current stream there (the CUDA executor).
+template <class OnHost, class OnCuda>
+void on_executor(const at::Tensor& control, const OnHost& on_host, const OnCuda& on_cuda) {
+  const at::OptionalDeviceGuard guard(at::device_of(control));
+  if (control.is_cuda()) checked([&] { on_cuda(stream_of(control)); });
+  else checked(on_host);
 }
-#endif
 
-/// One stash, reload or discard, on the executor of the pool's device.
+/// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
             at::Tensor& record, const std::string& recipe, std::int64_t page_bytes, const Shape& s,
             const Buffers& buffers, bool zero_tail) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
-  if (!control.is_cuda()) {
-    checked([&] { run(ps::host, op, recipe, pool, s, rec, buffers, zero_tail); });
-    return;
-  }
-#ifdef PAGESTASH_TORCH_CUDA
-  const c10::cuda::CUDAGuard guard(control.device());
-  checked([&] { run_cuda(stream_of(control), op, recipe, pool, s, rec, buffers, zero_tail); });
-#else
-  TORCH_CHECK(false, "pagestash_torch was built without CUDA");
-#endif
+  on_executor(
+      control, [&] { run(ps::host, op, recipe, pool, s, rec, buffers, zero_tail); },
+      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, zero_tail); });
 }
 
 Shape shape_of(std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups) { return Shape{max_tokens, hidden, groups}; }
@@ -213,13 +223,8 @@ void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::T
 void reset_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
               std::int64_t page_bytes) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
-  if (!control.is_cuda()) return checked([&] { run_reset(ps::host, pool); });
-#ifdef PAGESTASH_TORCH_CUDA
-  const c10::cuda::CUDAGuard guard(control.device());
-  checked([&] { reset_cuda(stream_of(control), pool); });
-#else
-  TORCH_CHECK(false, "pagestash_torch was built without CUDA");
-#endif
+  on_executor(
+      control, [&] { run_reset(ps::host, pool); }, [&](cudaStream_t stream) { reset_cuda(stream, pool); });
 }
 
 void report_op(const at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -233,27 +238,11 @@ void report_op(const at::Tensor& control, const at::Tensor& device_arena, const 
   TORCH_CHECK_VALUE(reinterpret_cast<std::uintptr_t>(out.data_ptr()) % alignof(ps::PoolReport) == 0,
                     "pagestash: report's out must be ", alignof(ps::PoolReport), "-byte aligned");
   auto* dst = static_cast<ps::PoolReport*>(out.data_ptr());
-  if (!control.is_cuda()) return checked([&] { run_report(ps::host, pool, dst); });
-#ifdef PAGESTASH_TORCH_CUDA
-  const c10::cuda::CUDAGuard guard(control.device());
-  checked([&] { report_cuda(stream_of(control), pool, dst); });
-#else
-  TORCH_CHECK(false, "pagestash_torch was built without CUDA");
-#endif
+  on_executor(
+      control, [&] { run_report(ps::host, pool, dst); }, [&](cudaStream_t stream) { report_cuda(stream, pool, dst); });
 }
 
 // ---- Helpers for the Python objects (not ops: made once, outside any graph) -------------
-
-struct DeviceScope {  // the pool's device current while a pool or record is made or read
-#ifdef PAGESTASH_TORCH_CUDA
-  std::optional<c10::cuda::CUDAGuard> guard;
-  explicit DeviceScope(const at::Tensor& t) {
-    if (t.is_cuda()) guard.emplace(t.device());
-  }
-#else
-  explicit DeviceScope(const at::Tensor&) {}
-#endif
-};
 
 py::dict info_dict(const std::string& recipe, std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups) {
   const RecipeInfo i = checked([&] { return recipe_info(recipe, shape_of(max_tokens, hidden, groups)); });
@@ -281,7 +270,7 @@ py::tuple pool_bytes(std::int64_t page_bytes, std::int64_t device_pages, std::in
 
 void init_pool_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
-  const DeviceScope scope(control);
+  const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   checked([&] { init_pool(pool, space_of(control)); });
 }
 
@@ -289,7 +278,7 @@ std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Te
                              std::int64_t page_bytes, const std::string& recipe, std::int64_t max_tokens,
                              std::int64_t hidden, std::int64_t groups) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
-  const DeviceScope scope(control);
+  const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   return checked([&] { return record_bytes(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups)); });
 }
 
@@ -298,7 +287,7 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
                     at::Tensor record) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
-  const DeviceScope scope(control);
+  const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   checked([&] {
     const Shape s = shape_of(max_tokens, hidden, groups);
     if (rec.bytes != record_bytes(recipe, pool, space_of(control), s))
@@ -340,7 +329,7 @@ py::dict counters_dict(const Counters& c) {
 
 py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
-  const DeviceScope scope(control);
+  const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::PoolStats s = checked([&] { return attach_pool(pool, space_of(control)).stats(); });
   py::dict d = counters_dict(s);
   d["page_bytes"] = s.config.page_bytes;
@@ -354,7 +343,7 @@ py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tenso
                           std::int64_t hidden, std::int64_t groups, at::Tensor record) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
-  const DeviceScope scope(control);
+  const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::RecordStatus s = checked(
       [&] { return record_status(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups), rec); });
   py::dict d;

@@ -288,12 +288,7 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  checked([&] {
-    const Shape s = shape_of(max_tokens, hidden, groups);
-    if (rec.bytes != record_bytes(recipe, pool, space_of(control), s))
-      throw std::invalid_argument("pagestash: the record's memory does not have the size record_bytes gives");
-    init_record(recipe, pool, space_of(control), s, rec.ptr);
-  });
+  checked([&] { init_record(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups), rec); });
 }
 
 constexpr std::size_t flag_words = sizeof(ps::PoolFlags) / sizeof(std::int32_t);

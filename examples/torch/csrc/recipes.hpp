@@ -182,32 +182,41 @@ inline std::int64_t record_bytes(const std::string& recipe, const PoolParts& poo
   });
 }
 
-/// Writes an empty record's header into `memory`.
-inline void init_record(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space, const Shape& s,
-                        void* memory) {
-  const ps::PagePool p = attach_pool(pool, space);
-  with_recipe(recipe, [&](auto tag) {
-    using L = typename decltype(tag)::layout;
-    const ps::StashRecord<typename decltype(tag)::traits> made(p, view_of<L>(s), memory);
-  });
-}
-
-enum class Op { stash, reload, discard };
-
 /// A record's memory as the caller holds it.
 struct RecordMemory {
   void* ptr = nullptr;
   std::int64_t bytes = 0;
 };
 
-/// The record in `record`, of `shape` in pool `p`: its size checked against the recipe's.
+/// Throws unless `record` has the bytes a record of `shape` in pool `p` takes.
 template <class Traits>
-ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedView<typename Traits::layout>& shape,
-                                      const RecordMemory& record) {
+void check_record_bytes(const ps::PagePool& p, const ps::GroupedView<typename Traits::layout>& shape,
+                        const RecordMemory& record) {
   const auto need = static_cast<std::int64_t>(ps::StashRecord<Traits>::bytes_needed(p, shape));
   if (record.bytes != need)
     throw std::invalid_argument("pagestash: the record has " + std::to_string(record.bytes) + " bytes; a " +
                                 Traits::layout::name + " record of this shape in this pool needs " + std::to_string(need));
+}
+
+/// Writes an empty record's header into `record`.
+inline void init_record(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space, const Shape& s,
+                        const RecordMemory& record) {
+  const ps::PagePool p = attach_pool(pool, space);
+  with_recipe(recipe, [&](auto tag) {
+    using L = typename decltype(tag)::layout;
+    using Tr = typename decltype(tag)::traits;
+    check_record_bytes<Tr>(p, view_of<L>(s), record);
+    const ps::StashRecord<Tr> made(p, view_of<L>(s), record.ptr);
+  });
+}
+
+enum class Op { stash, reload, discard };
+
+/// The record in `record`, of `shape` in pool `p`.
+template <class Traits>
+ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedView<typename Traits::layout>& shape,
+                                      const RecordMemory& record) {
+  check_record_bytes<Traits>(p, shape, record);
   return ps::StashRecord<Traits>::attach(p, shape, record.ptr);
 }
 

@@ -693,25 +693,50 @@ void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
     benchmark::ClobberMemory();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
-  // On the host, a second baseline: the same live runs, one memcpy each, into contiguous
-  // bytes (the simplest code that moves exactly what a stash moves).
-  double runs = 0;
+  // Each live run of the paged buffers, in buffer order: fn(address, bytes).
+  auto each_run = [&](const auto& fn) {
+    for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) {
+      if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
+      const ps::BufferGeometry geo = v.geometry(role);
+      const auto* base = static_cast<const unsigned char*>(tensor.view.buffer(role));
+      for (int32_t s = 0; s < geo.segment_count(); ++s) {
+        const ps::Segment seg = geo.segment(s, counts.data());
+        for (int64_t l = 0; l < seg.lines; ++l) fn(base + seg.line_offset(l), seg.live);
+      }
+    }
+  };
+  auto seconds_of = [](const auto& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // On the host, two more baselines. runs: the same live runs, one memcpy each, into
+  // contiguous bytes (the simplest code that moves exactly what a stash moves). floor: one
+  // byte loaded from each 64-byte cache line that holds a live byte, nothing written: a
+  // stash must read those lines and a reload must own them, so no copy of these runs on
+  // this CPU gets below it.
+  double runs = 0, floor = 0;
   if (!g_gpu) {
     runs = median_seconds([&] {
-      const auto t0 = std::chrono::steady_clock::now();
-      unsigned char* out = dst.p;
-      for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) {
-        if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
-        const ps::BufferGeometry geo = v.geometry(role);
-        const auto* base = static_cast<const unsigned char*>(tensor.view.buffer(role));
-        for (int32_t s = 0; s < geo.segment_count(); ++s) {
-          const ps::Segment seg = geo.segment(s, counts.data());
-          for (int64_t l = 0; l < seg.lines; ++l, out += seg.live)
-            std::memcpy(out, base + seg.line_offset(l), static_cast<std::size_t>(seg.live));
-        }
-      }
-      benchmark::ClobberMemory();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return seconds_of([&] {
+        unsigned char* out = dst.p;
+        each_run([&](const unsigned char* at, int64_t n) {
+          std::memcpy(out, at, static_cast<std::size_t>(n));
+          out += n;
+        });
+        benchmark::ClobberMemory();
+      });
+    });
+    floor = median_seconds([&] {
+      return seconds_of([&] {
+        unsigned sum = 0;
+        each_run([&](const unsigned char* at, int64_t n) {
+          const auto first = reinterpret_cast<std::uintptr_t>(at);
+          for (std::uintptr_t a = first; a < first + static_cast<std::uintptr_t>(n); a = (a | 63) + 1)
+            sum += *reinterpret_cast<const unsigned char*>(a);
+        });
+        benchmark::DoNotOptimize(sum);
+      });
     });
   }
   const double stash = median_seconds([&] { return time_op<L>(Op::stash, pool, rec, tensor, events.get()); });
@@ -729,7 +754,10 @@ void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
               rate(plan.stream_bytes, stash), rate(plan.stream_bytes, stash) / copy_rate, rate(plan.stream_bytes, reload),
               rate(plan.stream_bytes, reload) / copy_rate);
   if (g_gpu) std::printf("\n");
-  else std::printf(" %8.1f %6.2f\n", rate(plan.live_bytes, runs), rate(plan.stream_bytes, stash) / rate(plan.live_bytes, runs));
+  else
+    std::printf(" %8.1f %6.2f %8.1f %6.2f %6.2f\n", rate(plan.live_bytes, runs),
+                rate(plan.stream_bytes, stash) / rate(plan.live_bytes, runs), rate(plan.live_bytes, floor),
+                rate(plan.live_bytes, floor) / copy_rate, rate(plan.stream_bytes, stash) / rate(plan.live_bytes, floor));
   std::fflush(stdout);
 }
 
@@ -743,11 +771,15 @@ void print_fine_grained() {
               "granule, Dirichlet(1) counts (seeded), 64 KiB pages; buffer/live: bytes of the paged buffers per live byte;\n"
               "GB/s = bytes read + written; x = ratio to one %s of the live bytes in the same run (%s)%s\n",
               copy, g_gpu ? "CUDA executor" : "host executor, one thread",
-              g_gpu ? "" : ";\nruns: the same live runs copied by a plain loop, one memcpy per run, and stash / that");
+              g_gpu ? ""
+                    : ";\nruns: the same live runs copied by a plain loop, one memcpy per run, and stash / that;\n"
+                      "floor: one byte loaded from each cache line holding a live byte (no copy can be faster), its x,\n"
+                      "and stash / floor");
   std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap", "live MiB",
-              "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x", g_gpu ? "" : "     runs  stash/");
+              "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x",
+              g_gpu ? "" : "     runs  stash/    floor      x stash/");
   std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
-              g_gpu ? "" : "                                                          runs");
+              g_gpu ? "" : "                                                          runs                  floor");
   for (const FineShape& fs : {kDeepSeekV3, kQwen3Moe}) {
     for (int64_t mean : {32, 64, 128, 256}) {
       fine_row<Bf16>("bf16", fs, mean);

@@ -630,24 +630,48 @@ std::vector<std::int32_t> dirichlet_counts(int experts, int64_t mean, int64_t ca
   return counts;
 }
 
-/// Median seconds of `op` over a few runs (at least 3, about 30 ms in all on the host).
-double median_seconds(const std::function<double()>& op) {
-  std::vector<double> t{op()};
-  const int runs = static_cast<int>(std::clamp(0.03 / std::max(t[0], 1e-9), 3.0, 15.0));
-  for (int i = 1; i < runs; ++i) t.push_back(op());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+/// The median seconds of each of `ops`, timed in turn, round after round (at least 5 rounds,
+/// about 0.1 s in all on the host), so that the machine's drift reaches each of them alike.
+std::vector<double> interleaved_medians(const std::vector<std::function<double()>>& ops) {
+  std::vector<std::vector<double>> t(ops.size());
+  double first_round = 0;
+  for (std::size_t k = 0; k < ops.size(); ++k) first_round += (t[k].push_back(ops[k]()), t[k].back());
+  const int rounds = static_cast<int>(std::clamp(0.1 / std::max(first_round, 1e-9), 5.0, 31.0));
+  for (int r = 1; r < rounds; ++r)
+    for (std::size_t k = 0; k < ops.size(); ++k) t[k].push_back(ops[k]());
+  std::vector<double> medians;
+  for (auto& x : t) {
+    std::sort(x.begin(), x.end());
+    medians.push_back(x[x.size() / 2]);
+  }
+  return medians;
 }
 
-/// Seconds of one stash (or reload) of `t`: CUDA events on a GPU, a steady clock on the host.
+/// Reads 64 MiB (twice this CPU's last-level cache) of other bytes, so that what is timed
+/// next starts from memory, as a stash in training does: the host's counterpart of the
+/// GPU table's rotation through 256 MiB of copies.
+void evict_host_caches() {
+  static const std::vector<unsigned char> other(std::size_t{64} << 20, 1);  // written: real pages
+  unsigned sum = 0;
+  for (std::size_t i = 0; i < other.size(); i += 64) sum += other[i];
+  benchmark::DoNotOptimize(sum);
+}
+
+/// Seconds of `work` on the host, from evicted caches.
+double cold_seconds(const std::function<void()>& work) {
+  evict_host_caches();
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Seconds of one stash (or reload) of `t`: CUDA events on a GPU, a steady clock on the host
+/// (from evicted caches).
 template <class L>
 double time_op(Op op, ps::PagePool& pool, ps::StashRecord<ps::StashTraits<L>>& rec, Tensor<L>& t, Events* events) {
   auto run = [&](auto&& ex) {
     auto timed = [&](const std::function<void()>& work) {
-      if (events != nullptr) return events->time(bench_stream(), work);
-      const auto t0 = std::chrono::steady_clock::now();
-      work();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return events != nullptr ? events->time(bench_stream(), work) : cold_seconds(work);
     };
     double s = 0;
     if (op == Op::stash) {
@@ -683,16 +707,19 @@ void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
   Bytes src(g_gpu, static_cast<std::size_t>(plan.live_bytes)), dst(g_gpu, static_cast<std::size_t>(plan.live_bytes));
   src.fill_random(3);
   const auto n = static_cast<std::size_t>(plan.live_bytes);
-  const double copy = median_seconds([&] {
-    if (events)
-      return events->time(bench_stream(), [&] {
-        PAGESTASH_CUDA_TRY(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, bench_stream()));
-      });
-    const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(dst.p, src.p, n);
-    benchmark::ClobberMemory();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  });
+  std::vector<std::function<double()>> ops{
+      [&] {
+        if (events)
+          return events->time(bench_stream(), [&] {
+            PAGESTASH_CUDA_TRY(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, bench_stream()));
+          });
+        return cold_seconds([&] {
+          std::memcpy(dst.p, src.p, n);
+          benchmark::ClobberMemory();
+        });
+      },
+      [&] { return time_op<L>(Op::stash, pool, rec, tensor, events.get()); },
+      [&] { return time_op<L>(Op::reload, pool, rec, tensor, events.get()); }};
   // Each live run of the paged buffers, in buffer order: fn(address, bytes).
   auto each_run = [&](const auto& fn) {
     for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) {
@@ -705,42 +732,37 @@ void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
       }
     }
   };
-  auto seconds_of = [](const auto& work) {
-    const auto t0 = std::chrono::steady_clock::now();
-    work();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   // On the host, two more baselines. runs: the same live runs, one memcpy each, into
   // contiguous bytes (the simplest code that moves exactly what a stash moves). floor: one
   // byte loaded from each 64-byte cache line that holds a live byte, nothing written: a
   // stash must read those lines and a reload must own them, so no copy of these runs on
   // this CPU gets below it.
-  double runs = 0, floor = 0;
   if (!g_gpu) {
-    runs = median_seconds([&] {
-      return seconds_of([&] {
+    ops.emplace_back([&] {
+      return cold_seconds([&] {
         unsigned char* out = dst.p;
-        each_run([&](const unsigned char* at, int64_t n) {
-          std::memcpy(out, at, static_cast<std::size_t>(n));
-          out += n;
+        each_run([&](const unsigned char* at, int64_t bytes) {
+          std::memcpy(out, at, static_cast<std::size_t>(bytes));
+          out += bytes;
         });
         benchmark::ClobberMemory();
       });
     });
-    floor = median_seconds([&] {
-      return seconds_of([&] {
+    ops.emplace_back([&] {
+      return cold_seconds([&] {
         unsigned sum = 0;
-        each_run([&](const unsigned char* at, int64_t n) {
+        each_run([&](const unsigned char* at, int64_t bytes) {
           const auto first = reinterpret_cast<std::uintptr_t>(at);
-          for (std::uintptr_t a = first; a < first + static_cast<std::uintptr_t>(n); a = (a | 63) + 1)
+          for (std::uintptr_t a = first; a < first + static_cast<std::uintptr_t>(bytes); a = (a | 63) + 1)
             sum += *reinterpret_cast<const unsigned char*>(a);
         });
         benchmark::DoNotOptimize(sum);
       });
     });
   }
-  const double stash = median_seconds([&] { return time_op<L>(Op::stash, pool, rec, tensor, events.get()); });
-  const double reload = median_seconds([&] { return time_op<L>(Op::reload, pool, rec, tensor, events.get()); });
+  const std::vector<double> secs = interleaved_medians(ops);
+  const double copy = secs[0], stash = secs[1], reload = secs[2];
+  const double runs = g_gpu ? 0 : secs[3], floor = g_gpu ? 0 : secs[4];
   auto rate = [](int64_t bytes, double s) { return 2.0 * static_cast<double>(bytes) / s / 1e9; };
   const double copy_rate = rate(plan.live_bytes, copy);
   double buffers = 0;  // how sparse the live bytes are: what a stash reads from

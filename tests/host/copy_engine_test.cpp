@@ -56,6 +56,23 @@ TEST_CASE("copy engine: a page boundary falls at every offset of a line, with pa
   }
 }
 
+TEST_CASE("copy engine: lines whose dead rest is one or two cache lines (the host mover prefetches it)") {
+  CHECK(ps::detail::prefetches_dead_lines(64, 128));
+  CHECK(ps::detail::prefetches_dead_lines(64, 192));
+  CHECK_FALSE(ps::detail::prefetches_dead_lines(65, 128));  // 63 dead bytes
+  CHECK_FALSE(ps::detail::prefetches_dead_lines(63, 192));  // 129
+  for (int zero_tail = 0; zero_tail < 2; ++zero_tail) {
+    EngineCase c;
+    c.zero_tail = zero_tail == 1;
+    c.segments = {{0, 300, 128, 64}, {300 * 128 + 3, 200, 192, 64}, {300 * 128 + 200 * 192 + 64, 150, 200, 100}};
+    c.seed = static_cast<std::uint32_t>(7 + zero_tail);
+    for (const auto& seg : c.segments)
+      CHECK(ps::detail::prefetches_dead_lines(static_cast<std::uint32_t>(seg.live), seg.pitch));
+    INFO("zero_tail " << zero_tail);
+    REQUIRE(check_engine(c) == "");
+  }
+}
+
 TEST_CASE("copy engine: one tile covers hundreds of short lines") {
   EngineCase c;
   c.page_shift = 16;

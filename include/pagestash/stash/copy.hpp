@@ -307,13 +307,11 @@ inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& 
     else if (run < 8 && pitch >= 8) short_runs(Width<8>{});
     else if (run < 4 && pitch >= 4) short_runs(Width<4>{});
   }
-  if (prefetches_dead_lines(run, pitch)) {
-    for (; q < bytes && bytes - q >= run; q += run, at += pitch) {
-      prefetch_dead_lines(at, run, pitch);
-      move(at, q, run);
-    }
+  const bool dense = prefetches_dead_lines(run, pitch);
+  for (; q < bytes && bytes - q >= run; q += run, at += pitch) {
+    if (dense) prefetch_dead_lines(at, run, pitch);
+    move(at, q, run);
   }
-  for (; q < bytes && bytes - q >= run; q += run, at += pitch) move(at, q, run);
   if (q < bytes) move(at, q, bytes - q);
 }
 

@@ -100,11 +100,11 @@ struct Bytes {
   unsigned char* p = nullptr;
   Bytes(bool on_device, std::size_t bytes) : device(on_device), n(bytes) {
     if (device) PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p), n + 16));
-    else p = static_cast<unsigned char*>(::operator new(n + 16, std::align_val_t{256}));
+    else p = static_cast<unsigned char*>(ps::detail::allocate_host(n + 16));  // as the host pool: 2 MiB pages
   }
   ~Bytes() {
     if (device) cudaFree(p);
-    else ::operator delete(p, std::align_val_t{256});
+    else ps::detail::free_host(p, n + 16);
   }
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;

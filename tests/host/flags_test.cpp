@@ -330,6 +330,24 @@ TEST_CASE("external memory: a pool and records in caller-owned memory allocate n
                        std::invalid_argument);
 }
 
+TEST_CASE("host memory of 2 MiB or more the library allocates starts on 2 MiB (huge pages where offered)") {
+  const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 64 << 10;
+  cfg.device_pages = 48;  // 3 MiB: not a whole number of 2 MiB pages
+  ps::PagePool big(cfg, ps::MemorySpace::host);
+  CHECK(address(big.ref().device_arena) % ps::detail::huge_page_bytes == 0);
+  cfg.page_bytes = 512;
+  cfg.device_pages = 4;
+  ps::PagePool small(cfg, ps::MemorySpace::host);
+  CHECK(address(small.ref().device_arena) % ps::detail::memory_alignment == 0);
+  // Every byte is usable (the sanitizer build checks that it is freed as it was made).
+  const std::size_t bytes = ps::detail::huge_page_bytes + 4096 + 16;
+  ps::detail::Allocation a(ps::detail::MemoryKind::host, bytes);
+  std::memset(a.get(), 0x5A, bytes);
+  CHECK(static_cast<unsigned char*>(a.get())[bytes - 1] == 0x5A);
+}
+
 /// A byte copy of `bytes` bytes at an address that is 16-byte but not 32-byte aligned (as a
 /// framework's copy that keeps only the address modulo 16 or 32 may place it).
 struct MovedCopy {

@@ -18,6 +18,10 @@
 #include <string>
 #include <utility>
 
+#if defined(__linux__)
+#  include <sys/mman.h>
+#endif
+
 PAGESTASH_NAMESPACE_BEGIN
 
 /// Where a pool and its records keep their memory; it decides which executor may use them.
@@ -36,6 +40,28 @@ inline constexpr std::size_t memory_alignment = 256;
 /// preserves its address modulo 16 or more (as PyTorch's test utilities do).
 inline constexpr std::size_t borrowed_alignment = 16;
 
+/// Host allocations of at least this many bytes start on a 2 MiB boundary and are advised
+/// for transparent huge pages (Linux, MADV_HUGEPAGE; where they are off, the advice is
+/// ignored), as device memory is mapped in 2 MiB pages: a stash's pages, and the live lines
+/// it reads, are spread over megabytes, and with 4 KiB pages every few of them costs a TLB
+/// miss (docs/benchmarks.md).
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+
+inline std::size_t host_alignment(std::size_t bytes) {
+  return bytes >= huge_page_bytes ? huge_page_bytes : memory_alignment;
+}
+
+/// `bytes` of host memory, aligned to host_alignment(bytes); free with free_host.
+inline void* allocate_host(std::size_t bytes) {
+  void* p = ::operator new(bytes, std::align_val_t{host_alignment(bytes)});
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= huge_page_bytes) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+inline void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, std::align_val_t{host_alignment(bytes)}); }
+
 /// Allocations the library has made so far (tests check that caller-owned memory is used
 /// instead).
 inline std::atomic<long long>& allocations_made() {
@@ -50,7 +76,7 @@ class Allocation {
     if (bytes == 0) return;
     allocations_made().fetch_add(1, std::memory_order_relaxed);
     switch (kind) {
-      case MemoryKind::host: ptr_ = ::operator new(bytes, std::align_val_t{memory_alignment}); break;
+      case MemoryKind::host: ptr_ = allocate_host(bytes); break;
       case MemoryKind::device: PAGESTASH_CUDA_TRY(cudaMalloc(&ptr_, bytes)); break;
       case MemoryKind::mapped_host: PAGESTASH_CUDA_TRY(cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped)); break;
     }
@@ -97,7 +123,7 @@ class Allocation {
   void release() noexcept {
     if (ptr_ == nullptr || !owned_) return;
     switch (kind_) {
-      case MemoryKind::host: ::operator delete(ptr_, std::align_val_t{memory_alignment}); break;
+      case MemoryKind::host: free_host(ptr_, bytes_); break;
       case MemoryKind::device: cudaFree(ptr_); break;
       case MemoryKind::mapped_host: cudaFreeHost(ptr_); break;
     }

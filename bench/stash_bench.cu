@@ -801,7 +801,8 @@ void print_fine_grained() {
               g_gpu ? ""
                     : ";\nruns: the same live runs copied by a plain loop, one memcpy per run, and stash / that;\n"
                       "floor: one byte loaded from each cache line holding a live byte (the faster of: alone, and with the\n"
-                      "dead lines the executor prefetches), its x, and stash / floor");
+                      "dead lines the executor prefetches), its x, and stash / floor;\n"
+                      "host memory of 2 MiB or more in 2 MiB pages where the OS offers them (as device memory is)");
   std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap", "live MiB",
               "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x",
               g_gpu ? "" : "     runs  stash/    floor      x stash/");

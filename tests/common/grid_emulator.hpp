@@ -10,7 +10,9 @@
 //     and some start late (optionally after a random delay, or after a caller's hook).
 //
 // What it cannot show: the CUDA memory model itself (host atomics and a mutex barrier are
-// stronger than fences and bar.sync), warp-synchronous behaviour, and timing.
+// stronger than fences and bar.sync), warp-synchronous behaviour, and timing. What it can
+// count, exactly, is what a launch costs on the device besides its copies (LaunchCost):
+// atomics on each 128-byte line, fences and barriers.
 
 #include <pagestash/pagestash.hpp>
 
@@ -26,6 +28,7 @@
 #include <random>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace pagestash_test {
@@ -56,6 +59,81 @@ class HostBarrier {
   unsigned phase_ = 0;
 };
 
+/// What one launch costs besides its copies, counted as the device would execute it: the
+/// device-scope atomics of every thread (per 128-byte line: same-line read-modify-writes
+/// serialise in the L2), device-scope fences and block barriers (each counted once per
+/// block, as a block executes it once).
+struct LaunchCost {
+  std::int64_t blocks = 0;
+  std::int64_t rmw = 0;           ///< atomic read-modify-writes, all lines
+  std::int64_t loads = 0;         ///< atomic loads (polls included)
+  std::int64_t stores = 0;        ///< atomic stores
+  std::int64_t busiest_line_rmw = 0;  ///< read-modify-writes on the busiest 128-byte line
+  std::int64_t fences = 0;        ///< device-scope fences, per block
+  std::int64_t barriers = 0;      ///< block barriers, per block
+
+  double per_block(std::int64_t n) const { return blocks ? static_cast<double>(n) / static_cast<double>(blocks) : 0; }
+};
+
+/// Counts the atomics and fences of the library's code (through its atomic observer) and
+/// the emulated blocks' barriers and publishes, while it lives. One at a time.
+class CostCounter {
+ public:
+  CostCounter() {
+    auto& slot = ps::detail::atomic_observer();
+    slot.context = this;
+    slot.observer.store(&CostCounter::observe);
+    active() = this;
+  }
+  ~CostCounter() {
+    auto& slot = ps::detail::atomic_observer();
+    slot.observer.store(nullptr);
+    slot.context = nullptr;
+    active() = nullptr;
+  }
+  CostCounter(const CostCounter&) = delete;
+  CostCounter& operator=(const CostCounter&) = delete;
+
+  /// The counter in use (null: none): the emulated teams count their barriers into it.
+  static CostCounter*& active() {
+    static CostCounter* counter = nullptr;
+    return counter;
+  }
+  void count_barrier() { barriers_.fetch_add(1, std::memory_order_relaxed); }
+  void count_fence() { fences_.fetch_add(1, std::memory_order_relaxed); }
+  void count_block() { blocks_.fetch_add(1, std::memory_order_relaxed); }
+
+  LaunchCost cost() const {
+    std::lock_guard<std::mutex> lock(m_);
+    LaunchCost c = totals_;
+    for (const auto& line : line_rmw_) c.busiest_line_rmw = std::max(c.busiest_line_rmw, line.second);
+    c.blocks = blocks_.load();
+    c.fences += fences_.load();
+    c.barriers = barriers_.load();
+    return c;
+  }
+
+ private:
+  static void observe(const void* address, ps::detail::AtomicAccess access, void* context) {
+    auto* self = static_cast<CostCounter*>(context);
+    std::lock_guard<std::mutex> lock(self->m_);
+    switch (access) {
+      case ps::detail::AtomicAccess::load: ++self->totals_.loads; break;
+      case ps::detail::AtomicAccess::store: ++self->totals_.stores; break;
+      case ps::detail::AtomicAccess::fence: ++self->totals_.fences; break;
+      case ps::detail::AtomicAccess::rmw:
+        ++self->totals_.rmw;
+        ++self->line_rmw_[reinterpret_cast<std::uintptr_t>(address) / 128];
+        break;
+    }
+  }
+
+  mutable std::mutex m_;
+  LaunchCost totals_;
+  std::unordered_map<std::uintptr_t, std::int64_t> line_rmw_;
+  std::atomic<std::int64_t> blocks_{0}, fences_{0}, barriers_{0};
+};
+
 /// What the threads of one resident block share: the barrier and share()'s slot.
 struct EmulatedBlock {
   explicit EmulatedBlock(int n) : threads(n), barrier(n), sums(static_cast<std::size_t>(n)) {}
@@ -72,8 +150,16 @@ struct EmulatedTeam {
   int rank() const { return r; }
   int size() const { return block->threads; }
   bool leader() const { return r == 0; }
-  void sync() const { block->barrier.wait(); }
-  void publish() const { sync(); }  // the barrier's mutex orders the block; atomics the rest
+  void sync() const {
+    if (r == 0 && CostCounter::active() != nullptr) CostCounter::active()->count_barrier();
+    block->barrier.wait();
+  }
+  /// The barrier's mutex orders the block, atomics the rest; a block's publish is one
+  /// device fence (__threadfence) and a barrier on the device.
+  void publish() const {
+    if (r == 0 && CostCounter::active() != nullptr) CostCounter::active()->count_fence();
+    sync();
+  }
   template <class T>
   T share(T x) const {
     static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= sizeof(EmulatedBlock::slot));
@@ -87,7 +173,7 @@ struct EmulatedTeam {
   std::int64_t exclusive_sum(std::int64_t x, std::int64_t& total) const {
     sync();  // the slots' previous use is over
     block->sums[static_cast<std::size_t>(r)] = x;
-    sync();
+    block->barrier.wait();  // within the scan (cub::BlockScan's own barrier): not counted twice
     std::int64_t before = 0;
     total = 0;
     for (int k = 0; k < block->threads; ++k) {
@@ -180,6 +266,12 @@ class HostThreads {
   bool stop_ = false;
 };
 
+/// A new launch id, as %gridid gives each launch on a GPU (never 0).
+inline std::uint64_t next_grid_id() {
+  static std::atomic<std::uint64_t> ids{0};
+  return ++ids;
+}
+
 struct LaunchShape {
   int blocks = 4;
   int threads = 64;            ///< per block, a multiple of 32
@@ -188,6 +280,8 @@ struct LaunchShape {
   bool random_delays = true;   ///< some blocks start after a short sleep
   /// Called by a slot's leader before the k-th block to start (k counts starts, 0-based).
   std::function<void(int)> before_start;
+  /// The launch's id (GridContext::launch); 0: a new one (next_grid_id), as on a GPU.
+  std::uint64_t launch = 0;
 };
 
 /// Runs body(ctx) on every thread of every block of one launch; returns when all are done.
@@ -201,28 +295,36 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
   for (int& d : delay_us) d = shape.random_delays && rng() % 3 == 0 ? static_cast<int>(rng() % 200) : 0;
 
   std::atomic<int> next{0};
+  const std::uint64_t launch = shape.launch != 0 ? shape.launch : next_grid_id();
   const int slots = std::max(1, std::min(shape.slots, shape.blocks));
   std::vector<std::unique_ptr<EmulatedBlock>> resident;
   for (int s = 0; s < slots; ++s) resident.push_back(std::make_unique<EmulatedBlock>(shape.threads));
   HostThreads::borrow(slots * shape.threads, [&](int thread) {
     const int s = thread / shape.threads, r = thread % shape.threads;
-    const EmulatedTeam team{resident[static_cast<std::size_t>(s)].get(), r};
+    EmulatedBlock& block = *resident[static_cast<std::size_t>(s)];
+    const EmulatedTeam team{&block, r};
     for (;;) {
-      int k = 0;
+      // The emulator's own barriers (a block's start and end) are not the kernel's: not counted.
+      static_assert(sizeof(int) <= sizeof(EmulatedBlock::slot));
+      block.barrier.wait();
       if (team.leader()) {
-        k = next.fetch_add(1);
+        int k = next.fetch_add(1);
         if (k < shape.blocks) {
           if (shape.before_start) shape.before_start(k);
           if (delay_us[static_cast<std::size_t>(k)] > 0)
             std::this_thread::sleep_for(std::chrono::microseconds(delay_us[static_cast<std::size_t>(k)]));
         }
+        std::memcpy(block.slot, &k, sizeof k);
       }
-      k = team.share(k);
+      block.barrier.wait();
+      int k = 0;
+      std::memcpy(&k, block.slot, sizeof k);
       if (k >= shape.blocks) return;
-      const EmulatedContext ctx{team, EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32,
-                                shape.threads / 32};
+      const EmulatedContext ctx{team,   EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32,
+                                shape.threads / 32, launch};
+      if (team.leader() && CostCounter::active() != nullptr) CostCounter::active()->count_block();
       body(ctx);
-      team.sync();  // the block's threads leave together, as a block does
+      block.barrier.wait();  // the block's threads leave together, as a block does
     }
   });
 }
@@ -270,9 +372,8 @@ struct Emulator {
               bool zero_tail) const {
     const ps::PoolRef pool_ref = pool.ref();
     const ps::RecordRef rec_ref = rec.ref();
-    const std::uint32_t epoch = rec.next_launch_epoch();
     emulate_launch(shape, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Tr, Op>(ctx, pool_ref, v, rec_ref, zero_tail, epoch);
+      ps::detail::run_operation<Tr, Op>(ctx, pool_ref, v, rec_ref, zero_tail);
     });
   }
 };

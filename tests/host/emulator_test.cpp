@@ -231,9 +231,8 @@ TEST_CASE("emulated grid: one record relaunched with new counts, as a graph repl
   const ps::PoolConfig cfg = room_for<Traits>(shape, 1024, 1);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, shape);
-  // A captured graph holds one stash and one reload launch, each with the epoch it was
-  // captured with; every replay reruns them with the counts of the moment.
-  const std::uint32_t stash_epoch = rec.next_launch_epoch(), reload_epoch = rec.next_launch_epoch();
+  // A captured graph holds one stash and one reload launch with fixed arguments; every
+  // replay reruns them (each a new grid, with a new id) with the counts of the moment.
   std::mt19937 rng(5);
   Buffers<L> in(shape, rng), out(shape, rng);
   LaunchShape launch;
@@ -248,12 +247,10 @@ TEST_CASE("emulated grid: one record relaunched with new counts, as a graph repl
     for (auto& b : in.bytes) std::generate(b.begin(), b.end(), [&] { return static_cast<std::uint8_t>(rng()); });
     launch.seed = static_cast<std::uint32_t>(replay);
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), false,
-                                                                      stash_epoch);
+      ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), false);
     });
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), true,
-                                                                       reload_epoch);
+      ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), true);
     });
     bool same = rec.status().state == ps::RecordState::reloaded;
     for (BufferRole role : all_roles) {
@@ -304,6 +301,77 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
   Emulator{}.reload(pool, rec, out.view, true);
   const std::vector<std::uint8_t> zeros(first.bytes[0].size(), 0);
   CHECK(out.bytes[0] == expected_reload<Traits>(shape, BufferRole::data, first.counts, first.bytes[0], zeros, true));
+}
+
+/// Two launches of `op` on one record with the same arguments (what two executables of one
+/// captured graph, or two copies of the library, enqueue), the second while the first is in
+/// flight. `same_id` gives both the same launch id, as launch epochs drawn on the host did:
+/// then they join, which the test must catch.
+template <class Traits>
+void overlap_same_arguments(bool same_id) {
+  using L = typename Traits::layout;
+  const auto shape = sequence_shape<L>(true);
+  const ps::PoolConfig cfg = room_for<Traits>(shape, 256, 2);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  std::vector<std::unique_ptr<ps::StashRecord<Traits>>> recs;
+  recs.push_back(std::make_unique<ps::StashRecord<Traits>>(pool, shape));
+  ps::StashRecord<Traits>& rec = *recs[0];
+  std::mt19937 rng(21);
+  Buffers<L> in(shape, rng), out(shape, rng);
+  const std::int64_t pages = expected_pages<Traits>(shape, in.counts, cfg.page_bytes);
+
+  for (const auto op : {ps::detail::Operation::stash, ps::detail::Operation::reload}) {
+    CAPTURE(static_cast<int>(op));
+    HeldLaunch held;
+    held.shape.launch = next_grid_id();
+    LaunchShape twin = held.shape;
+    twin.before_start = nullptr;
+    twin.slots = 2;
+    if (!same_id) twin.launch = next_grid_id();
+    auto run = [&](const LaunchShape& launch) {
+      emulate_launch(launch, [&](const EmulatedContext& ctx) {
+        if (op == ps::detail::Operation::stash)
+          ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), false);
+        else
+          ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), true);
+      });
+    };
+    const std::int64_t errors_before = pool.stats().errors;
+    std::thread first([&] { run(held.shape); });
+    wait_finished(rec, 1);
+    auto second = std::async(std::launch::async, [&] { run(twin); });
+    const bool ended = second.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    held.release.set_value();
+    first.join();
+    REQUIRE_MESSAGE(ended, "the second launch hung");
+    second.get();
+
+    // The second launch was refused as a whole and counted once; the first did its work once.
+    const ps::RecordStatus st = rec.status();
+    CHECK_FALSE(st.launch_in_flight);
+    CHECK(pool.stats().flags.refused_launch == 1);
+    CHECK(pool.stats().errors == errors_before + 1);
+    if (op == ps::detail::Operation::stash) {
+      CHECK(st.state == ps::RecordState::stashed);
+      CHECK(st.pages == pages);
+      CHECK(pool.stats().device_pages_free == cfg.device_pages - pages);
+      check_page_invariant(pool, recs, {0});
+    } else {
+      CHECK(st.state == ps::RecordState::reloaded);
+      CHECK(pool.stats().device_pages_free == cfg.device_pages);
+      check_page_invariant(pool, recs, {});
+      for (BufferRole role : all_roles) {
+        const auto k = static_cast<std::size_t>(role);
+        const std::vector<std::uint8_t> zeros(in.bytes[k].size(), 0);
+        CHECK(out.bytes[k] == expected_reload<Traits>(shape, role, in.counts, in.bytes[k], zeros, true));
+      }
+    }
+  }
+}
+
+TEST_CASE("emulated grid: two overlapping launches with the same arguments on one record: the second is refused") {
+  overlap_same_arguments<ps::StashTraits<RuBf16Cap>>(false);
+  overlap_same_arguments<ps::StashTraits<ColNv4CapCo>>(false);
 }
 
 TEST_CASE("emulated grid: a record whose last launch never finished refuses every launch at once") {

@@ -15,14 +15,9 @@
 //                    the sum of x over the threads ranked before this one; total gets the
 //                    sum over the team (includes sync())
 
-#include <pagestash/config.hpp>
+#include <pagestash/detail/atomics.hpp>
 
-#include <cuda/atomic>
 #include <cuda/std/cstdint>
-
-#if !defined(__CUDA_ARCH__)
-#  include <thread>
-#endif
 #if defined(__CUDACC__)
 #  include <cub/block/block_scan.cuh>
 #endif
@@ -80,18 +75,6 @@ struct WarpLanes {
   __device__ static constexpr int size() { return 32; }
 };
 #endif
-
-/// Polite spinning while another team finishes a short critical section.
-PAGESTASH_HOST_DEVICE inline void spin_pause() {
-#if defined(__CUDA_ARCH__)
-  __nanosleep(64);
-#else
-  std::this_thread::yield();
-#endif
-}
-
-template <class T>
-using device_atomic = cuda::atomic_ref<T, cuda::thread_scope_device>;
 
 }  // namespace detail
 PAGESTASH_NAMESPACE_END

@@ -5,16 +5,22 @@
 // tests' grid emulator runs the same body on host threads, several blocks of several warps.
 //
 // The launch protocol, over the record's LaunchWords:
-//   arrival  each block's leader tries to take the record for this launch's epoch
-//            (compare-exchange owner: 0 -> epoch). The block that takes it plans; a block
-//            that finds the same epoch joins; a block that finds another epoch refuses
-//            (counted in `refused`, the error flag raised) and leaves: never a hang.
-//   verdict  the planner runs begin_* and publishes copy / skip; the others wait for it.
+//   arrival  each block's leader tries to take the record for this launch (compare-exchange
+//            owner: 0 -> the launch's id, GridContext::launch). The block that takes it
+//            plans; a block that finds its own launch there joins; a block that finds
+//            another launch refuses (counted in `refused`, the error flag raised, the pool's
+//            error count once per launch) and leaves: never a hang, never a mix of two.
+//   verdict  the planner runs begin_* and publishes copy / skip; the others poll for it
+//            (relaxed loads, one acquire fence after).
 //   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
-//            or a grid smaller than the device, leaves no tail); each warp moves a run of
-//            consecutive tiles of its block's chunk, carrying its item along.
+//            or a grid smaller than the device, leaves no tail); a block reads the counter
+//            before it adds to it, so that late blocks of a small plan leave without a
+//            read-modify-write. Each warp moves a run of consecutive tiles of its block's
+//            chunk, carrying its item along.
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages), clears the words and releases `owner`.
+// Per block that is two read-modify-writes on the launch's line (arrival, finish) and one
+// per claim; the grid is sized so that few blocks carry them (cuda.cuh).
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
 
 #include <pagestash/stash/steps.hpp>
@@ -31,7 +37,8 @@ enum class Arrival : cuda::std::int32_t { planner, joined, refused };
 /// small enough that the last claims even out.
 inline constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
 
-/// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape.
+/// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and
+/// the launch's identity.
 template <class Team, class Lanes>
 struct GridContext {
   Team team;
@@ -40,29 +47,42 @@ struct GridContext {
   cuda::std::int64_t blocks;  ///< blocks in the launch
   cuda::std::int64_t warp;    ///< this thread's warp in its block
   cuda::std::int64_t warps;   ///< warps per block
+  /// Never 0, and no other launch that may overlap this one has it: on the device the
+  /// grid's own id (%gridid, new for every launch and every graph replay), so that no host
+  /// value (captured in a graph, or drawn by another copy of the library) can make two
+  /// launches look like one.
+  cuda::std::uint64_t launch;
 };
+
+/// A block's leader takes part in the launch on `words` (see the top of this file).
+template <class Context>
+PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, LaunchWords& words) {
+  cuda::std::uint64_t owner = 0;
+  // Relaxed on failure: a joining block synchronises with the planner through the verdict
+  // (docs/design.md, "Memory ordering").
+  if (device_atomic<cuda::std::uint64_t>(words.owner)
+          .compare_exchange_strong(owner, ctx.launch, cuda::std::memory_order_acquire, cuda::std::memory_order_relaxed))
+    return Arrival::planner;
+  if (owner == ctx.launch) return Arrival::joined;
+  device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
+  // The pool counts the refused launch once, by the first of its blocks to get here (two
+  // launches refused at the same time may count one more).
+  const bool first = device_atomic<cuda::std::uint64_t>(words.last_refused).exchange(ctx.launch,
+                                                                                     cuda::std::memory_order_relaxed) !=
+                     ctx.launch;
+  raise_error(pool, ErrorKind::refused_launch, first);
+  return Arrival::refused;
+}
 
 /// One launch of operation Op on `rec`, as thread (ctx.block, ctx.team.rank()) runs it.
 template <class Traits, Operation Op, class Team, class Lanes>
 PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, const PoolRef& pool,
                                          const GroupedView<typename Traits::layout>& view, const RecordRef& rec,
-                                         bool zero_tail, cuda::std::uint32_t epoch) {
+                                         bool zero_tail) {
   const Team& team = ctx.team;
   LaunchWords& words = rec.header->launch;
 
-  Arrival arrival = Arrival::joined;
-  if (team.leader()) {
-    cuda::std::uint32_t owner = 0;
-    if (device_atomic<cuda::std::uint32_t>(words.owner)
-            .compare_exchange_strong(owner, epoch, cuda::std::memory_order_acquire, cuda::std::memory_order_relaxed)) {
-      arrival = Arrival::planner;
-    } else if (owner != epoch) {
-      arrival = Arrival::refused;
-      device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
-      raise_error(pool, ErrorKind::refused_launch);
-    }
-  }
-  arrival = team.share(arrival);
+  const Arrival arrival = team.share(team.leader() ? arrive(ctx, pool, words) : Arrival::joined);
   if (arrival == Arrival::refused) return;
 
   cuda::std::int32_t verdict = verdict_skip;
@@ -76,27 +96,32 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     team.publish();  // the header and plan, by every thread, before the verdict
     if (team.leader()) device_atomic<cuda::std::int32_t>(words.verdict).store(verdict, cuda::std::memory_order_release);
   } else if (team.leader()) {
-    device_atomic<cuda::std::int32_t> published(words.verdict);
-    while ((verdict = published.load(cuda::std::memory_order_acquire)) == verdict_pending) spin_pause();
+    verdict = spin_until(device_atomic<cuda::std::int32_t>(words.verdict),
+                         [](cuda::std::int32_t v) { return v != verdict_pending; });
+    acquire_fence();  // the planner's header and plan
   }
   verdict = team.share(verdict);
 
   if (Op != Operation::discard && verdict == verdict_copy) {
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
-    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1 tiles); the counter is
-    // 64-bit, as claims overshoot the last tile.
-    const auto tiles = static_cast<cuda::std::int32_t>(rec.header->tiles);
+    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1 tiles); claims are
+    // 64-bit, as they overshoot the last tile.
+    const cuda::std::int64_t tiles = rec.header->tiles;
     const cuda::std::int64_t chunk = ctx.warps * tiles_per_warp_claim;
     ItemCursor cursor;
     for (;;) {
-      cuda::std::int64_t first = 0;
-      if (team.leader())
-        first = device_atomic<cuda::std::int64_t>(words.next_tile).fetch_add(chunk, cuda::std::memory_order_relaxed);
+      cuda::std::int64_t first = tiles;
+      if (team.leader()) {
+        // Test, then claim: a block that comes late to a launch whose tiles are all claimed
+        // leaves after a load, not a read-modify-write on the launch's line.
+        const device_atomic<cuda::std::int64_t> next(words.next_tile);
+        if (next.load(cuda::std::memory_order_relaxed) < tiles) first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
+      }
       first = team.share(first);
       if (first >= tiles) break;
       const cuda::std::int64_t begin = first + ctx.warp * tiles_per_warp_claim;
-      const auto end = static_cast<cuda::std::int32_t>(begin + tiles_per_warp_claim < tiles ? begin + tiles_per_warp_claim : tiles);
-      for (auto t = static_cast<cuda::std::int32_t>(begin); t < end; ++t) run_tile(ctx.lanes, work, cursor, t);
+      const cuda::std::int64_t end = begin + tiles_per_warp_claim < tiles ? begin + tiles_per_warp_claim : tiles;
+      for (cuda::std::int64_t t = begin; t < end; ++t) run_tile(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
     }
   }
 
@@ -112,7 +137,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     words.verdict = verdict_pending;
     words.finished = 0;
     words.next_tile = 0;
-    device_atomic<cuda::std::uint32_t>(words.owner).store(0, cuda::std::memory_order_release);
+    device_atomic<cuda::std::uint64_t>(words.owner).store(0, cuda::std::memory_order_release);
   }
 }
 

@@ -59,8 +59,12 @@ namespace detail {
 template <class Team>
 PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) {
-    device_atomic<cuda::std::int32_t> lock(pool.counters->lock);
-    while (lock.exchange(1, cuda::std::memory_order_acquire) != 0) spin_pause();
+    // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once
+    // (an acquire per poll would invalidate the SM's L1 each time).
+    const device_atomic<cuda::std::int32_t> lock(pool.counters->lock);
+    while (lock.exchange(1, cuda::std::memory_order_relaxed) != 0)
+      spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
+    acquire_fence();
   }
   team.sync();
 }
@@ -79,11 +83,11 @@ PAGESTASH_HOST_DEVICE inline void raise_overflow(const PoolRef& pool) {
 }
 
 /// Records an operation refused as misuse: sets the sticky error flag and its kind's, and
-/// counts it. Plain atomics, no lock.
-PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, ErrorKind kind) {
+/// counts it (unless `count` is false: a launch's later blocks). Plain atomics, no lock.
+PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, ErrorKind kind, bool count = true) {
   device_atomic<cuda::std::int32_t>(flag_of(pool.counters->flags, kind)).store(1, cuda::std::memory_order_relaxed);
   device_atomic<cuda::std::int32_t>(pool.counters->flags.error).store(1, cuda::std::memory_order_relaxed);
-  device_atomic<cuda::std::int64_t>(pool.counters->errors).fetch_add(1, cuda::std::memory_order_relaxed);
+  if (count) device_atomic<cuda::std::int64_t>(pool.counters->errors).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
 PAGESTASH_HOST_DEVICE inline bool overflow_raised(const PoolRef& pool) {

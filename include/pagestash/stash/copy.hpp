@@ -97,25 +97,47 @@ PAGESTASH_HOST_DEVICE inline Vector16 shift_bytes(const Vector16& x, unsigned by
            static_cast<cuda::std::uint32_t>(hi), static_cast<cuda::std::uint32_t>(hi >> 32)}};
 }
 
-/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above).
-/// The device loads the aligned 4-byte words that hold them (each holds a wanted byte, so
-/// it lies in the same allocation) and shifts them into place; the host assembles those
-/// words from the wanted bytes only (zero elsewhere), then runs the same shifts.
+/// Bytes [lo, hi) of the aligned 4-byte word at `word`, in place (zero elsewhere): one
+/// word load when all four are wanted, else a load per wanted byte, so that no byte
+/// outside them is read (it may lie outside the caller's buffer). Device and host make the
+/// same loads (the grid emulator under ASan sees what a GPU reads).
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_bytes(const unsigned char* word, unsigned lo, unsigned hi) {
+  if (lo == 0 && hi == 4) {
+#if defined(__CUDA_ARCH__)
+    return __ldcs(reinterpret_cast<const unsigned int*>(word));
+#else
+    cuda::std::uint32_t w;
+    std::memcpy(&w, word, 4);
+    return w;
+#endif
+  }
+  cuda::std::uint32_t w = 0;
+  PAGESTASH_UNROLL
+  for (unsigned b = 0; b < 4; ++b) {
+    if (b < lo || b >= hi) continue;
+#if defined(__CUDA_ARCH__)
+    w |= cuda::std::uint32_t{__ldcs(word + b)} << (8 * b);
+#else
+    w |= cuda::std::uint32_t{word[b]} << (8 * b);
+#endif
+  }
+  return w;
+}
+
+/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
+/// aligned 4-byte words that hold them, each read only where it holds wanted bytes
+/// (load_word_bytes), shifted into place.
 PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsigned n) {
   const auto offset = static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(src) % 4);
   const unsigned char* first = src - offset;
   cuda::std::uint32_t words[5];
   PAGESTASH_UNROLL
   for (unsigned k = 0; k < 5; ++k) {
-#if defined(__CUDA_ARCH__)
-    words[k] = 4 * k < offset + n ? __ldcs(reinterpret_cast<const unsigned int*>(first + 4 * k)) : 0u;
-#else
-    words[k] = 0;
-    for (unsigned b = 0; b < 4; ++b) {
-      const unsigned at = 4 * k + b;
-      if (at >= offset && at < offset + n) words[k] |= cuda::std::uint32_t{first[at]} << (8 * b);
-    }
-#endif
+    // Word k holds bytes [4k, 4k + 4) from `first`; wanted are [offset, offset + n).
+    const unsigned lo = offset > 4 * k ? offset - 4 * k : 0;
+    const unsigned end = offset + n - 4 * k;  // may wrap: only used when 4k < offset + n
+    const unsigned hi = 4 * k >= offset + n ? 0 : (end < 4 ? end : 4);
+    words[k] = lo < hi ? load_word_bytes(first + 4 * k, lo, hi) : 0u;
   }
   Vector16 out;
   PAGESTASH_UNROLL

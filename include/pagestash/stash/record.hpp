@@ -38,20 +38,21 @@ enum class RecordError : cuda::std::int32_t {
 
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
 /// (blocks waiting for the verdict poll it while the planner writes the header). A launch
-/// takes the record by writing its epoch into `owner` (0: no launch in flight); the first
+/// takes the record by writing its id into `owner` (0: no launch in flight); the first
 /// block to do so plans and publishes `verdict`; blocks claim tiles from `next_tile`; the
 /// last block to finish clears the words and releases `owner`. A block of another launch
 /// that finds `owner` taken refuses: it counts itself in `refused`, raises the pool's
-/// error flag (refused_launch) and does nothing, so that an overlapping or never-finished launch is
-/// reported, never a hang. Padded rather than over-aligned: caller memory need only be
-/// 16-byte aligned (the words are on their own line when it is 128-byte aligned).
+/// error flag (refused_launch) and does nothing, so that an overlapping or never-finished
+/// launch is reported, never a hang. Padded rather than over-aligned: caller memory need
+/// only be 16-byte aligned (the words are on their own line when it is 128-byte aligned).
 struct LaunchWords {
-  cuda::std::uint32_t owner;
+  cuda::std::uint64_t owner;         ///< the id of the launch in flight (GridContext::launch), 0: none
+  cuda::std::uint64_t last_refused;  ///< the id of the last launch refused (to count it once)
+  cuda::std::int64_t next_tile;      ///< the first tile no block has claimed yet
   cuda::std::int32_t verdict;
   cuda::std::int32_t finished;
   cuda::std::int32_t refused;
-  cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
-  unsigned char padding[104];
+  unsigned char padding[92];
 };
 static_assert(sizeof(LaunchWords) == 128);
 
@@ -193,17 +194,6 @@ class StashRecord {
   std::size_t bytes() const { return memory_.bytes(); }
   /// The counts the last stash saw (in the pool's memory space; read them on the device).
   const cuda::std::int32_t* counts() const { return ref_.counts; }
-  /// For executors: the epoch of a new launch (never 0), which its blocks compare with the
-  /// record's launch owner. Drawn from one process-wide counter, so that two records
-  /// attached to the same memory never launch with the same epoch. A graph replays the epoch
-  /// it captured; replays of one graph never overlap, so they need no new one.
-  static cuda::std::uint32_t next_launch_epoch() {
-    static std::atomic<cuda::std::uint32_t> counter{0};
-    cuda::std::uint32_t epoch = counter.fetch_add(1, std::memory_order_relaxed) + 1;
-    while (epoch == 0) epoch = counter.fetch_add(1, std::memory_order_relaxed) + 1;
-    return epoch;
-  }
-
   /// Reads the header back. A device record synchronises the whole device first; a host
   /// record may not be in use by another thread meanwhile.
   RecordStatus status() const {

@@ -1,0 +1,127 @@
+#pragma once
+// Device-scope atomics, fences and spinning, as the pool and launch steps use them. Not
+// public API.
+//
+// On the host (the host executor, the tests' grid emulator) every atomic access and fence
+// can be reported to an observer, so that a test or a benchmark counts what a launch costs
+// on the device (atomics per 128-byte line, fences) without a GPU. With no observer set,
+// that is one load and a branch per access; device code has none of it.
+
+#include <pagestash/config.hpp>
+
+#include <cuda/atomic>
+#include <cuda/std/cstdint>
+
+#if !defined(__CUDA_ARCH__)
+#  include <atomic>
+#  include <thread>
+#endif
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+enum class AtomicAccess : int {
+  load,    ///< an atomic load
+  store,   ///< an atomic store
+  rmw,     ///< a read-modify-write: fetch_add, exchange, compare-exchange
+  fence,   ///< a fence (address null)
+};
+
+#if !defined(__CUDA_ARCH__)
+using AtomicObserver = void (*)(const void* address, AtomicAccess access, void* context);
+
+struct AtomicObserverSlot {
+  std::atomic<AtomicObserver> observer{nullptr};
+  void* context = nullptr;
+};
+
+/// The process's observer (null: none). Set it only while no operation runs.
+inline AtomicObserverSlot& atomic_observer() {
+  static AtomicObserverSlot slot;
+  return slot;
+}
+
+inline void observe_atomic(const void* address, AtomicAccess access) {
+  AtomicObserverSlot& slot = atomic_observer();
+  if (const AtomicObserver f = slot.observer.load(std::memory_order_relaxed)) f(address, access, slot.context);
+}
+#endif
+
+/// cuda::atomic_ref at device scope, with the accesses this library makes.
+template <class T>
+class device_atomic {
+ public:
+  PAGESTASH_HOST_DEVICE explicit device_atomic(T& x) : ref_(x) {
+#if !defined(__CUDA_ARCH__)
+    address_ = &x;
+#endif
+  }
+
+  PAGESTASH_HOST_DEVICE T load(cuda::std::memory_order order) const {
+    observe(AtomicAccess::load);
+    return ref_.load(order);
+  }
+  PAGESTASH_HOST_DEVICE void store(T x, cuda::std::memory_order order) const {
+    observe(AtomicAccess::store);
+    ref_.store(x, order);
+  }
+  PAGESTASH_HOST_DEVICE T fetch_add(T x, cuda::std::memory_order order) const {
+    observe(AtomicAccess::rmw);
+    return ref_.fetch_add(x, order);
+  }
+  PAGESTASH_HOST_DEVICE T exchange(T x, cuda::std::memory_order order) const {
+    observe(AtomicAccess::rmw);
+    return ref_.exchange(x, order);
+  }
+  PAGESTASH_HOST_DEVICE bool compare_exchange_strong(T& expected, T desired, cuda::std::memory_order success,
+                                                     cuda::std::memory_order failure) const {
+    observe(AtomicAccess::rmw);
+    return ref_.compare_exchange_strong(expected, desired, success, failure);
+  }
+
+ private:
+  PAGESTASH_HOST_DEVICE void observe(AtomicAccess access) const {
+#if !defined(__CUDA_ARCH__)
+    observe_atomic(address_, access);
+#else
+    (void)access;
+#endif
+  }
+#if !defined(__CUDA_ARCH__)
+  const void* address_;
+#endif
+  cuda::atomic_ref<T, cuda::thread_scope_device> ref_;
+};
+
+/// An acquire fence at device scope: after polling with relaxed loads, one fence makes what
+/// the writer released visible (one L1 invalidation, instead of one per poll).
+PAGESTASH_HOST_DEVICE inline void acquire_fence() {
+#if !defined(__CUDA_ARCH__)
+  observe_atomic(nullptr, AtomicAccess::fence);
+#endif
+  cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
+}
+
+/// Polite spinning while another team finishes a short critical section.
+PAGESTASH_HOST_DEVICE inline void spin_pause() {
+#if defined(__CUDA_ARCH__)
+  __nanosleep(64);
+#else
+  std::this_thread::yield();
+#endif
+}
+
+/// Spins until pred(x.load(relaxed)) holds and returns that value. The polls are relaxed
+/// (on the device an acquire load invalidates the SM's L1 each time): the caller fences
+/// once (acquire_fence) when it is done waiting.
+template <class T, class Pred>
+PAGESTASH_HOST_DEVICE T spin_until(const device_atomic<T>& x, const Pred& pred) {
+  for (;;) {
+    const T v = x.load(cuda::std::memory_order_relaxed);
+    if (pred(v)) return v;
+    spin_pause();
+  }
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

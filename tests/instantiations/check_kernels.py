@@ -5,9 +5,12 @@ For every operation kernel (stash, reload, discard of every layout x traits inst
 and the reset kernel, per architecture in the library:
   - stack frame 0 bytes, no spills (no STL/LDL in the SASS), at most 64 registers;
   - the copy loop moves 128-bit vectors: a 128-bit global load and store (LDG.E.128, STG.E.128),
-    with at least 4 of those loads issued before a store (loads in flight per lane).
+    with at least 4 of those loads issued before a store (loads in flight per lane);
+  - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
+    to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
+    relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel.
 Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
-blocks per SM at 256 threads) and exits 1 if any kernel breaks a rule.
+blocks per SM at 512 threads, L1 invalidations) and exits 1 if any kernel breaks a rule.
 
 cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm;
 scripts/install-deps installs them) or the toolkit.
@@ -22,7 +25,10 @@ import sys
 
 MAX_REGISTERS = 64
 MIN_LOADS_IN_FLIGHT = 4
-THREADS = 256
+THREADS = 512  # threads_per_block of execution/cuda.cuh
+# CCTL.IVALL in a kernel's code (each acquire: arrival, verdict, lock, finish, in the steps
+# the kernel inlines); none may be in a spin loop.
+MAX_CCTL_IVALL = 12
 
 
 def find_tool(name):
@@ -60,7 +66,7 @@ def short_name(pretty):
 
 
 def resident_blocks(registers, shared, arch):
-    """Blocks of 256 threads an SM holds: registers (allocated per warp in units of 256),
+    """Blocks of THREADS threads an SM holds: registers (allocated per warp in units of 256),
     threads (2048), shared memory (228 KiB, 1 KiB reserved per block), 32 blocks."""
     warps = THREADS // 32
     per_warp = -(-registers * 32 // 256) * 256
@@ -96,10 +102,14 @@ def main():
         m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
         if m and name and ("operation_kernel" in name or "reset_kernel" in name):
             kernels[(arch, name)] = dict(zip(("regs", "stack", "shared", "local"), map(int, m.groups())))
+    code = {}  # (arch, mangled) -> [(address, instruction)]
     for arch, name, line in lines_of("-sass", r"Function : (\S+)"):
         k = kernels.get((arch, name))
         if k is None:
             continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if m:
+            code.setdefault((arch, name), []).append((int(m.group(1), 16), m.group(2)))
         k["spills"] = k.get("spills", 0) + len(re.findall(r"\b(?:STL|LDL)\b", line))
         # Cache hints show as modifiers: LDG.E.EF.128 (evict-first), STG.E.EF.128.
         load, store = re.search(r"\bLDG\.E(?:\.[A-Z]+)*\.128\b", line), re.search(r"\bSTG\.E(?:\.[A-Z]+)*\.128\b", line)
@@ -109,12 +119,30 @@ def main():
         k["run"] = k.get("run", 0) + 1 if load else (0 if store else k.get("run", 0))
         k["batch"] = max(k.get("batch", 0), k["run"])
 
+    for key, instructions in code.items():
+        k = kernels[key]
+        invalidations = [a for a, ins in instructions if "CCTL.IVALL" in ins]
+        sleeps = [a for a, ins in instructions if "NANOSLEEP" in ins]
+        exits = [a for a, ins in instructions if re.search(r"\bEXIT\b", ins)]
+        # A spin loop: a backward branch whose range sleeps and holds no EXIT (the branches
+        # back from out-of-line code after the kernel's body span an EXIT: not loops).
+        spin_loops = []
+        for a, ins in instructions:
+            b = re.search(r"\bBRA(?:\.\w+)* (?:\w+, )?0x([0-9a-f]+)", ins)
+            if b and int(b.group(1), 16) <= a:
+                lo = int(b.group(1), 16)
+                if any(lo <= z <= a for z in sleeps) and not any(lo <= e <= a for e in exits):
+                    spin_loops.append((lo, a))
+        k["cctl"] = len(invalidations)
+        k["cctl_in_spin"] = sum(1 for c in invalidations if any(lo <= c <= hi for lo, hi in spin_loops))
+        k["spin_loops"] = len(spin_loops)
+
     if not kernels:
         sys.exit(f"check_kernels: no operation kernels found in {args.library}")
     keys = sorted(kernels)
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
-    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s}  128-bit ld/st")
+    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s} {'L1 inv':>6s}  128-bit ld/st")
     for key in keys:
         k = kernels[key]
         label = short_name(pretty[key])
@@ -122,7 +150,7 @@ def main():
         blocks = resident_blocks(k["regs"], k["shared"], key[0])
         vectors = "yes" if k.get("ld128") and k.get("st128") else ("n/a" if not is_copy else "NO")
         print(f"{key[0]:6s} {label[:90]:90s} {k['regs']:4d} {k['stack']:5d} {k.get('spills', 0):5d} {k['shared']:6d} "
-              f"{blocks:9d} {k.get('batch', 0):8d}  {vectors}")
+              f"{blocks:9d} {k.get('batch', 0):8d} {k.get('cctl', 0):6d}  {vectors}")
         why = []
         if k["stack"] != 0:
             why.append(f"stack frame {k['stack']} bytes")
@@ -134,10 +162,16 @@ def main():
             why.append("no 128-bit global load and store")
         if is_copy and k.get("batch", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"at most {k.get('batch', 0)} 128-bit loads before a store (< {MIN_LOADS_IN_FLIGHT})")
+        if k.get("cctl_in_spin", 0):
+            why.append(f"{k['cctl_in_spin']} L1 invalidations (CCTL.IVALL) inside a spin loop")
+        if k.get("cctl", 0) > MAX_CCTL_IVALL:
+            why.append(f"{k['cctl']} L1 invalidations (CCTL.IVALL) > {MAX_CCTL_IVALL}")
         if why:
             failures.append(f"{key[0]} {label}: " + ", ".join(why))
+    spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
-          f">= {MIN_LOADS_IN_FLIGHT} loads in flight")
+          f">= {MIN_LOADS_IN_FLIGHT} loads in flight, <= {MAX_CCTL_IVALL} L1 invalidations and none in "
+          f"the {spin} spin loops")
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")
         for f in failures:

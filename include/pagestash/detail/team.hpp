@@ -61,7 +61,9 @@ struct BlockTeam {
     return slot;
   }
   __device__ static cuda::std::int64_t exclusive_sum(cuda::std::int64_t x, cuda::std::int64_t& total) {
-    using Scan = cub::BlockScan<cuda::std::int64_t, BlockThreads>;
+    // Memoized raking: the default raking scan of 512 int64 left ptxas 64 registers too few
+    // in the stash kernels (a stack frame and spills).
+    using Scan = cub::BlockScan<cuda::std::int64_t, BlockThreads, cub::BLOCK_SCAN_RAKING_MEMOIZE>;
     __shared__ typename Scan::TempStorage storage;
     sync();  // the storage's previous use is over
     Scan(storage).ExclusiveSum(x, x, total);

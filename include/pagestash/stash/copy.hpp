@@ -97,47 +97,50 @@ PAGESTASH_HOST_DEVICE inline Vector16 shift_bytes(const Vector16& x, unsigned by
            static_cast<cuda::std::uint32_t>(hi), static_cast<cuda::std::uint32_t>(hi >> 32)}};
 }
 
-/// Bytes [lo, hi) of the aligned 4-byte word at `word`, in place (zero elsewhere): one
-/// word load when all four are wanted, else a load per wanted byte, so that no byte
-/// outside them is read (it may lie outside the caller's buffer). Device and host make the
-/// same loads (the grid emulator under ASan sees what a GPU reads).
-PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_bytes(const unsigned char* word, unsigned lo, unsigned hi) {
-  if (lo == 0 && hi == 4) {
+/// 4 bytes at an aligned `word`, as a word (evict-first on the device: read once).
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word(const unsigned char* word) {
 #if defined(__CUDA_ARCH__)
-    return __ldcs(reinterpret_cast<const unsigned int*>(word));
+  return __ldcs(reinterpret_cast<const unsigned int*>(word));
 #else
-    cuda::std::uint32_t w;
-    std::memcpy(&w, word, 4);
-    return w;
+  cuda::std::uint32_t w;
+  std::memcpy(&w, word, 4);
+  return w;
 #endif
-  }
+}
+
+/// Bytes [0, n) (n < 4) of the aligned word at `word`, zero above: a 2-byte load and a
+/// byte load, so that nothing after them is read.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_head(const unsigned char* word, unsigned n) {
   cuda::std::uint32_t w = 0;
-  PAGESTASH_UNROLL
-  for (unsigned b = 0; b < 4; ++b) {
-    if (b < lo || b >= hi) continue;
 #if defined(__CUDA_ARCH__)
-    w |= cuda::std::uint32_t{__ldcs(word + b)} << (8 * b);
+  if (n >= 2) w = __ldcs(reinterpret_cast<const unsigned short*>(word));
+  if (n % 2 == 1) w |= cuda::std::uint32_t{__ldcs(word + n - 1)} << (8 * (n - 1));
 #else
-    w |= cuda::std::uint32_t{word[b]} << (8 * b);
-#endif
+  if (n >= 2) {
+    cuda::std::uint16_t h;
+    std::memcpy(&h, word, 2);
+    w = h;
   }
+  if (n % 2 == 1) w |= cuda::std::uint32_t{word[n - 1]} << (8 * (n - 1));
+#endif
   return w;
 }
 
 /// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
-/// aligned 4-byte words that hold them, each read only where it holds wanted bytes
-/// (load_word_bytes), shifted into place.
+/// aligned 4-byte words from the one that holds src, shifted into place. A word that ends
+/// past the run's last byte is read only up to it (load_word_head): that byte may be the
+/// buffer's last, and nothing after it is the caller's. Bytes before src in the first word
+/// are the buffer's (buffers start on 16 bytes). The device and the host make the same
+/// loads, so that the grid emulator under ASan sees what a GPU reads.
 PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsigned n) {
   const auto offset = static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(src) % 4);
   const unsigned char* first = src - offset;
+  const unsigned end = offset + n;  // of the wanted bytes, from `first`
   cuda::std::uint32_t words[5];
   PAGESTASH_UNROLL
   for (unsigned k = 0; k < 5; ++k) {
-    // Word k holds bytes [4k, 4k + 4) from `first`; wanted are [offset, offset + n).
-    const unsigned lo = offset > 4 * k ? offset - 4 * k : 0;
-    const unsigned end = offset + n - 4 * k;  // may wrap: only used when 4k < offset + n
-    const unsigned hi = 4 * k >= offset + n ? 0 : (end < 4 ? end : 4);
-    words[k] = lo < hi ? load_word_bytes(first + 4 * k, lo, hi) : 0u;
+    if (4 * k + 4 <= end) words[k] = load_word(first + 4 * k);
+    else words[k] = 4 * k < end ? load_word_head(first + 4 * k, end - 4 * k) : 0u;
   }
   Vector16 out;
   PAGESTASH_UNROLL

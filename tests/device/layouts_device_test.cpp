@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -17,13 +18,18 @@ using pagestash_test::DeviceBuffer;
 
 namespace {
 
+/// With `nan`, the first live value is a negative NaN, and only the amax is compared (bit
+/// for bit: both producers give the positive quiet NaN).
 template <class L>
-void check_device_producer(std::int64_t max_tokens, std::int64_t hidden, int groups, std::uint32_t seed) {
+void check_device_producer(std::int64_t max_tokens, std::int64_t hidden, int groups, std::uint32_t seed,
+                           bool nan = false) {
   std::mt19937 rng(seed);
   pagestash_test::HostTensor<L> host(max_tokens, hidden, groups, std::vector<std::int32_t>(groups, 0));
   host.counts = pagestash_test::random_counts(host.view, rng);
+  if (nan) host.counts = {128, 0, 0};  // group 0 holds the NaN
   host.view.counts = host.counts.data();
-  const auto source = pagestash_test::random_source(host.view.token_rows(), hidden, seed);
+  auto source = pagestash_test::random_source(host.view.token_rows(), hidden, seed);
+  if (nan) source[0] = ps::BF16::from_bits(0xFFC1);
   ps::produce(host.view, source.data(), host.counts.data(), 0x3C);
 
   DeviceBuffer<std::uint8_t> d_data(host.data.size()), d_scales(host.scales.size());
@@ -38,6 +44,15 @@ void check_device_producer(std::int64_t max_tokens, std::int64_t hidden, int gro
   dev.amax = d_amax.ptr;
   dev.counts = d_counts.ptr;
   REQUIRE(pagestash_test::produce_on_device_sync(dev, d_source.ptr, 0x3C) == 1);
+  if (nan) {
+    const std::vector<float> amax = d_amax.download();
+    REQUIRE(amax.size() == host.amax.size());
+    CHECK(std::memcmp(amax.data(), host.amax.data(), amax.size() * sizeof(float)) == 0);
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, host.amax.data(), 4);
+    CHECK(bits == 0x7FC00000u);
+    return;
+  }
   CHECK(d_data.download() == host.data);
   if (!host.scales.empty()) CHECK(d_scales.download() == host.scales);
   if (!host.amax.empty()) CHECK(d_amax.download() == host.amax);
@@ -56,4 +71,9 @@ TEST_CASE("device producer matches the host producer for every layout") {
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_LAYOUT)
 #undef PAGESTASH_CHECK_LAYOUT
+}
+
+TEST_CASE("device and host producers agree on a NaN amax (the positive quiet NaN)") {
+  check_device_producer<ColNv4PackCo>(256, 160, 3, 91, true);
+  check_device_producer<ColNv4CapSw>(256, 160, 3, 92, true);
 }

@@ -6,10 +6,12 @@
 // One launch per grouped tensor, for all its paged buffers. The kernels are thin shells:
 // the launch body (execution/operation.hpp: arrival, verdict, tiles, finish) is host+device
 // code that the tests' grid emulator also runs on host threads. The grid is persistent:
-// sized from occupancy and capped by the most tiles the record's shape can need.
+// sized by execution/launch_shape.hpp (blocks per SM by architecture, no more than fit,
+// capped by the most tiles the record's shape can need).
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/execution/host.hpp>
+#include <pagestash/execution/launch_shape.hpp>
 #include <pagestash/execution/operation.hpp>
 
 #include <cuda/std/atomic>
@@ -17,23 +19,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
-
-/// Threads of a block of the operation kernels: 16 warps, so that few blocks carry the
-/// launch's fixed cost (two read-modify-writes on the record's launch line per block,
-/// execution/operation.hpp) while one block per SM keeps enough loads in flight.
-inline constexpr int threads_per_block = 512;
-inline constexpr int warps_per_block = threads_per_block / 32;
-/// Blocks that must fit on an SM at once (the launch bound): at most 64 registers a thread,
-/// which the compiled-kernel check also holds it to (left to itself, ptxas for sm_100 chose
-/// 32 and spilled the planning loops).
-inline constexpr int min_blocks_per_sm = 2;
-
-/// Blocks per SM a launch is sized for, by compute capability: enough 16-byte loads in
-/// flight to cover memory latency (Little's law: bandwidth x latency / SMs). An H100/H200
-/// (sm_90: 4.8 TB/s, about 0.8 us loaded, 132 SMs) needs about 29 KiB in flight per SM; one
-/// block has 16 warps x 32 lanes x 4 loads x 16 bytes = 32 KiB. A B200 (sm_100: 8 TB/s,
-/// 148 SMs) needs about 43 KiB: two blocks.
-constexpr int grid_blocks_per_sm(int compute_major) { return compute_major >= 10 ? 2 : 1; }
 
 /// The launch's id: the grid's own (%gridid, a new one for every launch in the context),
 /// plus one, as 0 means "no launch" in the record's owner word.
@@ -65,38 +50,26 @@ __global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolReport* ds
   write_report(BlockTeam<32>{}, pool, dst);
 }
 
-/// Blocks of a launch on the current device: as many as fit at once, and no more than
-/// grid_blocks_per_sm per SM. Queried once per kernel and device (the first launch), so
-/// that later launches pay no query.
+/// Blocks of a launch on the current device (launch_blocks), for a record whose plans have
+/// at most `max_tiles` tiles. The device's blocks are queried once per kernel and device
+/// (the first launch), so that later launches pay no query.
 template <class Traits, Operation Op>
-int device_blocks() {
+int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
   constexpr int max_devices = 64;
-  static cuda::std::atomic<int> cached[max_devices] = {};  // 0: not queried yet
+  static cuda::std::atomic<cuda::std::int64_t> cached[max_devices] = {};  // 0: not queried yet
   int device = 0;
   PAGESTASH_CUDA_TRY(cudaGetDevice(&device));
-  int blocks = device < max_devices ? cached[device].load(cuda::std::memory_order_relaxed) : 0;
-  if (blocks == 0) {
+  cuda::std::int64_t on_device = device < max_devices ? cached[device].load(cuda::std::memory_order_relaxed) : 0;
+  if (on_device == 0) {
     int sms = 0, major = 0, per_sm = 0;
     PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     PAGESTASH_CUDA_TRY(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, operation_kernel<Traits, Op>, threads_per_block, 0));
-    const int wanted = grid_blocks_per_sm(major);
-    blocks = sms * (per_sm <= 0 ? 1 : (per_sm < wanted ? per_sm : wanted));
-    if (device < max_devices) cached[device].store(blocks, cuda::std::memory_order_relaxed);
+    on_device = device_blocks(sms, major, per_sm);
+    if (device < max_devices) cached[device].store(on_device, cuda::std::memory_order_relaxed);
   }
-  return blocks;
-}
-
-/// Blocks for a launch: device_blocks(), no more than the most tiles need (one claim of
-/// warps x tiles_per_warp_claim tiles each).
-template <class Traits, Operation Op>
-int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
-  cuda::std::int64_t blocks = device_blocks<Traits, Op>();
-  if (ex.max_blocks > 0 && ex.max_blocks < blocks) blocks = ex.max_blocks;
-  const cuda::std::int64_t needed = ceil_div(max_tiles, warps_per_block * tiles_per_warp_claim);
-  if (needed < blocks) blocks = needed;
-  return static_cast<int>(blocks > 0 ? blocks : 1);
+  return static_cast<int>(launch_blocks(on_device, ex.max_blocks, max_tiles));
 }
 
 /// Refuses, on the host, an operation whose stream belongs to another device than the pool.

@@ -23,6 +23,7 @@
 // per claim; the grid is sized so that few blocks carry them (cuda.cuh).
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
 
+#include <pagestash/execution/launch_shape.hpp>
 #include <pagestash/stash/steps.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -31,11 +32,6 @@ namespace detail {
 enum class Operation : int { stash, reload, discard };
 enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
 enum class Arrival : cuda::std::int32_t { planner, joined, refused };
-
-/// Consecutive tiles each warp of a block gets per claim: a block claims warps x this many
-/// at once (64 KiB of 4 KiB tiles at 8 warps), few enough claims that the atomic is cheap,
-/// small enough that the last claims even out.
-inline constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
 
 /// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and
 /// the launch's identity.

@@ -12,6 +12,7 @@
 
 #include <pagestash/formats/scalar.hpp>
 
+#include <cuda/std/limits>
 #include <cuda/std/type_traits>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -62,14 +63,15 @@ struct NVFP4 {
 };
 
 namespace detail {
-/// max |v| over n values; NaN if any value is NaN.
+/// max |v| over n values; the quiet NaN (0x7FC00000, positive) if any value is NaN, as the
+/// device producer computes it.
 template <class T>
 PAGESTASH_HOST_DEVICE float abs_max(const T* values, cuda::std::int64_t n) {
   float amax = 0.0f;
   for (cuda::std::int64_t i = 0; i < n; ++i) {
     const float v = to_float(values[i]);
     const float a = v < 0.0f ? -v : v;
-    if (a != a) return a;
+    if (a != a) return cuda::std::numeric_limits<float>::quiet_NaN();
     if (a > amax) amax = a;
   }
   return amax;

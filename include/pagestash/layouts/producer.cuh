@@ -6,6 +6,7 @@
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/layouts/producer.hpp>
 
+#include <cuda/std/limits>
 #include <cuda_runtime_api.h>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -19,7 +20,9 @@ __global__ void producer_groups_kernel(GroupedView<Layout> v, cuda::std::int64_t
   for (cuda::std::int32_t g = 0; g < v.groups; ++g) group_amax[g] = 0.0f;
 }
 
-/// Per-group amax: non-negative floats order like their bit patterns, so atomicMax on ints.
+/// Per-group amax, as detail::abs_max: non-negative floats order like their bit patterns, so
+/// atomicMax on ints; a NaN is kept as the positive quiet NaN, whose bits order above
+/// infinity's (fmaxf alone would drop it).
 template <class Layout>
 __global__ void producer_amax_kernel(GroupedView<Layout> v, const BF16* source, const cuda::std::int64_t* group_rows,
                                      float* group_amax, const int* status) {
@@ -27,10 +30,14 @@ __global__ void producer_amax_kernel(GroupedView<Layout> v, const BF16* source, 
   const cuda::std::int32_t g = static_cast<cuda::std::int32_t>(blockIdx.y);
   const cuda::std::int64_t n = v.counts[g] * v.hidden;
   float amax = 0.0f;
+  bool nan = false;
   for (cuda::std::int64_t i = blockIdx.x * cuda::std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += cuda::std::int64_t{gridDim.x} * blockDim.x) {
-    amax = fmaxf(amax, fabsf(source[group_rows[g] * v.hidden + i].to_float()));
+    const float a = fabsf(source[group_rows[g] * v.hidden + i].to_float());
+    nan = nan || a != a;
+    amax = fmaxf(amax, a);
   }
+  if (nan) amax = cuda::std::numeric_limits<float>::quiet_NaN();
   atomicMax(reinterpret_cast<int*>(group_amax + g), __float_as_int(amax));
 }
 

@@ -1,0 +1,155 @@
+// What one stash launch costs besides its copies, counted without a GPU: the kernel body
+// (execution/operation.hpp) runs on the grid emulator (tests/common/grid_emulator.hpp) with
+// the grid the CUDA executor launches on an H200 (132 SMs, sm_90), and every device-scope
+// atomic, fence and block barrier it executes is counted. Same-line read-modify-writes
+// serialise in the L2; for a small stash of a large capacity-padded record (fine-grained
+// MoE) they, not bandwidth, decide the time. docs/benchmarks.md keeps the table.
+//
+//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json]
+//
+// --blocks/--threads replace the executor's grid (to count another launch shape).
+
+#include <pagestash/pagestash.hpp>
+
+#include "../tests/common/grid_emulator.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace ps = pagestash;
+using pagestash_test::CostCounter;
+using pagestash_test::Emulator;
+using pagestash_test::LaunchCost;
+using pagestash_test::LaunchShape;
+
+// DeepSeek-V3 at 8-way expert parallelism: 32 experts of hidden 7168 on a rank, MXFP8
+// columnwise (what the quantized recipes save), capacity-padded to 512 tokens an expert.
+using Layout = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>;
+using Traits = ps::StashTraits<Layout>;
+constexpr std::int64_t kHidden = 7168, kCapacity = 512;
+constexpr std::int32_t kExperts = 32;
+
+/// Counts with at least `bytes` of stream (the fewest tokens that give it), spread unevenly
+/// over the experts as a Dirichlet(1) router does (seeded), none above the capacity.
+std::vector<std::int32_t> counts_for(const ps::GroupedView<Layout>& shape, std::int64_t bytes) {
+  std::vector<std::int32_t> counts(kExperts, 0);
+  std::mt19937 rng(7);
+  std::vector<double> w(kExperts);
+  double sum = 0;
+  for (double& x : w) sum += (x = std::exponential_distribution<double>(1.0)(rng));
+  for (std::int64_t tokens = 0; ps::detail::plan_work<Traits>(shape, counts.data(), false, nullptr).stream_bytes < bytes;
+       tokens += 16) {
+    for (int g = 0; g < kExperts; ++g) {
+      const auto m = static_cast<std::int64_t>(static_cast<double>(tokens) * w[static_cast<std::size_t>(g)] / sum);
+      counts[static_cast<std::size_t>(g)] = static_cast<std::int32_t>(m < kCapacity ? m : kCapacity);
+    }
+  }
+  return counts;
+}
+
+struct Row {
+  std::string name;
+  std::int64_t stream_bytes;
+  LaunchCost cost;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int sms = 132, major = 9, blocks = 0, threads = 0;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--sms") && i + 1 < argc) sms = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--major") && i + 1 < argc) major = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json")) json = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json]\n", argv[0]);
+      return 2;
+    }
+  }
+
+  ps::GroupedView<Layout> shape;
+  shape.max_tokens = kCapacity;
+  shape.hidden = kHidden;
+  shape.groups = kExperts;
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(shape.buffer_bytes(ps::BufferRole::data)), 0x5A);
+  std::vector<std::uint8_t> scales(static_cast<std::size_t>(shape.buffer_bytes(ps::BufferRole::scales)), 0x7F);
+  ps::GroupedView<Layout> view = shape;
+  view.data = reinterpret_cast<ps::E4M3*>(data.data());
+  view.scales = reinterpret_cast<ps::E8M0*>(scales.data());
+
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Traits>(pool, shape);
+
+  // The grid the CUDA executor launches for this record (execution/launch_shape.hpp): the
+  // kernel's occupancy is min_blocks_per_sm (its launch bound, at <= 64 registers).
+  LaunchShape grid;
+  grid.blocks = static_cast<int>(ps::detail::launch_blocks(ps::detail::device_blocks(sms, major, ps::detail::min_blocks_per_sm),
+                                                           0, rec.max_tiles()));
+  grid.threads = ps::detail::threads_per_block;
+  if (blocks > 0) grid.blocks = blocks;
+  if (threads > 0) grid.threads = threads;
+  grid.slots = 2;
+  grid.random_delays = false;
+
+  std::vector<Row> rows;
+  for (const auto& [name, bytes] : {std::pair<const char*, std::int64_t>{"empty", 0}, {"1 MiB", 1 << 20},
+                                    {"64 MiB", std::int64_t{64} << 20}}) {
+    std::vector<std::int32_t> counts = counts_for(shape, bytes);
+    view.counts = counts.data();
+    LaunchCost cost;
+    {
+      CostCounter counter;
+      Emulator{grid}.stash(pool, view, rec);
+      cost = counter.cost();
+    }
+    if (rec.status().state != ps::RecordState::stashed) {
+      std::fprintf(stderr, "launch_cost: the %s stash did not complete\n", name);
+      return 1;
+    }
+    rows.push_back({name, rec.status().stream_bytes, cost});
+    ps::discard(ps::host, pool, rec);
+  }
+
+  if (json) {
+    std::printf("{\"sms\": %d, \"major\": %d, \"blocks\": %d, \"threads\": %d, \"rows\": [", sms, major, grid.blocks,
+                grid.threads);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const LaunchCost& c = rows[i].cost;
+      std::printf("%s{\"stash\": \"%s\", \"stream_bytes\": %lld, \"blocks\": %lld, \"rmw\": %lld, \"busiest_line_rmw\": %lld, "
+                  "\"atomic_loads\": %lld, \"atomic_stores\": %lld, \"fences\": %lld, \"barriers\": %lld}",
+                  i ? ", " : "", rows[i].name.c_str(), static_cast<long long>(rows[i].stream_bytes),
+                  static_cast<long long>(c.blocks), static_cast<long long>(c.rmw),
+                  static_cast<long long>(c.busiest_line_rmw), static_cast<long long>(c.loads),
+                  static_cast<long long>(c.stores), static_cast<long long>(c.fences), static_cast<long long>(c.barriers));
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("Launch cost of a stash (grid emulator, counted): MXFP8 columnwise, capacity-padded, %d experts x %lld "
+              "tokens x hidden %lld;\ngrid as on %d SMs of sm_%d0: %d blocks x %d threads (atomic loads: polls, vary with "
+              "timing)\n\n",
+              kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major, grid.blocks,
+              grid.threads);
+  std::printf("%-8s %12s %7s %12s %10s %10s %8s %12s %14s\n", "stash", "stream bytes", "blocks", "same-line RMW",
+              "all RMW", "at. loads", "stores", "fences/blk", "barriers/blk");
+  for (const Row& r : rows) {
+    const LaunchCost& c = r.cost;
+    std::printf("%-8s %12lld %7lld %12lld %10lld %10lld %8lld %12.1f %14.1f\n", r.name.c_str(),
+                static_cast<long long>(r.stream_bytes), static_cast<long long>(c.blocks),
+                static_cast<long long>(c.busiest_line_rmw), static_cast<long long>(c.rmw),
+                static_cast<long long>(c.loads), static_cast<long long>(c.stores), c.per_block(c.fences),
+                c.per_block(c.barriers));
+  }
+  return 0;
+}

@@ -49,6 +49,9 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
   PAGESTASH_CUDA_TRY(cudaMalloc(&out, static_cast<std::size_t>(bytes)));
   PAGESTASH_CUDA_TRY(cudaMalloc(&counts, kGroups * sizeof(std::int32_t)));
   PAGESTASH_CUDA_TRY(cudaMemcpy(data, host.data(), host.size(), cudaMemcpyHostToDevice));
+  // A pageable cudaMemcpy may return before the copy lands, and `stream` (non-blocking)
+  // does not wait for the legacy stream it ran on.
+  PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
   view.data = data;
   view.counts = counts;
   dest = view;

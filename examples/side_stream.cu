@@ -36,6 +36,9 @@ int main() {
   PAGESTASH_CUDA_TRY(cudaMalloc(&activation, bytes));
   PAGESTASH_CUDA_TRY(cudaMalloc(&counts, live.size() * sizeof(std::int32_t)));
   PAGESTASH_CUDA_TRY(cudaMemcpy(counts, live.data(), live.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  // A pageable cudaMemcpy may return before the copy lands, and the non-blocking streams
+  // below do not wait for the legacy stream it ran on.
+  PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
   view.data = activation;
   view.counts = counts;
   ps::PoolConfig config;

@@ -26,6 +26,7 @@ int main() {
   PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&view.amax), view.buffer_bytes(pagestash::BufferRole::amax)));
   PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&counts), 4 * sizeof(std::int32_t)));
   PAGESTASH_CUDA_TRY(cudaMemset(view.data, 0x11, view.buffer_bytes(pagestash::BufferRole::data)));
+  PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());  // the memset is on the legacy stream, which `stream` does not wait for
   view.counts = counts;
 
   // [graph]

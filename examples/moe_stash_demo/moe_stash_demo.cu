@@ -173,8 +173,14 @@ struct Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void upload(const void* src, std::size_t n) {
-    if (space == ps::MemorySpace::host) std::memcpy(ptr, src, n);
-    else PAGESTASH_CUDA_TRY(cudaMemcpy(ptr, src, n, cudaMemcpyHostToDevice));
+    if (space == ps::MemorySpace::host) {
+      std::memcpy(ptr, src, n);
+      return;
+    }
+    // From pageable memory on the legacy stream, cudaMemcpy may return before the copy
+    // lands, and the step's non-blocking stream does not wait for it: wait here.
+    PAGESTASH_CUDA_TRY(cudaMemcpy(ptr, src, n, cudaMemcpyHostToDevice));
+    PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
   }
   std::vector<unsigned char> download() const {
     std::vector<unsigned char> out(bytes);

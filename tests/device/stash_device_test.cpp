@@ -1,11 +1,13 @@
 // The CUDA executor: the host parity suite on the device, byte-for-byte agreement with the
-// host executor, a captured graph replayed with different device counts, and stashes and
-// reloads of different records on concurrent streams against one pool.
+// host executor, a captured graph replayed with different device counts, stashes and
+// reloads of different records on concurrent streams against one pool, and every layout
+// from buffers allocated to the exact byte (for compute-sanitizer memcheck).
 
 #include <pagestash/pagestash.hpp>
 
 #include "../common/device_buffer.hpp"
 #include "../common/layout_list.hpp"
+#include "../common/page_bytes.hpp"
 #include "../common/stash_sequence.hpp"
 #include "stash_kernels.hpp"
 
@@ -20,13 +22,16 @@ namespace ps = pagestash;
 using namespace pagestash_test;
 
 /// Device memory and the CUDA executor on the per-thread stream, synchronised after each
-/// operation so that the sequence can check the results.
-struct DeviceBackend {
+/// operation so that the sequence can check the results. The per-thread stream waits for
+/// the legacy one, where the buffers are uploaded. Buffers have `Slack` bytes past their
+/// end (0: allocated to the exact byte).
+template <std::size_t Slack>
+struct DeviceBackendWith {
   static constexpr ps::MemorySpace space = ps::MemorySpace::device;
 
   struct Bytes {
     DeviceBuffer<std::uint8_t> buffer;
-    explicit Bytes(std::size_t n) : buffer(n) {}
+    explicit Bytes(std::size_t n) : buffer(n, Slack) {}
     std::uint8_t* ptr() const { return buffer.ptr; }
     void upload(const std::vector<std::uint8_t>& b) {
       REQUIRE(b.size() == buffer.count);
@@ -57,6 +62,8 @@ struct DeviceBackend {
     sync();
   }
 };
+using DeviceBackend = DeviceBackendWith<1>;
+using ExactDeviceBackend = DeviceBackendWith<0>;
 
 template <class Traits>
 void device_sequences(std::uint32_t& seed, int ops) {
@@ -97,19 +104,9 @@ void fill(Tensor<L, Backend>& t, const std::vector<std::int32_t>& counts, std::m
   }
 }
 
-std::vector<std::uint8_t> page_bytes_of(const ps::PagePool& pool, const std::vector<std::int32_t>& ids) {
-  const auto page = static_cast<std::size_t>(pool.config().page_bytes);
-  std::vector<std::uint8_t> out(ids.size() * page);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const void* src = pool.ref().page(ids[i]);
-    if (pool.space() == ps::MemorySpace::host) std::memcpy(out.data() + i * page, src, page);
-    else PAGESTASH_CUDA_TRY(cudaMemcpy(out.data() + i * page, src, page, cudaMemcpyDefault));
-  }
-  return out;
-}
-
 /// The same stash on the host and on the device: same page ids (device and spilled host
-/// pages), same bytes in the pages, same reloaded bytes.
+/// pages), same stream bytes in the pages (the rest of the last page is never written and
+/// holds what each allocation held: see tests/common/page_bytes.hpp), same reloaded bytes.
 template <class L>
 void check_same_as_host(std::uint32_t seed) {
   using Tr = ps::StashTraits<L>;
@@ -139,7 +136,7 @@ void check_same_as_host(std::uint32_t seed) {
     CHECK(ds.device_pages == hs.device_pages);
     CHECK(ds.stream_bytes == hs.stream_bytes);
     CHECK(d_rec.page_ids() == h_rec.page_ids());
-    CHECK(page_bytes_of(device_pool, d_rec.page_ids()) == page_bytes_of(host_pool, h_rec.page_ids()));
+    CHECK(stream_bytes_of(device_pool, d_rec) == stream_bytes_of(host_pool, h_rec));
     for (BufferRole role : all_roles) {
       const auto poison = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
       h_dest.set(role, poison);
@@ -209,6 +206,9 @@ void check_graph_replays(int replays, std::uint32_t seed) {
         dest[i]->set(role, poison[i][static_cast<std::size_t>(role)]);
       }
     }
+    // The uploads above are cudaMemcpy from pageable memory on the legacy stream: they may
+    // return before the copy lands, and the non-blocking stream does not wait for them.
+    PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
     PAGESTASH_CUDA_TRY(cudaGraphLaunch(exec, stream));
     PAGESTASH_CUDA_TRY(cudaStreamSynchronize(stream));
     bool all_equal = true;
@@ -319,6 +319,99 @@ void check_concurrent_streams(int streams, int rounds, std::uint32_t seed) {
 TEST_CASE("stashes and reloads of different records on concurrent streams share one pool") {
   check_concurrent_streams<RuBf16Cap>(8, 20, 7);
   check_concurrent_streams<ColMx4CapSw>(4, 10, 8);
+}
+
+namespace {
+
+/// Counts that reach the end of every buffer: each group full (capacity-padded), or the
+/// groups' shares adding up to max_tokens (packed), at the count alignment.
+template <class L>
+std::vector<std::int32_t> full_counts(const ps::GroupedView<L>& v) {
+  const std::int64_t align = v.count_alignment();
+  std::vector<std::int32_t> c(static_cast<std::size_t>(v.groups), static_cast<std::int32_t>(v.max_tokens / align * align));
+  if constexpr (L::placement::packed) {
+    std::int64_t left = v.max_tokens / align * align;
+    for (std::size_t g = 0; g < c.size(); ++g) {
+      const std::int64_t share = g + 1 == c.size() ? left : v.max_tokens / v.groups / align * align;
+      c[g] = static_cast<std::int32_t>(share);
+      left -= share;
+    }
+  }
+  return c;
+}
+
+/// The smallest shape the layout takes, with an odd hidden where it allows one (3, for the
+/// layouts without scales: rows of 6 or 12 bytes) and more than one group unless Plain.
+template <class L>
+ps::GroupedView<L> smallest_shape() {
+  ps::GroupedView<L> v;
+  v.groups = std::is_same_v<L, ps::Plain<typename L::data_type>> ? 1 : 3;
+  v.hidden = L::hidden_multiple == 1 ? 3 : L::hidden_multiple;
+  v.max_tokens = v.token_granule() == 1 ? 5 : v.token_granule();
+  return v;
+}
+
+/// Every buffer (and the counts) allocated with cudaMalloc of exactly its bytes, filled with
+/// random bytes; stashed and reloaded into a poisoned destination of exact buffers, with and
+/// without zero_tail, from full and random counts, with host spill. Under compute-sanitizer
+/// memcheck a read or write past the end of any buffer is reported. Returns the rounds.
+template <class L>
+int check_exact_buffers(const ps::GroupedView<L>& shape, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  ps::validate_shape(shape);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 256;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
+  cfg.host_pages = cfg.device_pages;  // a full stash spills
+  ps::PagePool pool(cfg, ps::MemorySpace::device);
+  Tensor<L, ExactDeviceBackend> src(shape), dest(shape);
+  auto rec = ps::make_record<Tr>(pool, shape);
+  int rounds = 0;
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    const bool zero_tail = round % 2 == 1;
+    const auto counts = round < 2 ? full_counts(shape) : random_counts(shape, rng);
+    std::array<std::vector<std::uint8_t>, 3> bytes, poison;
+    fill(src, counts, rng, &bytes);
+    for (BufferRole role : all_roles) {
+      poison[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+      dest.set(role, poison[static_cast<std::size_t>(role)]);
+    }
+    ExactDeviceBackend::stash(pool, src.view, rec);
+    REQUIRE(rec.status().state == ps::RecordState::stashed);
+    ExactDeviceBackend::reload(pool, rec, dest.view, zero_tail);
+    CHECK(rec.status().state == ps::RecordState::reloaded);
+    for (BufferRole role : all_roles) {
+      CAPTURE(ps::name_of(role));
+      const auto r = static_cast<std::size_t>(role);
+      CHECK(dest.bytes(role) == expected_reload<Tr>(shape, role, counts, bytes[r], poison[r], zero_tail));
+    }
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.overflow);
+    CHECK(!st.error);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    ++rounds;
+  }
+  return rounds;
+}
+
+}  // namespace
+
+// scripts/gpu-check runs this one under compute-sanitizer memcheck ("exact-size").
+TEST_CASE("exact-size buffers: every layout at odd shapes, stashed and reloaded from buffers allocated to the exact byte") {
+  std::uint32_t seed = 90;
+  int layouts = 0, rounds = 0;
+#define PAGESTASH_EXACT_SIZE(L)                                        \
+  {                                                                    \
+    CAPTURE(#L);                                                       \
+    ++layouts;                                                         \
+    rounds += check_exact_buffers<L>(sequence_shape<L>(true), ++seed); \
+    rounds += check_exact_buffers<L>(smallest_shape<L>(), ++seed);     \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EXACT_SIZE)
+#undef PAGESTASH_EXACT_SIZE
+  CHECK(rounds == layouts * 2 * 4);
 }
 
 TEST_CASE("bad input is rejected on the host before any launch") {

@@ -1,6 +1,6 @@
 """The same ops on CUDA tensors (the CUDA executor on PyTorch's current stream), checked
 against the host executor's results byte for byte. Skipped without a GPU; scripts/gpu-check
-runs them where one is lent (and torch is installed)."""
+runs them on a machine with one (and torch)."""
 
 import pytest
 import torch

@@ -94,6 +94,14 @@ ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
 
 // ---- Memory ----------------------------------------------------------------------------------
 
+/// Host bytes to device memory, landed before the call returns: a pageable cudaMemcpy may
+/// return before its DMA is done, and the benchmarks' non-blocking stream does not order
+/// with the legacy stream it ran on.
+void upload(void* dst, const void* src, std::size_t n) {
+  PAGESTASH_CUDA_TRY(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+}
+
 struct Bytes {
   bool device;
   std::size_t n;
@@ -116,7 +124,7 @@ struct Bytes {
       std::uint64_t w = x | 0x0101010101010101ull;
       std::memcpy(h.data() + i, &w, std::min<std::size_t>(8, n - i));
     }
-    if (device) PAGESTASH_CUDA_TRY(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
+    if (device) upload(p, h.data(), n);
     else std::memcpy(p, h.data(), n);
   }
 };
@@ -142,7 +150,7 @@ struct Tensor {
       if (role == ps::BufferRole::amax) view.amax = reinterpret_cast<float*>(p);
     }
     unsigned char* c = make(counts.size() * sizeof(std::int32_t));
-    if (device) PAGESTASH_CUDA_TRY(cudaMemcpy(c, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+    if (device) upload(c, counts.data(), counts.size() * 4);
     else std::memcpy(c, counts.data(), counts.size() * 4);
     view.counts = reinterpret_cast<const std::int32_t*>(c);
   }
@@ -363,11 +371,11 @@ void bm_per_token(benchmark::State& state, int64_t mib) {
     Buffer b{role, static_cast<int64_t>(r.offsets.size()), r.row_bytes, std::max<int64_t>(1, page_bytes / r.row_bytes), {}, {}, {}};
     const int64_t pages = (b.rows + b.rows_per_page - 1) / b.rows_per_page;
     b.offsets = std::make_unique<Bytes>(true, r.offsets.size() * sizeof(int64_t));
-    PAGESTASH_CUDA_TRY(cudaMemcpy(b.offsets->p, r.offsets.data(), b.offsets->n, cudaMemcpyHostToDevice));
+    upload(b.offsets->p, r.offsets.data(), b.offsets->n);
     std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(ids.size() - 1 - i);  // not in order
     b.ids = std::make_unique<Bytes>(true, ids.size() * 4);
-    PAGESTASH_CUDA_TRY(cudaMemcpy(b.ids->p, ids.data(), b.ids->n, cudaMemcpyHostToDevice));
+    upload(b.ids->p, ids.data(), b.ids->n);
     b.arena = std::make_unique<Bytes>(true, static_cast<std::size_t>(pages * std::max(page_bytes, r.row_bytes)));
     live += b.rows * b.row_bytes;
     buffers.push_back(std::move(b));
@@ -452,9 +460,9 @@ void bm_cub_batched(benchmark::State& state, int64_t mib) {
     l.src = std::make_unique<Bytes>(true, s.size() * sizeof(void*));
     l.dst = std::make_unique<Bytes>(true, d.size() * sizeof(void*));
     l.sizes = std::make_unique<Bytes>(true, n.size() * sizeof(std::size_t));
-    PAGESTASH_CUDA_TRY(cudaMemcpy(l.src->p, s.data(), l.src->n, cudaMemcpyHostToDevice));
-    PAGESTASH_CUDA_TRY(cudaMemcpy(l.dst->p, d.data(), l.dst->n, cudaMemcpyHostToDevice));
-    PAGESTASH_CUDA_TRY(cudaMemcpy(l.sizes->p, n.data(), l.sizes->n, cudaMemcpyHostToDevice));
+    upload(l.src->p, s.data(), l.src->n);
+    upload(l.dst->p, d.data(), l.dst->n);
+    upload(l.sizes->p, n.data(), l.sizes->n);
     lists.push_back(std::move(l));
   }
   std::size_t temp_bytes = 0;

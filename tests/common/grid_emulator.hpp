@@ -320,8 +320,8 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
       int k = 0;
       std::memcpy(&k, block.slot, sizeof k);
       if (k >= shape.blocks) return;
-      const EmulatedContext ctx{team,   EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32,
-                                shape.threads / 32, launch};
+      const EmulatedContext ctx{team,          EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks,
+                                r / 32,        shape.threads / 32,    launch};
       if (team.leader() && CostCounter::active() != nullptr) CostCounter::active()->count_block();
       body(ctx);
       block.barrier.wait();  // the block's threads leave together, as a block does

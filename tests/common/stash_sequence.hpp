@@ -166,6 +166,17 @@ std::int64_t expected_pages(const ps::GroupedView<typename Traits::layout>& v, c
   return (bytes + page_bytes - 1) / page_bytes;
 }
 
+/// A pool of 256-byte pages with device pages for about half the largest stash of `shape`
+/// and as many host pages: a large stash spills.
+template <class Traits>
+ps::PoolConfig spilling_config(const ps::GroupedView<typename Traits::layout>& shape) {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 256;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
+  cfg.host_pages = cfg.device_pages;
+  return cfg;
+}
+
 /// Counts the view cannot hold: one count beyond max_tokens (or the packed total), negative,
 /// or off the packed alignment.
 template <class L>

@@ -112,10 +112,7 @@ void check_same_as_host(std::uint32_t seed) {
   using Tr = ps::StashTraits<L>;
   std::mt19937 rng(seed);
   const auto shape = sequence_shape<L>(seed % 2 == 1);
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 256;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
-  cfg.host_pages = cfg.device_pages;  // a large stash spills
+  const ps::PoolConfig cfg = spilling_config<Tr>(shape);  // a large stash spills
   ps::PagePool host_pool(cfg, ps::MemorySpace::host), device_pool(cfg, ps::MemorySpace::device);
   Tensor<L, DeviceBackend> d_src(shape), d_dest(shape);
   Tensor<L, HostBackend<1>> h_src(shape), h_dest(shape);
@@ -360,10 +357,7 @@ int check_exact_buffers(const ps::GroupedView<L>& shape, std::uint32_t seed) {
   using Tr = ps::StashTraits<L>;
   std::mt19937 rng(seed);
   ps::validate_shape(shape);
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 256;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
-  cfg.host_pages = cfg.device_pages;  // a full stash spills
+  const ps::PoolConfig cfg = spilling_config<Tr>(shape);  // a large stash spills
   ps::PagePool pool(cfg, ps::MemorySpace::device);
   Tensor<L, ExactDeviceBackend> src(shape), dest(shape);
   auto rec = ps::make_record<Tr>(pool, shape);

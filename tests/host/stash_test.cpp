@@ -86,10 +86,7 @@ int check_stream_bytes_not_pages(std::uint32_t seed) {
   using Tr = ps::StashTraits<L>;
   std::mt19937 rng(seed);
   const auto shape = sequence_shape<L>(seed % 2 == 1);
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 256;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
-  cfg.host_pages = cfg.device_pages;  // a large stash spills
+  const ps::PoolConfig cfg = spilling_config<Tr>(shape);  // a large stash spills
   ps::PagePool zeros(cfg, ps::MemorySpace::host), filled(cfg, ps::MemorySpace::host);
   const auto arena = static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes);
   Tensor<L, HostBackend<1>> src(shape);

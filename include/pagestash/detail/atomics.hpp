@@ -111,13 +111,22 @@ PAGESTASH_HOST_DEVICE inline void spin_pause() {
 #endif
 }
 
-/// Spins until pred(x.load(relaxed)) holds and returns that value. The polls are relaxed
-/// (on the device an acquire load invalidates the SM's L1 each time): the caller fences
+/// The order of a poll, or of a lock's exchange, that acquire_fence() completes: relaxed on
+/// the device (an acquire load invalidates the SM's L1 each time); acquire on the host,
+/// where it costs nothing and ThreadSanitizer, which does not model fences, sees the
+/// synchronisation.
+#if defined(__CUDA_ARCH__)
+inline constexpr cuda::std::memory_order poll_order = cuda::std::memory_order_relaxed;
+#else
+inline constexpr cuda::std::memory_order poll_order = cuda::std::memory_order_acquire;
+#endif
+
+/// Spins until pred(x.load(poll_order)) holds and returns that value: the caller fences
 /// once (acquire_fence) when it is done waiting.
 template <class T, class Pred>
 PAGESTASH_HOST_DEVICE T spin_until(const device_atomic<T>& x, const Pred& pred) {
   for (;;) {
-    const T v = x.load(cuda::std::memory_order_relaxed);
+    const T v = x.load(poll_order);
     if (pred(v)) return v;
     spin_pause();
   }

@@ -30,7 +30,7 @@ __device__ inline cuda::std::uint64_t grid_launch_id() {
 
 /// CUDA's context for a thread of the launch.
 __device__ inline GridContext<BlockTeam<threads_per_block>, WarpLanes> device_grid_context() {
-  return {BlockTeam<threads_per_block>{}, WarpLanes{}, blockIdx.x,    gridDim.x, threadIdx.x / 32, blockDim.x / 32,
+  return {BlockTeam<threads_per_block>{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32,
           grid_launch_id()};
 }
 

@@ -62,7 +62,7 @@ PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
     // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once
     // (an acquire per poll would invalidate the SM's L1 each time).
     const device_atomic<cuda::std::int32_t> lock(pool.counters->lock);
-    while (lock.exchange(1, cuda::std::memory_order_relaxed) != 0)
+    while (lock.exchange(1, poll_order) != 0)
       spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
     acquire_fence();
   }

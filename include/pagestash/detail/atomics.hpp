@@ -94,12 +94,14 @@ class device_atomic {
 };
 
 /// An acquire fence at device scope: after polling with relaxed loads, one fence makes what
-/// the writer released visible (one L1 invalidation, instead of one per poll).
+/// the writer released visible (one L1 invalidation, instead of one per poll). On the host
+/// the polls acquire already (poll_order), so it is only counted.
 PAGESTASH_HOST_DEVICE inline void acquire_fence() {
-#if !defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__)
+  cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
+#else
   observe_atomic(nullptr, AtomicAccess::fence);
 #endif
-  cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
 }
 
 /// Polite spinning while another team finishes a short critical section.

@@ -427,3 +427,40 @@ TEST_CASE("bad input is rejected on the host before any launch") {
                        doctest::Contains("another pool"), std::invalid_argument);
   CHECK(rec.status().state == ps::RecordState::empty);
 }
+
+TEST_CASE("every launch has its own id, graph replays and two executables of one graph too") {
+  // The operation kernels tell their launch from another by this id (%gridid + 1), so that
+  // two launches with the same arguments on one record never join (docs/design.md).
+  pagestash_test::DeviceBuffer<std::uint64_t> out(1);
+  std::vector<std::uint64_t> ids;
+  auto read = [&] {
+    PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    ids.push_back(out.download()[0]);
+  };
+  cudaStream_t stream = nullptr;
+  PAGESTASH_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int i = 0; i < 3; ++i) {
+    pagestash_test::launch_id_on(stream, out.ptr);
+    read();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec[2] = {nullptr, nullptr};
+  PAGESTASH_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  pagestash_test::launch_id_on(stream, out.ptr);
+  PAGESTASH_CUDA_TRY(cudaStreamEndCapture(stream, &graph));
+  for (auto& e : exec) PAGESTASH_CUDA_TRY(cudaGraphInstantiate(&e, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    for (auto& e : exec) {
+      PAGESTASH_CUDA_TRY(cudaGraphLaunch(e, stream));
+      read();
+    }
+  }
+  for (auto& e : exec) PAGESTASH_CUDA_TRY(cudaGraphExecDestroy(e));
+  PAGESTASH_CUDA_TRY(cudaGraphDestroy(graph));
+  PAGESTASH_CUDA_TRY(cudaStreamDestroy(stream));
+  CAPTURE(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CHECK(ids[i] != 0);
+    for (std::size_t j = 0; j < i; ++j) CHECK(ids[i] != ids[j]);
+  }
+}

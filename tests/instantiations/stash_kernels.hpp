@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace pagestash_test {
 
 namespace ps = pagestash;
@@ -19,6 +21,9 @@ void reload_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec
 template <class Tr>
 void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec);
 void reset_on(cudaStream_t stream, ps::PagePool& pool);
+/// Enqueues one kernel of one thread that writes its launch id (what the operation kernels'
+/// blocks tell their launch by: detail::grid_launch_id) to *out.
+void launch_id_on(cudaStream_t stream, std::uint64_t* out);
 
 /// The non-default StashTraits the tests use (each also instantiated).
 namespace traits {

@@ -4,6 +4,15 @@
 
 void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) { pagestash::reset(pagestash::on(stream), pool); }
 
+namespace {
+__global__ void launch_id_kernel(std::uint64_t* out) { *out = pagestash::detail::grid_launch_id(); }
+}  // namespace
+
+void pagestash_test::launch_id_on(cudaStream_t stream, std::uint64_t* out) {
+  launch_id_kernel<<<1, 1, 0, stream>>>(out);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+}
+
 PAGESTASH_INSTANTIATE_STASH(Pf32)
 PAGESTASH_INSTANTIATE_STASH(Pbf16)
 PAGESTASH_INSTANTIATE_STASH(RuBf16)

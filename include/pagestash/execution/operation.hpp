@@ -20,7 +20,7 @@
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages), clears the words and releases `owner`.
 // Per block that is two read-modify-writes on the launch's line (arrival, finish) and one
-// per claim; the grid is sized so that few blocks carry them (cuda.cuh).
+// per claim; the grid is sized so that few blocks carry them (launch_shape.hpp).
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
 
 #include <pagestash/execution/launch_shape.hpp>

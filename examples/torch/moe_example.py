@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-import pagestash_torch as pt
+import pagestash as ps
 
 
 class GroupedMLP(torch.nn.Module):
@@ -36,11 +36,8 @@ class GroupedMLP(torch.nn.Module):
         counts = onehot.sum(0).clamp(max=capacity).to(torch.int32)
         e, s = expert[kept], slot[kept]
 
-        def pageable(t):  # marks a [experts, capacity, n] activation for paging
-            if paging is not None:
-                family = "bf16" if t.dtype == torch.bfloat16 else "fp16"
-                paging.mark(t, pt.recipe(family, "capacity"), pt.Shape(capacity, t.shape[-1], experts), counts)
-            return t
+        def pageable(t):  # marks a [experts, capacity, n] activation: recipe and shape from the tensor
+            return t if paging is None else paging.mark(t, counts)
 
         buf = pageable(x.new_zeros(experts, capacity, hidden).index_put((e, s), x[kept]))
         h = pageable(torch.bmm(buf, self.w1))
@@ -78,7 +75,7 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
         return self
 
     def _pack(self, t):
-        pt.count_activation(self.storages, t)
+        ps.count_activation(self.storages, t)
         return t
 
     @property
@@ -101,15 +98,15 @@ def step(model, opt, batch, capacity, pool=None):
     opt.zero_grad(set_to_none=True)
     how = "eager"
     if pool is not None:
-        with pt.paged_saved_tensors(pool) as paging:
+        with ps.paged_saved_tensors(pool) as paging:
             loss = loss_of(model, batch, capacity, paging)
         pages = pool.pages_in_use() * pool.page_bytes  # measuring only (synchronises)
         held = paging.passed_bytes + pages
         marked = (paging.paged_bytes, pages)
         loss.backward()
         how = "paged"
-        # With several ranks: torch.distributed.all_reduce(pool.flags, op=ReduceOp.MAX) here,
-        # so that every rank takes the same decision.
+        # With several ranks: pool.agree() here (an all-reduce of the flags), so that every
+        # rank takes the same decision.
         if pool.decide() != "keep":  # a stash found no room (or report_error: a bug)
             pool.reset()
             opt.zero_grad(set_to_none=True)
@@ -150,8 +147,9 @@ def main():
     batches = dirichlet_batches(args.steps, args.tokens, E, H, torch.bfloat16, args.device)
     page_bytes = 4096
     live_most = max(live_fraction(b, E, capacity) for b in batches) * E * capacity * (H + 2 * F) * 2
-    pool = pt.PagePool(device_pages=max(1, int(args.pool_factor * live_most / page_bytes) + 3 * E),
-                       page_bytes=page_bytes, device=args.device)
+    # strict=False: the sync-free loop in step() decides (strict=True raises PagingError instead).
+    pool = ps.PagePool(device_pages=max(1, int(args.pool_factor * live_most / page_bytes) + 3 * E),
+                       page_bytes=page_bytes, device=args.device, strict=False)
     print(f"{E} experts, hidden {H}, ffn {F}, {args.tokens} tokens, capacity {capacity}, bf16, {args.device}; "
           f"pool {pool.device_pages} pages of {page_bytes} B")
 

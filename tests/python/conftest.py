@@ -1,5 +1,5 @@
-# The extension is built in place (scripts/test: examples/torch/setup.py build_ext --inplace,
-# or `pip install examples/torch`); the example module sits beside the package.
+# The tests import the installed package (`pip install --no-build-isolation .` from the
+# repository's root) and the example's module, which sits beside no package.
 import sys
 from pathlib import Path
 

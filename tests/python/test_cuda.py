@@ -6,17 +6,17 @@ import pytest
 import torch
 
 import moe_example as moe
-import pagestash_torch as pt
+import pagestash as ps
 from test_ops import SEED, buffers_for, shape_of
 
 pytestmark = pytest.mark.skipif(
-    not (torch.cuda.is_available() and pt.with_cuda),
+    not (torch.cuda.is_available() and ps.with_cuda),
     reason="SKIPPED: no CUDA device (or pagestash_torch built without CUDA): the CUDA executor's tests need a GPU")
 
 
 def round_trip(device, recipe, data, scales, amax, counts, zero_tail):
     shape = shape_of(recipe)
-    pool = pt.PagePool(device_pages=64, page_bytes=4096, device=device)
+    pool = ps.PagePool(device_pages=64, page_bytes=4096, device=device)
     rec = pool.record(recipe, shape)
     to = (lambda t: None if t is None else t.to(device))
     rec.stash(to(data), to(counts), to(scales), to(amax))
@@ -29,7 +29,7 @@ def round_trip(device, recipe, data, scales, amax, counts, zero_tail):
 
 
 @pytest.mark.parametrize("zero_tail", [False, True])
-@pytest.mark.parametrize("recipe", pt.recipes())
+@pytest.mark.parametrize("recipe", ps.recipes())
 def test_cuda_matches_the_host_executor(recipe, zero_tail):
     gen = torch.Generator().manual_seed(SEED)
     data, scales, amax, counts = buffers_for(recipe, shape_of(recipe), gen)
@@ -49,24 +49,24 @@ def test_cuda_moe_gradients_bit_identical_and_report_without_sync():
     paged_model = moe.GroupedMLP(E, H, F, seed=7).cuda()
     eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.05)
     paged_opt = torch.optim.SGD(paged_model.parameters(), lr=0.05)
-    pool = pt.PagePool(device_pages=256, page_bytes=4096, device="cuda")
+    pool = ps.PagePool(device_pages=256, page_bytes=4096, device="cuda")
     for batch in batches:
         eager = moe.step(eager_model, eager_opt, batch, capacity)
         paged = moe.step(paged_model, paged_opt, batch, capacity, pool)
         assert paged["how"] == "paged"
         for a, b in zip(eager["grads"], paged["grads"]):
             assert torch.equal(a, b)
-    out = torch.empty(pt._C.report_bytes(), dtype=torch.uint8, device="cuda")
+    out = torch.empty(ps._C.report_bytes(), dtype=torch.uint8, device="cuda")
     pool.report(out)  # enqueued on the current stream
-    report = pt.decode_report(out.cpu())
+    report = ps.decode_report(out.cpu())
     assert report["stashes"] == 9 and report["reloads"] == 9 and report["decision"] == "keep"
 
 
 def test_cuda_pool_memory_is_pytorchs_and_tensors_elsewhere_are_refused():
     before = torch.cuda.memory_allocated()
-    pool = pt.PagePool(device_pages=32, page_bytes=65536, device="cuda")
+    pool = ps.PagePool(device_pages=32, page_bytes=65536, device="cuda")
     assert torch.cuda.memory_allocated() - before >= pool.control.numel() + pool.device_arena.numel()
-    rec = pool.record("bf16/capacity", pt.Shape(32, 64, 2))
+    rec = pool.record("bf16/capacity", ps.Shape(2, 32, 64))
     x = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
     counts = torch.tensor([3, 4], dtype=torch.int32)
     with pytest.raises(ValueError, match="is on cpu, the pool on cuda"):

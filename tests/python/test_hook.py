@@ -2,10 +2,11 @@
 
 import gc
 
+import pytest
 import torch
 
 import moe_example as moe
-import pagestash_torch as pt
+import pagestash as ps
 
 E, H, F, TOKENS, STEPS = 8, 128, 256, 192, 4
 CAPACITY = 2 * TOKENS // E
@@ -21,7 +22,8 @@ def batches():
 
 def pool_for(factor, page_bytes=4096):
     most = max(moe.live_fraction(b, E, CAPACITY) for b in batches()) * E * CAPACITY * (H + 2 * F) * 2
-    return pt.PagePool(device_pages=int(factor * most / page_bytes) + 3 * E, page_bytes=page_bytes)
+    # Not strict: the documented sync-free loop (decide, rerun) handles an overflow.
+    return ps.PagePool(device_pages=int(factor * most / page_bytes) + 3 * E, page_bytes=page_bytes, strict=False)
 
 
 def opts(a, b):
@@ -75,21 +77,22 @@ def test_a_too_small_pool_raises_overflow_and_the_step_reruns_with_the_same_resu
 
 
 def test_unmarked_tensors_pass_through_untouched_and_unneeded_stashes_return_their_pages():
-    pool = pt.PagePool(device_pages=8, page_bytes=4096)
+    pool = ps.PagePool(device_pages=8, page_bytes=4096)
     w = torch.randn(16, 16, requires_grad=True)
     x = torch.randn(2, 8, 16).to(torch.bfloat16)
     counts = torch.tensor([3, 8], dtype=torch.int32)
     y = torch.randn(4, 16)
-    with pt.paged_saved_tensors(pool) as paging:
-        marked = paging.mark(x.clone(), "bf16/capacity", pt.Shape(8, 16, 2), counts)
-        node = (y @ w).grad_fn
-        out = (y @ w).sum() + (marked.float() * 2).sum()
+    with pytest.warns(ps.UnpagedWarning, match=r"^pagestash: expert input was marked but autograd never saved it"):
+        with ps.paged_saved_tensors(pool) as paging:
+            marked = paging.mark(x.clone(), counts, name="expert input")
+            node = (y @ w).grad_fn
+            out = (y @ w).sum() + (marked.float() * 2).sum()
     assert node._saved_self is y  # passed through: the very tensor
     assert paging.paged_tensors == 0 and paging.passed_tensors >= 1  # `marked` itself was never saved
     out.backward()
     assert torch.equal(w.grad, y.sum(0, keepdim=True).t().expand(16, 16))
-    with pt.paged_saved_tensors(pool) as paging:
-        z = paging.mark(x.clone().requires_grad_(), "bf16/capacity", pt.Shape(8, 16, 2), counts)
+    with ps.paged_saved_tensors(pool) as paging:
+        z = paging.mark(x.clone().requires_grad_(), counts)
         loss = (z * z).sum()  # saves z (twice): one stash
     assert paging.paged_tensors == 2 and pool.pages_in_use() > 0
     del loss  # no backward: the stash's pages come back when autograd lets go
@@ -102,10 +105,10 @@ def test_a_quantized_tensor_saved_as_three_buffers_is_stashed_once_and_each_buff
     backward gets each buffer back in its role (live bytes, dead ones zeroed; amax exact)."""
     from test_ops import buffers_for
 
-    recipe, shape = "nvfp4/capacity/swizzled", pt.Shape(128, 64, 3)
+    recipe, shape = "nvfp4/capacity/swizzled", ps.Shape(3, 128, 64)
     gen = torch.Generator().manual_seed(11)
     data, scales, amax, counts = buffers_for(recipe, shape, gen)
-    expected_pool = pt.PagePool(device_pages=64, page_bytes=1024)
+    expected_pool = ps.PagePool(device_pages=64, page_bytes=1024)
     rec = expected_pool.record(recipe, shape)
     rec.stash(data, counts, scales, amax)
     expected = [torch.full_like(data, 1), torch.full_like(scales, 1), torch.zeros_like(amax)]
@@ -124,11 +127,11 @@ def test_a_quantized_tensor_saved_as_three_buffers_is_stashed_once_and_each_buff
             seen.append([t.clone() for t in ctx.saved_tensors])
             return g * 2, None, None, None
 
-    pool = pt.PagePool(device_pages=64, page_bytes=1024)
+    pool = ps.PagePool(device_pages=64, page_bytes=1024)
     w = torch.ones(4, requires_grad=True)
-    with pt.paged_saved_tensors(pool) as paging:
+    with ps.paged_saved_tensors(pool) as paging:
         q = [data.clone(), scales.clone(), amax.clone()]
-        paging.mark(q[0], recipe, shape, counts, scales=q[1], amax=q[2])
+        paging.mark(q[0], counts, recipe=recipe, shape=shape, scales=q[1], amax=q[2])
         out = UsesQuantized.apply(w, *q).sum()
     assert paging.paged_tensors == 3 and pool.stats()["stashes"] == 1
     out.backward()
@@ -146,7 +149,7 @@ def test_the_hook_as_docs_python_md_shows_it():
     expert = torch.randint(0, experts, (40,), generator=gen)
     counts = torch.bincount(expert, minlength=experts).clamp(max=capacity).to(torch.int32)
     w1 = torch.randn(experts, hidden, hidden, generator=gen).to(torch.bfloat16).requires_grad_()
-    pool = pt.PagePool(device_pages=16, page_bytes=4096)
+    pool = ps.PagePool(device_pages=16, page_bytes=4096)
 
     def dispatch(x):
         buf = x.new_zeros(experts, capacity, hidden)
@@ -156,9 +159,9 @@ def test_the_hook_as_docs_python_md_shows_it():
         return buf
 
     # [hook]
-    with pt.paged_saved_tensors(pool) as paging:  # zero_tail=True by default
+    with ps.paged_saved_tensors(pool) as paging:  # zero_tail=True by default
         buf = dispatch(x)  # [experts, capacity, hidden]
-        paging.mark(buf, "bf16/capacity", pt.Shape(capacity, hidden, experts), counts)
+        paging.mark(buf, counts)  # bf16 [experts, capacity, hidden]: recipe and shape inferred
         h = torch.bmm(buf, w1)  # autograd saves buf: stashed into the pool
         loss = torch.nn.functional.silu(h).sum()
     loss.backward()  # backward needs buf: reloaded
@@ -174,12 +177,12 @@ def _rank(rank, world, init_file, results):
     """One rank of the trainer's decision: its own pool (rank 1's too small), the flags
     all-reduced with MAX, the same decision everywhere."""
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    pool = pt.PagePool(device_pages=2 if rank == 1 else 64, page_bytes=4096)
-    rec = pool.record("bf16/capacity", pt.Shape(64, 128, 2))
+    pool = ps.PagePool(device_pages=2 if rank == 1 else 64, page_bytes=4096, strict=False)
+    rec = pool.record("bf16/capacity", ps.Shape(2, 64, 128))
     x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(rank)).to(torch.bfloat16)
     rec.stash(x, torch.tensor([64, 40], dtype=torch.int32))
     alone = pool.decide()
-    torch.distributed.all_reduce(pool.flags, op=torch.distributed.ReduceOp.MAX)  # in place, in the pool
+    pool.agree()  # all-reduces the flags with MAX, in place in the pool
     results.put((rank, alone, pool.decide(), rec.status()["state"]))
     torch.distributed.destroy_process_group()
 

@@ -4,13 +4,14 @@ against independent oracles, pool invariants, errors, and torch.library.opcheck.
 import pytest
 import torch
 
-import pagestash_torch as pt
+import pagestash as ps
 
 SEED = 1234
 
 
-def make_pool(pages=64, page_bytes=4096, host_pages=0):
-    return pt.PagePool(device_pages=pages, page_bytes=page_bytes, host_pages=host_pages)
+def make_pool(pages=64, page_bytes=4096, host_pages=0, strict=False):
+    """Not strict: most tests read the flags themselves."""
+    return ps.PagePool(device_pages=pages, page_bytes=page_bytes, host_pages=host_pages, strict=strict)
 
 
 def random_bytes(n, gen):
@@ -19,36 +20,36 @@ def random_bytes(n, gen):
 
 def buffers_for(recipe, shape, gen):
     """Random non-zero buffers of the recipe's sizes (raw bytes), and counts that fit."""
-    info = pt.recipe_info(recipe, shape)
+    info = ps.recipe_info(recipe, shape)
     data = random_bytes(info["data_bytes"], gen)
     family = recipe.split("/")[0]
-    if family in ("plain", "bf16", "fp16"):  # rows of tokens, as raw bytes
-        data = data.view(-1, shape.hidden * (1 if family == "plain" else 2))
+    if family in ("plain", "bf16", "fp16", "fp32"):  # rows of tokens, as raw bytes
+        data = data.view(-1, shape.hidden * {"plain": 1, "fp32": 4}.get(family, 2))
     scales = random_bytes(info["scales_bytes"], gen) if info["scales_bytes"] else None
     amax = torch.rand(shape.groups, generator=gen) + 0.5 if info["amax_bytes"] else None
     align = info["count_alignment"]
     if info["packed"]:
-        cuts = torch.randint(0, shape.max_tokens // align + 1, (shape.groups - 1,), generator=gen).sort().values * align
-        edges = torch.cat([torch.tensor([0]), cuts, torch.tensor([shape.max_tokens // align * align])])
+        cuts = torch.randint(0, shape.tokens // align + 1, (shape.groups - 1,), generator=gen).sort().values * align
+        edges = torch.cat([torch.tensor([0]), cuts, torch.tensor([shape.tokens // align * align])])
         counts = (edges[1:] - edges[:-1]).to(torch.int32)
         counts[-1] = counts[-1] // 2 // align * align  # not every row live
     else:
-        counts = (torch.randint(0, shape.max_tokens // align + 1, (shape.groups,), generator=gen) * align).to(torch.int32)
+        counts = (torch.randint(0, shape.tokens // align + 1, (shape.groups,), generator=gen) * align).to(torch.int32)
     return data, scales, amax, counts
 
 
-SHAPES = {"plain": pt.Shape(256, 96, 1)}
+SHAPES = {"plain": ps.Shape(1, 256, 96)}
 
 
 def shape_of(recipe):
     """A small shape the recipe accepts: 2 granules a group (capacity) or 4 in all (packed)."""
     if recipe in SHAPES:
         return SHAPES[recipe]
-    granule = pt.recipe_info(recipe, pt.Shape(0, 64, 3))["token_granule"]
-    return pt.Shape((4 if "packed" in recipe else 2) * granule, 64, 3)
+    granule = ps.recipe_info(recipe, ps.Shape(3, 0, 64))["token_granule"]
+    return ps.Shape(3, (4 if "packed" in recipe else 2) * granule, 64)
 
 
-@pytest.mark.parametrize("recipe", pt.recipes())
+@pytest.mark.parametrize("recipe", ps.recipes())
 def test_round_trip_every_recipe(recipe):
     """Two stashes of the same source reloaded into two destinations poisoned differently:
     every byte is the source's in both (live) or each destination's poison (dead); the live
@@ -101,8 +102,8 @@ def test_pool_and_record_as_docs_python_md_shows_them():
     x = torch.randn(experts, capacity, hidden, generator=gen).to(torch.bfloat16)
     counts = torch.tensor([32, 0, 5, 17], dtype=torch.int32)
     # [pool_and_record]
-    pool = pt.PagePool(device_pages=64, page_bytes=4096, device=device)  # memory from PyTorch's allocator
-    shape = pt.Shape(capacity, hidden, experts)  # capacity-padded: max_tokens is the capacity
+    pool = ps.PagePool(device_pages=64, page_bytes=4096, device=device)  # memory from PyTorch's allocator
+    shape = ps.Shape(experts, capacity, hidden)  # the tensor's own order: [experts, capacity, hidden]
     rec = pool.record("bf16/capacity", shape)
     rec.stash(x, counts)  # x: [experts, capacity, hidden]; counts: int32, on x's device
     out = torch.empty_like(x)
@@ -120,7 +121,7 @@ def test_bf16_capacity_matches_the_rows_the_counts_say():
     x = torch.randn(E, C, H, generator=gen).to(torch.bfloat16)
     counts = torch.tensor([0, 48, 17, 1, 30], dtype=torch.int32)
     pool = make_pool(page_bytes=1024)
-    rec = pool.record("bf16/capacity", pt.Shape(C, H, E))
+    rec = pool.record("bf16/capacity", ps.Shape(E, C, H))
     rec.stash(x, counts)
     x_copy = x.clone()
     x.fill_(3.0)  # the buffer may be reused once stashed
@@ -137,17 +138,17 @@ def test_pool_invariants_overflow_and_reset():
     pool = make_pool(pages=6, page_bytes=4096)
     x = torch.randn(E, C, H, generator=gen).to(torch.float16)
     full = torch.full((E,), C, dtype=torch.int32)  # 64 KiB live: 16 pages, more than the pool
-    rec = pool.record("fp16/capacity", pt.Shape(C, H, E))
+    rec = pool.record("fp16/capacity", ps.Shape(E, C, H))
     rec.stash(x, full)
     assert rec.status()["state"] == "overflowed"
     assert pool.flag_dict()["overflow"] == 1 and pool.decide() == "rerun_without_paging"
-    report = pt.decode_report(pool.report())
+    report = ps.decode_report(pool.report())
     assert report["overflows"] == 1 and report["decision"] == "rerun_without_paging"
     assert report["device_pages_free"] == 6  # nothing taken
     pool.reset()
     assert pool.decide() == "keep" and pool.stats()["generation"] == 1
     small = torch.tensor([1, 2, 0, 3], dtype=torch.int32)
-    rec2 = pool.record("fp16/capacity", pt.Shape(C, H, E))
+    rec2 = pool.record("fp16/capacity", ps.Shape(E, C, H))
     rec2.stash(x, small)
     assert rec2.status()["state"] == "stashed"
     rec2.discard()
@@ -162,7 +163,7 @@ def test_host_spill_pages():
     pool = make_pool(pages=2, page_bytes=4096, host_pages=16)
     x = torch.randn(E, C, H, generator=gen).to(torch.bfloat16)
     counts = torch.tensor([64, 40], dtype=torch.int32)
-    rec = pool.record("bf16/capacity", pt.Shape(C, H, E))
+    rec = pool.record("bf16/capacity", ps.Shape(E, C, H))
     rec.stash(x, counts)
     status = rec.status()
     assert status["state"] == "stashed" and status["host_pages"] > 0
@@ -179,7 +180,7 @@ class TestErrors:
 
     def setup_method(self):
         self.pool = make_pool()
-        self.shape = pt.Shape(32, 64, 2)
+        self.shape = ps.Shape(2, 32, 64)
         self.rec = self.pool.record("bf16/capacity", self.shape)
         self.x = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
         self.counts = torch.tensor([3, 4], dtype=torch.int32)
@@ -193,7 +194,8 @@ class TestErrors:
         assert not any(self.pool.flag_dict().values())
 
     def test_dtype(self):
-        self.refused("cannot be Float", data=self.x.float()[..., :32].contiguous())
+        self.refused(r"data of recipe 'bf16/capacity' must be torch.bfloat16 \(or torch.uint8 bytes\), not torch.float32",
+                     data=self.x.float()[..., :32].contiguous())
 
     def test_size(self):
         self.refused("data has 4096 bytes; recipe 'bf16/capacity' of this shape needs 8192", data=self.x[:, :16].contiguous())
@@ -210,26 +212,26 @@ class TestErrors:
         self.refused("not 16-byte aligned", data=raw[1:].view(2, 32, 64))
 
     def test_counts(self):
-        self.refused("counts must be int32", counts=self.counts.long())
-        self.refused("counts must be 2", counts=torch.zeros(3, dtype=torch.int32))
+        self.refused("counts must be torch.int32, not torch.int64", counts=self.counts.long())
+        self.refused("counts must be 2 contiguous torch.int32", counts=torch.zeros(3, dtype=torch.int32))
 
     def test_unknown_recipe_and_bad_shape(self):
         with pytest.raises(ValueError, match="unknown recipe 'bf8'"):
             self.pool.record("bf8", self.shape)
         with pytest.raises(ValueError, match="not a multiple of the granule"):
-            self.pool.record("nvfp4/capacity/swizzled", pt.Shape(100, 64, 2))
+            self.pool.record("nvfp4/capacity/swizzled", ps.Shape(2, 100, 64))
         with pytest.raises(ValueError, match="no recipe"):
-            pt.recipe("nvfp4", placement="padded")
+            ps.recipe("nvfp4", placement="padded")
 
     def test_missing_scales(self):
-        shape = pt.Shape(128, 64, 2)
+        shape = ps.Shape(2, 128, 64)
         rec = self.pool.record("mxfp8/capacity/swizzled", shape)
-        info = pt.recipe_info("mxfp8/capacity/swizzled", shape)
+        info = ps.recipe_info("mxfp8/capacity/swizzled", shape)
         with pytest.raises(ValueError, match="needs scales"):
             rec.stash(torch.zeros(info["data_bytes"], dtype=torch.uint8), self.counts)
 
     def test_record_of_another_shape(self):
-        other = self.pool.record("bf16/capacity", pt.Shape(1024, 64, 2))
+        other = self.pool.record("bf16/capacity", ps.Shape(2, 1024, 64))
         other.shape = self.shape  # its memory is for the larger shape
         with pytest.raises(ValueError, match="the record has"):
             other.stash(self.x, self.counts)
@@ -247,15 +249,15 @@ def opcheck_args(op):
     gen = torch.Generator().manual_seed(SEED)
     pool = make_pool(pages=16, page_bytes=1024)
     recipe = "nvfp4/capacity/swizzled"
-    shape = pt.Shape(128, 64, 2)
+    shape = ps.Shape(2, 128, 64)
     data, scales, amax, _ = buffers_for(recipe, shape, gen)
     counts = torch.tensor([40, 7], dtype=torch.int32)
     rec = pool.record(recipe, shape)
     if op != "stash":
         rec.stash(data, counts, scales, amax)
-    base = (*pool.state[:3], rec.memory, recipe, pool.page_bytes, shape.max_tokens, shape.hidden, shape.groups)
+    base = (*pool.state, rec.memory, recipe, list(shape))
     if op == "stash":
-        return base + (data, scales, amax, counts)
+        return base + (data, counts, scales, amax)
     if op == "reload":
         return base + (torch.full_like(data, 0x5A), torch.full_like(scales, 0x5A), torch.zeros_like(amax), True)
     if op == "discard":
@@ -274,16 +276,14 @@ def test_ops_trace_under_torch_compile():
     """The fake implementations let torch.compile trace a function that stashes and reloads."""
     gen = torch.Generator().manual_seed(SEED)
     pool = make_pool()
-    shape = pt.Shape(32, 64, 2)
+    shape = ps.Shape(2, 32, 64)
     rec = pool.record("bf16/capacity", shape)
     x = torch.randn(2, 32, 64, generator=gen).to(torch.bfloat16)
     counts = torch.tensor([32, 5], dtype=torch.int32)
 
     def round_trip(x, out):
-        torch.ops.pagestash.stash(*pool.state[:3], rec.memory, rec.recipe, pool.page_bytes, 32, 64, 2, x, None, None,
-                                  counts)
-        torch.ops.pagestash.reload(*pool.state[:3], rec.memory, rec.recipe, pool.page_bytes, 32, 64, 2, out, None,
-                                   None, True)
+        torch.ops.pagestash.stash(*pool.state, rec.memory, rec.recipe, [2, 32, 64], x, counts)
+        torch.ops.pagestash.reload(*pool.state, rec.memory, rec.recipe, [2, 32, 64], out, zero_tail=True)
         return out * 2
 
     out = torch.full_like(x, 9.0)
@@ -291,3 +291,97 @@ def test_ops_trace_under_torch_compile():
     mask = (torch.arange(32)[None, :] < counts[:, None]).unsqueeze(-1)
     assert torch.equal(got, torch.where(mask, x, torch.zeros_like(x)) * 2)
     assert pool.stats()["device_pages_free"] == pool.device_pages
+
+
+def test_another_pools_record_is_refused_and_both_pools_stay_whole():
+    """A record knows its pool (an id in its header): the raw ops given another pool's state
+    and this record raise ValueError on the host, for a pool of the same size and a smaller
+    one, and neither pool is touched; the record still reloads in its own pool."""
+    gen = torch.Generator().manual_seed(SEED)
+    x = torch.randn(2, 64, 128, generator=gen).to(torch.bfloat16)
+    counts = torch.tensor([64, 40], dtype=torch.int32)
+    mine = make_pool(pages=64)
+    rec = mine.record("bf16/capacity", ps.Shape(2, 64, 128))
+    rec.stash(x, counts)
+    held = mine.stats()
+    for other in (make_pool(pages=64), make_pool(pages=4)):
+        before = other.stats()
+        args = (rec.memory, rec.recipe, list(rec.shape))
+        with pytest.raises(ValueError, match="made for another pool"):
+            ps.ops.reload(*other.state, *args, torch.empty_like(x))
+        with pytest.raises(ValueError, match="made for another pool"):
+            ps.ops.discard(*other.state, *args)
+        with pytest.raises(ValueError, match="made for another pool"):
+            ps.ops.stash(*other.state, *args, x, counts)
+        assert other.stats() == before
+    assert mine.stats() == held
+    out = torch.zeros_like(x)
+    rec.reload(out, zero_tail=True)
+    mask = (torch.arange(64)[None, :] < counts[:, None]).unsqueeze(-1)
+    assert torch.equal(out, torch.where(mask, x, torch.zeros_like(x)))
+
+
+class TestInference:
+    """Recipe and shape follow from the tensor where that is unambiguous; where not, a
+    ValueError says what to pass."""
+
+    def test_unquantized(self):
+        counts = torch.zeros(4, dtype=torch.int32)
+        for dtype, family in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
+            if f"{family}/capacity" not in ps.recipes():
+                continue
+            assert ps.infer(torch.empty(4, 32, 64, dtype=dtype), counts) == (f"{family}/capacity", ps.Shape(4, 32, 64))
+            assert ps.infer(torch.empty(96, 64, dtype=dtype), counts) == (f"{family}/packed", ps.Shape(4, 96, 64))
+
+    def test_quantized(self):
+        counts = torch.zeros(2, dtype=torch.int32)
+        assert ps.infer(torch.empty(2, 128, 64, dtype=torch.float8_e4m3fn), counts) == (
+            "mxfp8/capacity/swizzled", ps.Shape(2, 128, 64))
+        assert ps.infer(torch.empty(256, 64, dtype=torch.float8_e5m2), counts, scales="compact") == (
+            "mxfp8_e5m2/packed/compact", ps.Shape(2, 256, 64))
+        # NVFP4 columnwise data is transposed, two values a byte: [groups, hidden, capacity / 2].
+        assert ps.infer(torch.empty(2, 64, 64, dtype=torch.float4_e2m1fn_x2), counts) == (
+            "nvfp4/capacity/swizzled", ps.Shape(2, 128, 64))
+
+    def test_what_cannot_be_inferred(self):
+        counts = torch.zeros(2, dtype=torch.int32)
+        with pytest.raises(ValueError, match=r"no recipe is inferred from torch.uint8 data: pass recipe="):
+            ps.infer(torch.empty(2, 32, 64, dtype=torch.uint8), counts)
+        with pytest.raises(ValueError, match=r"cannot infer the placement of bf16 data of shape \[2, 2, 32, 64\]"):
+            ps.infer(torch.empty(2, 2, 32, 64, dtype=torch.bfloat16), counts)
+        with pytest.raises(ValueError, match="NVFP4's groups are transposed one by one: pass shape="):
+            ps.infer(torch.empty(64, 64, dtype=torch.float4_e2m1fn_x2), counts)
+        with pytest.raises(ValueError, match="pass counts or shape="):
+            ps.infer(torch.empty(64, 64, dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match=r"needs recipe= and shape=, or like="):
+            make_pool().record("bf16/capacity")
+        with pytest.raises(ValueError, match=r"shape must be a pagestash.Shape\(groups, tokens, hidden\)"):
+            make_pool().record("bf16/capacity", (2, 32, 64))
+
+    def test_raw_op_shape(self):
+        pool = make_pool()
+        rec = pool.record("bf16/capacity", ps.Shape(2, 32, 64))
+        with pytest.raises(ValueError, match=r"shape must be \[groups, tokens, hidden\]"):
+            ps.ops.discard(*pool.state, rec.memory, rec.recipe, [32, 64])
+
+
+def test_mxfp8_e5m2_and_float8_dtypes():
+    """MXFP8 E5M2 in torch's own dtypes (float8_e5m2 data, float8_e8m0fnu scales) round-trips
+    byte for byte; E4M3 data under an E5M2 recipe is refused naming what it expects."""
+    gen = torch.Generator().manual_seed(SEED)
+    recipe, shape = "mxfp8_e5m2/capacity/compact", ps.Shape(2, 128, 64)
+    info = ps.recipe_info(recipe, shape)
+    data = torch.randint(0, 256, (2, 128, 64), dtype=torch.uint8, generator=gen)
+    scales = torch.randint(0, 256, (info["scales_bytes"],), dtype=torch.uint8, generator=gen)
+    counts = torch.tensor([128, 32], dtype=torch.int32)
+    pool = make_pool()
+    rec = pool.record(recipe, shape)
+    rec.stash(data.view(torch.float8_e5m2), counts, scales.view(torch.float8_e8m0fnu))
+    out = torch.full_like(data, 0x5A)
+    out_scales = torch.full_like(scales, 0x5A)
+    rec.reload(out.view(torch.float8_e5m2), out_scales.view(torch.float8_e8m0fnu), zero_tail=True)
+    mask = (torch.arange(128)[None, :] < counts[:, None]).unsqueeze(-1)
+    assert torch.equal(out, torch.where(mask, data, torch.zeros_like(data)))
+    assert pool.decide() == "keep"
+    with pytest.raises(ValueError, match=r"must be torch.float8_e5m2 \(or torch.uint8 bytes\), not torch.float8_e4m3fn"):
+        pool.record(recipe, shape).stash(data.view(torch.float8_e4m3fn), counts, scales)

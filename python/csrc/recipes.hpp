@@ -29,6 +29,12 @@ namespace ps = pagestash;
   X("mxfp8/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>))           \
   X("mxfp8/capacity/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>))   \
   X("mxfp8/capacity/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::SwizzledScales>)) \
+  X("mxfp8_e5m2/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::Packed, ps::CompactScales>))       \
+  X("mxfp8_e5m2/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::Packed, ps::SwizzledScales>))     \
+  X("mxfp8_e5m2/capacity/compact",                                                                              \
+    (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::CapacityPadded, ps::CompactScales>))                           \
+  X("mxfp8_e5m2/capacity/swizzled",                                                                             \
+    (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::CapacityPadded, ps::SwizzledScales>))                          \
   X("nvfp4/packed/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::CompactScales>))                  \
   X("nvfp4/packed/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>))                \
   X("nvfp4/capacity/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>))        \

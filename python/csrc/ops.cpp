@@ -58,12 +58,34 @@ decltype(auto) checked(F&& f) {
   }
 }
 
+/// A dtype as Python spells it: torch.bfloat16.
+std::string torch_name(at::ScalarType t) {
+  switch (t) {
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kBool: return "torch.bool";
+    case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
+    case at::kFloat8_e5m2: return "torch.float8_e5m2";
+    case at::kFloat8_e8m0fnu: return "torch.float8_e8m0fnu";
+    case at::kFloat4_e2m1fn_x2: return "torch.float4_e2m1fn_x2";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
 ps::MemorySpace space_of(const at::Tensor& control) {
   return control.is_cuda() ? ps::MemorySpace::device : ps::MemorySpace::host;
 }
 
 void check_state_tensor(const at::Tensor& t, const char* what) {
-  TORCH_CHECK_VALUE(t.scalar_type() == at::kByte, "pagestash: ", what, " must be a uint8 tensor, not ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kByte, "pagestash: ", what, " must be a torch.uint8 tensor, not ",
+                    torch_name(t.scalar_type()));
   TORCH_CHECK_VALUE(t.is_contiguous(), "pagestash: ", what, " must be contiguous");
 }
 
@@ -100,20 +122,21 @@ RecordMemory record_memory(const at::Tensor& record, const at::Tensor& control) 
   return RecordMemory{record.data_ptr(), record.numel()};
 }
 
-/// The recipe's number format: its name up to the first '/' (plain, bf16, fp16, mxfp8, nvfp4).
+/// The recipe's number format: its name up to the first '/' (plain, bf16, fp16, fp32,
+/// mxfp8, mxfp8_e5m2, nvfp4).
 std::string family_of(const std::string& recipe) { return recipe.substr(0, recipe.find('/')); }
 
-/// Whether `dtype` may hold the recipe's data (first) or scales: the element type itself,
-/// or raw bytes.
-bool dtype_fits(const std::string& recipe, bool scales, at::ScalarType dtype) {
-  if (dtype == at::kByte) return true;
+/// The element type of the recipe's data or scales (raw bytes, uint8, fit too); Undefined
+/// for 'plain' data (any dtype: rows of bytes).
+at::ScalarType element_type(const std::string& recipe, bool scales) {
   const std::string family = family_of(recipe);
-  if (family == "plain") return !scales;
-  if (family == "bf16") return dtype == at::kBFloat16;
-  if (family == "fp16") return dtype == at::kHalf;
-  if (family == "mxfp8") return dtype == (scales ? at::kFloat8_e8m0fnu : at::kFloat8_e4m3fn);
-  if (family == "nvfp4") return dtype == (scales ? at::kFloat8_e4m3fn : at::kFloat4_e2m1fn_x2);
-  return false;
+  if (family == "bf16") return at::kBFloat16;
+  if (family == "fp16") return at::kHalf;
+  if (family == "fp32") return at::kFloat;
+  if (family == "mxfp8") return scales ? at::kFloat8_e8m0fnu : at::kFloat8_e4m3fn;
+  if (family == "mxfp8_e5m2") return scales ? at::kFloat8_e8m0fnu : at::kFloat8_e5m2;
+  if (family == "nvfp4") return scales ? at::kFloat8_e4m3fn : at::kFloat4_e2m1fn_x2;
+  return at::ScalarType::Undefined;
 }
 
 void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int64_t bytes, const at::Device& device,
@@ -127,10 +150,12 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
   TORCH_CHECK_VALUE(t->device() == device, "pagestash: ", what, " is on ", t->device(), ", the pool on ", device);
   TORCH_CHECK_VALUE(t->is_contiguous(), "pagestash: ", what, " must be contiguous");
   if (std::string(what) == "amax") {
-    TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat, "pagestash: amax must be float32, not ", t->scalar_type());
-  } else {
-    TORCH_CHECK_VALUE(dtype_fits(recipe, scales, t->scalar_type()), "pagestash: ", what, " of recipe '", recipe,
-                      "' cannot be ", t->scalar_type());
+    TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat, "pagestash: amax must be torch.float32 (one per group), not ",
+                      torch_name(t->scalar_type()));
+  } else if (const at::ScalarType want = element_type(recipe, scales); want != at::ScalarType::Undefined) {
+    TORCH_CHECK_VALUE(t->scalar_type() == want || t->scalar_type() == at::kByte, "pagestash: ", what, " of recipe '",
+                      recipe, "' must be ", torch_name(want), " (or torch.uint8 bytes), not ",
+                      torch_name(t->scalar_type()));
   }
   const std::int64_t got = t->numel() * t->element_size();
   TORCH_CHECK_VALUE(got == bytes, "pagestash: ", what, " has ", got, " bytes; recipe '", recipe,
@@ -142,12 +167,13 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
 /// refused rather than paged as rows.
 void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& s) {
   const std::string family = family_of(recipe);
-  if (family != "plain" && family != "bf16" && family != "fp16") return;  // quantized: bytes only
-  const std::int64_t row_bytes = family == "plain" ? s.hidden : s.hidden * 2;
+  if (family != "plain" && family != "bf16" && family != "fp16" && family != "fp32") return;  // quantized: bytes only
+  const std::int64_t row_bytes =
+      family == "plain" ? s.hidden : s.hidden * static_cast<std::int64_t>(at::elementSize(element_type(recipe, false)));
   TORCH_CHECK_VALUE(data.dim() >= 1 && data.size(-1) * data.element_size() == row_bytes, "pagestash: data's last ",
                     "dimension must be one token's row of ", row_bytes, " bytes (hidden = ", s.hidden, "), not ",
-                    data.sizes(), " of ", data.scalar_type(),
-                    ": pass [groups, max_tokens, hidden] (capacity) or [max_tokens, hidden] (packed)");
+                    data.sizes(), " of ", torch_name(data.scalar_type()),
+                    ": pass [groups, tokens, hidden] (capacity) or [tokens, hidden] (packed)");
 }
 
 /// The buffers of a grouped tensor, checked against the recipe's geometry for `s`.
@@ -165,9 +191,10 @@ Buffers buffers_of(const std::string& recipe, const Shape& s, const at::Device& 
   if (info.amax_bytes) b.amax = amax->data_ptr<float>();
   if (counts.has_value()) {
     TORCH_CHECK_VALUE(counts->device() == device, "pagestash: counts is on ", counts->device(), ", the pool on ", device);
-    TORCH_CHECK_VALUE(counts->scalar_type() == at::kInt, "pagestash: counts must be int32, not ", counts->scalar_type());
+    TORCH_CHECK_VALUE(counts->scalar_type() == at::kInt, "pagestash: counts must be torch.int32, not ",
+                      torch_name(counts->scalar_type()));
     TORCH_CHECK_VALUE(counts->is_contiguous() && counts->numel() == s.groups, "pagestash: counts must be ", s.groups,
-                      " contiguous int32 (one per group), not ", counts->sizes());
+                      " contiguous torch.int32 (one per group), not ", counts->sizes());
     b.counts = counts->data_ptr<std::int32_t>();
   }
   return b;
@@ -184,7 +211,7 @@ void on_executor(const at::Tensor& control, const OnHost& on_host, const OnCuda&
 
 /// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
-            at::Tensor& record, const std::string& recipe, std::int64_t page_bytes, const Shape& s,
+            std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const Shape& s,
             const Buffers& buffers, bool zero_tail) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
@@ -193,31 +220,33 @@ void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at
       [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, zero_tail); });
 }
 
-Shape shape_of(std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups) { return Shape{max_tokens, hidden, groups}; }
+/// A shape as the ops take it: [groups, tokens, hidden], the order of a capacity tensor's
+/// dimensions.
+Shape shape_of(at::IntArrayRef shape) {
+  TORCH_CHECK_VALUE(shape.size() == 3, "pagestash: shape must be [groups, tokens, hidden], not ", shape);
+  return Shape{shape[1], shape[2], shape[0]};
+}
 
-void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_arena, at::Tensor& record,
-              const std::string& recipe, std::int64_t page_bytes, std::int64_t max_tokens, std::int64_t hidden,
-              std::int64_t groups, const at::Tensor& data, const std::optional<at::Tensor>& scales,
-              const std::optional<at::Tensor>& amax, const at::Tensor& counts) {
-  const Shape s = shape_of(max_tokens, hidden, groups);
+void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_arena, std::int64_t page_bytes,
+              at::Tensor& record, const std::string& recipe, at::IntArrayRef shape, const at::Tensor& data,
+              const at::Tensor& counts, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax) {
+  const Shape s = shape_of(shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, counts);
-  run_op(Op::stash, control, device_arena, host_arena, record, recipe, page_bytes, s, b, false);
+  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, false);
 }
 
-void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena, at::Tensor& record,
-               const std::string& recipe, std::int64_t page_bytes, std::int64_t max_tokens, std::int64_t hidden,
-               std::int64_t groups, at::Tensor& data, const std::optional<at::Tensor>& scales,
-               const std::optional<at::Tensor>& amax, bool zero_tail) {
-  const Shape s = shape_of(max_tokens, hidden, groups);
+void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+               std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
+               at::Tensor& data, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
+               bool zero_tail) {
+  const Shape s = shape_of(shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, std::nullopt);
-  run_op(Op::reload, control, device_arena, host_arena, record, recipe, page_bytes, s, b, zero_tail);
+  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, s, b, zero_tail);
 }
 
-void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena, at::Tensor& record,
-                const std::string& recipe, std::int64_t page_bytes, std::int64_t max_tokens, std::int64_t hidden,
-                std::int64_t groups) {
-  run_op(Op::discard, control, device_arena, host_arena, record, recipe, page_bytes,
-         shape_of(max_tokens, hidden, groups), Buffers{}, false);
+void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape) {
+  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, shape_of(shape), Buffers{}, false);
 }
 
 void reset_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -232,7 +261,7 @@ void report_op(const at::Tensor& control, const at::Tensor& device_arena, const 
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   TORCH_CHECK_VALUE(out.scalar_type() == at::kByte && out.is_contiguous() &&
                         out.numel() == static_cast<std::int64_t>(sizeof(ps::PoolReport)),
-                    "pagestash: report's out must be ", sizeof(ps::PoolReport), " contiguous uint8");
+                    "pagestash: report's out must be ", sizeof(ps::PoolReport), " contiguous torch.uint8");
   TORCH_CHECK_VALUE(out.device() == control.device() || (control.is_cuda() && out.is_pinned()),
                     "pagestash: report's out must be on the pool's device (or pinned, for a CUDA pool)");
   TORCH_CHECK_VALUE(reinterpret_cast<std::uintptr_t>(out.data_ptr()) % alignof(ps::PoolReport) == 0,
@@ -244,8 +273,8 @@ void report_op(const at::Tensor& control, const at::Tensor& device_arena, const 
 
 // ---- Helpers for the Python objects (not ops: made once, outside any graph) -------------
 
-py::dict info_dict(const std::string& recipe, std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups) {
-  const RecipeInfo i = checked([&] { return recipe_info(recipe, shape_of(max_tokens, hidden, groups)); });
+py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& shape) {
+  const RecipeInfo i = checked([&] { return recipe_info(recipe, shape_of(shape)); });
   py::dict d;
   d["data_bytes"] = i.data_bytes;
   d["scales_bytes"] = i.scales_bytes;
@@ -275,20 +304,18 @@ void init_pool_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_a
 }
 
 std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
-                             std::int64_t page_bytes, const std::string& recipe, std::int64_t max_tokens,
-                             std::int64_t hidden, std::int64_t groups) {
+                             std::int64_t page_bytes, const std::string& recipe, const std::vector<std::int64_t>& shape) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  return checked([&] { return record_bytes(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups)); });
+  return checked([&] { return record_bytes(recipe, pool, space_of(control), shape_of(shape)); });
 }
 
 void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
-                    const std::string& recipe, std::int64_t max_tokens, std::int64_t hidden, std::int64_t groups,
-                    at::Tensor record) {
+                    at::Tensor record, const std::string& recipe, const std::vector<std::int64_t>& shape) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  checked([&] { init_record(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups), rec); });
+  checked([&] { init_record(recipe, pool, space_of(control), shape_of(shape), rec); });
 }
 
 constexpr std::size_t flag_words = sizeof(ps::PoolFlags) / sizeof(std::int32_t);
@@ -334,13 +361,13 @@ py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor h
 }
 
 py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
-                          std::int64_t page_bytes, const std::string& recipe, std::int64_t max_tokens,
-                          std::int64_t hidden, std::int64_t groups, at::Tensor record) {
+                          std::int64_t page_bytes, at::Tensor record, const std::string& recipe,
+                          const std::vector<std::int64_t>& shape) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::RecordStatus s = checked(
-      [&] { return record_status(recipe, pool, space_of(control), shape_of(max_tokens, hidden, groups), rec); });
+      [&] { return record_status(recipe, pool, space_of(control), shape_of(shape), rec); });
   py::dict d;
   d["state"] = ps::name_of(s.state);
   d["error"] = ps::name_of(s.error);
@@ -375,17 +402,17 @@ std::string decide_py(const std::vector<std::int32_t>& words) {
 }  // namespace
 
 TORCH_LIBRARY(pagestash, m) {
+  // Every op: the pool's state first, then the record, its recipe and shape [groups, tokens, hidden].
   m.def(
-      "stash(Tensor(a!) control, Tensor(b!) device_arena, Tensor(c!) host_arena, Tensor(d!) record, str recipe, "
-      "int page_bytes, int max_tokens, int hidden, int groups, Tensor data, Tensor? scales, Tensor? amax, "
-      "Tensor counts) -> ()");
+      "stash(Tensor(a!) control, Tensor(b!) device_arena, Tensor(c!) host_arena, int page_bytes, Tensor(d!) record, "
+      "str recipe, int[] shape, Tensor data, Tensor counts, Tensor? scales=None, Tensor? amax=None) -> ()");
   m.def(
-      "reload(Tensor(a!) control, Tensor device_arena, Tensor host_arena, Tensor(d!) record, str recipe, "
-      "int page_bytes, int max_tokens, int hidden, int groups, Tensor(e!) data, Tensor(f!)? scales, "
-      "Tensor(g!)? amax, bool zero_tail=False) -> ()");
+      "reload(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
+      "str recipe, int[] shape, Tensor(e!) data, Tensor(f!)? scales=None, Tensor(g!)? amax=None, "
+      "bool zero_tail=False) -> ()");
   m.def(
-      "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, Tensor(d!) record, str recipe, "
-      "int page_bytes, int max_tokens, int hidden, int groups) -> ()");
+      "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
+      "str recipe, int[] shape) -> ()");
   m.def("reset(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes) -> ()");
   m.def("report(Tensor control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(a!) out) -> ()");
 }
@@ -430,4 +457,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #else
   m.attr("with_cuda") = false;
 #endif
+  m.attr("version") = std::to_string(PAGESTASH_VERSION_MAJOR) + "." + std::to_string(PAGESTASH_VERSION_MINOR) + "." +
+                      std::to_string(PAGESTASH_VERSION_PATCH);
 }

@@ -1,0 +1,22 @@
+"""pagestash for PyTorch: paged stashing of grouped MoE activations.
+
+torch.ops.pagestash.{stash, reload, discard, reset, report} over tensors (the host executor
+for CPU tensors, the CUDA executor for CUDA ones), a PagePool and records in memory from
+PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor hook context
+that pages marked activations between forward and backward. See docs/python.md.
+"""
+
+from . import _C
+from ._ops import ops
+from .errors import FLAG_MEANINGS, FLAG_NAMES, PagingError
+from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
+from .pool import PagePool, Record, decode_report
+from .recipes import FAMILIES, Shape, infer, recipe, recipe_info, recipes
+
+#: Whether this build has the CUDA executor (CUDA tensors); the host executor is always there.
+with_cuda: bool = _C.with_cuda
+__version__: str = _C.version
+
+__all__ = ["ops", "FAMILIES", "FLAG_MEANINGS", "FLAG_NAMES", "PagingError", "UnpagedWarning", "count_activation",
+           "paged_saved_tensors", "PagePool", "Record", "decode_report", "Shape", "infer", "recipe", "recipe_info",
+           "recipes", "with_cuda", "__version__"]

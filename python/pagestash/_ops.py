@@ -1,0 +1,52 @@
+"""The compiled extension and the fake implementations of torch.ops.pagestash.
+
+Every op takes the pool's state first (control, device_arena, host_arena, page_bytes: see
+PagePool.state), then, for stash, reload and discard, the record's memory, its recipe and
+its shape as [groups, tokens, hidden]; keyword arguments by these names work too:
+
+    stash(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts,
+          scales=None, amax=None)
+    reload(control, device_arena, host_arena, page_bytes, record, recipe, shape, data,
+           scales=None, amax=None, zero_tail=False)
+    discard(control, device_arena, host_arena, page_bytes, record, recipe, shape)
+    reset(control, device_arena, host_arena, page_bytes)
+    report(control, device_arena, host_arena, page_bytes, out)
+
+The ops mutate only their arguments (the pool's and the record's memory, and reload's
+destination) and return nothing, so their fake implementations, which torch.compile traces
+with, do nothing. The state lives in the tensors, never in the extension: an op is a
+function of its arguments, which is what functionalization and opcheck assume.
+"""
+
+import torch
+
+from . import _C  # noqa: F401  (registers torch.ops.pagestash)
+
+ops = torch.ops.pagestash
+
+
+@torch.library.register_fake("pagestash::stash")
+def _stash_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts, scales=None,
+                amax=None):
+    return None
+
+
+@torch.library.register_fake("pagestash::reload")
+def _reload_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, scales=None, amax=None,
+                 zero_tail=False):
+    return None
+
+
+@torch.library.register_fake("pagestash::discard")
+def _discard_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape):
+    return None
+
+
+@torch.library.register_fake("pagestash::reset")
+def _reset_fake(control, device_arena, host_arena, page_bytes):
+    return None
+
+
+@torch.library.register_fake("pagestash::report")
+def _report_fake(control, device_arena, host_arena, page_bytes, out):
+    return None

@@ -1,0 +1,143 @@
+"""Recipes (the layouts the extension instantiates, by name) and grouped-tensor shapes, in
+PyTorch's terms: a shape is read in the tensor's own order, and a recipe and shape can be
+inferred from the tensor where that is unambiguous."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+
+from . import _C
+
+#: The number format of each recipe family, and the dtypes its data and scales may have
+#: (uint8 stands for raw bytes in every family).
+FAMILIES = {
+    "plain": dict(data=None, scales=None, doc="any bytes, one group (hidden = bytes per row)"),
+    "bf16": dict(data=torch.bfloat16, scales=None, doc="BF16 rows"),
+    "fp16": dict(data=torch.float16, scales=None, doc="FP16 rows"),
+    "fp32": dict(data=torch.float32, scales=None, doc="FP32 rows"),
+    "mxfp8": dict(data=torch.float8_e4m3fn, scales=torch.float8_e8m0fnu, doc="MXFP8 E4M3 columnwise, E8M0 scales"),
+    "mxfp8_e5m2": dict(data=torch.float8_e5m2, scales=torch.float8_e8m0fnu, doc="MXFP8 E5M2 columnwise, E8M0 scales"),
+    "nvfp4": dict(data=torch.float4_e2m1fn_x2, scales=torch.float8_e4m3fn,
+                  doc="NVFP4 columnwise (transposed data, 2 values a byte), E4M3 scales, FP32 amax per group"),
+}
+_UNQUANTIZED = ("plain", "bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A grouped tensor's shape, in the order of a capacity-padded tensor's dimensions:
+    `groups` (experts), `tokens` (per group for a `capacity` recipe: the capacity; in all
+    for a `packed` one) and `hidden` (elements per token; for `plain`, bytes per row).
+
+    A `[groups, capacity, hidden]` BF16 tensor is `Shape(groups, capacity, hidden)`; a
+    packed `[tokens, hidden]` one with 8 experts is `Shape(8, tokens, hidden)`."""
+
+    groups: int
+    tokens: int
+    hidden: int
+
+    def __iter__(self) -> Iterator[int]:  # the ops' `int[] shape`
+        return iter((int(self.groups), int(self.tokens), int(self.hidden)))
+
+
+def recipes() -> List[str]:
+    """The recipe names this build instantiates, e.g. 'bf16/capacity', 'nvfp4/packed/swizzled'."""
+    return list(_C.recipes())
+
+
+def family_of(recipe: str) -> str:
+    """The number format of a recipe: its name up to the first '/'."""
+    return recipe.split("/")[0]
+
+
+def recipe(family: str, placement: str = "capacity", scales: str = "swizzled") -> str:
+    """The name of a recipe: `family` 'plain', 'bf16', 'fp16', 'fp32', 'mxfp8', 'mxfp8_e5m2'
+    or 'nvfp4'; `placement` 'packed' (groups back to back) or 'capacity' ([groups, capacity,
+    ...]); `scales` 'compact' or 'swizzled' (cuBLAS's 128x4 tiles; MXFP8 and NVFP4 only).
+    Raises ValueError for a name this build does not have."""
+    return _recipe_name(family, placement, scales)
+
+
+def _recipe_name(family: str, placement: str, scales: str) -> str:
+    if family == "plain":
+        name = "plain"
+    elif family in _UNQUANTIZED:
+        name = f"{family}/{placement}"
+    else:
+        name = f"{family}/{placement}/{scales}"
+    if name not in _C.recipes():
+        raise ValueError(f"pagestash: no recipe {name!r} (known: {', '.join(_C.recipes())})")
+    return name
+
+
+def recipe_info(recipe: str, shape: Shape) -> dict:
+    """Each buffer's bytes for `shape` (data_bytes, scales_bytes, amax_bytes), the count
+    alignment, the token granule `tokens` must be a multiple of, and how each buffer is
+    handled (scales_paged, amax_kept). Raises ValueError for a shape the layout refuses."""
+    return _C.recipe_info(recipe, list(shape))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype)  # 'torch.bfloat16'
+
+
+def infer(data: torch.Tensor, counts: Optional[torch.Tensor] = None, *, recipe: Optional[str] = None,
+          shape: Optional[Shape] = None, scales: str = "swizzled") -> Tuple[str, Shape]:
+    """The recipe and shape of a grouped tensor whose data is `data` and whose live rows
+    `counts` gives (one int32 per group), where they follow from the tensor:
+
+    - the family from data's dtype (bfloat16, float16, float32, float8_e4m3fn: MXFP8,
+      float8_e5m2: MXFP8 E5M2, float4_e2m1fn_x2: NVFP4); uint8 bytes need `recipe`;
+    - the placement from its dimensions: `[groups, capacity, hidden]` is 'capacity',
+      `[tokens, hidden]` is 'packed' (groups = counts' length); NVFP4's transposed
+      capacity data is `[groups, hidden, capacity / 2]`; a packed NVFP4 tensor needs `shape`;
+    - `scales` ('swizzled' by default, as cuBLAS takes them; or 'compact') for MXFP8 and
+      NVFP4.
+
+    Either given argument wins. Raises ValueError naming what is missing."""
+    if recipe is not None and shape is not None:
+        return recipe, shape
+    family = family_of(recipe) if recipe is not None else None
+    if family is None:
+        family = next((f for f, d in FAMILIES.items() if d["data"] == data.dtype), None)
+        if family is None:
+            known = ", ".join(_dtype_name(d["data"]) for d in FAMILIES.values() if d["data"] is not None)
+            raise ValueError(f"pagestash: no recipe is inferred from {_dtype_name(data.dtype)} data: pass recipe= "
+                             f"(data dtypes with an inferred recipe: {known})")
+    if family == "plain":
+        raise ValueError("pagestash: recipe 'plain' needs shape=")
+    if recipe is not None and "/" in recipe:
+        placement = recipe.split("/")[1]
+    elif data.dim() in (2, 3):
+        placement = "capacity" if data.dim() == 3 else "packed"
+    else:
+        raise ValueError(f"pagestash: cannot infer the placement of {family} data of shape {list(data.shape)}: "
+                         "pass [groups, capacity, hidden] or [tokens, hidden], or recipe= and shape=")
+    if recipe is None:
+        recipe = _recipe_name(family, placement, scales)
+    if shape is None:
+        shape = _infer_shape(family, placement, data, counts)
+    return recipe, shape
+
+
+def _infer_shape(family: str, placement: str, data: torch.Tensor, counts: Optional[torch.Tensor]) -> Shape:
+    sizes = list(data.shape)
+    what = f"{family}/{placement} data of shape {sizes} ({_dtype_name(data.dtype)})"
+    if data.dtype == torch.uint8 and family != "mxfp8" and family != "mxfp8_e5m2":
+        raise ValueError(f"pagestash: cannot infer the shape of {what}: pass shape=")
+    if placement == "capacity":
+        if data.dim() != 3:
+            raise ValueError(f"pagestash: {what}: a capacity recipe's data is [groups, capacity, hidden]"
+                             f"{' ([groups, hidden, capacity / 2] for NVFP4)' if family == 'nvfp4' else ''}; or pass shape=")
+        if family == "nvfp4":  # transposed, 2 values a byte
+            return Shape(sizes[0], 2 * sizes[2], sizes[1])
+        return Shape(*sizes)
+    if family == "nvfp4" or data.dim() != 2:
+        raise ValueError(f"pagestash: cannot infer the shape of {what}: a packed recipe's data is [tokens, hidden] "
+                         "(NVFP4's groups are transposed one by one: pass shape=)")
+    if counts is None:
+        raise ValueError(f"pagestash: {what}: packed groups are counted by `counts`: pass counts or shape=")
+    return Shape(counts.numel(), sizes[0], sizes[1])

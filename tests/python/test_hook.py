@@ -1,6 +1,7 @@
 """paged_saved_tensors on CPU tensors: the MoE example trained with and without paging."""
 
 import gc
+import warnings
 
 import pytest
 import torch
@@ -197,3 +198,133 @@ def test_ranks_agree_by_all_reducing_the_flags(tmp_path):
     assert [alone for _, alone, _, _ in got] == ["keep", "rerun_without_paging", "keep"]
     assert all(agreed == "rerun_without_paging" for _, _, agreed, _ in got)
     assert [state for _, _, _, state in got] == ["stashed", "overflowed", "stashed"]
+
+
+class MixedExperts(torch.nn.Module):
+    """An MoE expert block on [experts, capacity, hidden] buffers written the ways real
+    models are: `x @ w` (3D@3D), `einsum`, an `nn.Linear` over the buffer and `F.linear`.
+    Autograd saves views and reshapes of the marked buffers, not the buffers themselves."""
+
+    def __init__(self, experts, hidden, ffn, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        w = lambda *s: torch.nn.Parameter((torch.randn(*s, generator=g) * s[-2] ** -0.5).to(torch.bfloat16))
+        self.up, self.gate = w(experts, hidden, ffn), w(experts, hidden, ffn)
+        self.down = torch.nn.Linear(ffn, hidden, bias=False, dtype=torch.bfloat16)
+        with torch.no_grad():
+            self.down.weight.copy_(w(hidden, ffn))
+        self.out = w(hidden, hidden)
+
+    def forward(self, buf, counts, paging=None):
+        mark = (lambda t: t) if paging is None else (lambda t: paging.mark(t, counts))
+        buf = mark(buf)
+        u = mark(buf @ self.up)
+        g = mark(torch.einsum("ech,ehf->ecf", buf, self.gate))
+        a = mark(torch.nn.functional.silu(g) * u)
+        d = mark(self.down(a))
+        return torch.nn.functional.linear(d, self.out)
+
+
+def test_views_that_autograd_saves_are_paged_with_bit_identical_gradients():
+    E, C, H, F = 4, 32, 64, 96
+    gen = torch.Generator().manual_seed(21)
+    counts = torch.tensor([32, 3, 17, 0], dtype=torch.int32)
+    live = (torch.arange(C)[None, :] < counts[:, None]).unsqueeze(-1)
+    buf = torch.where(live, torch.randn(E, C, H, generator=gen), 0).to(torch.bfloat16)
+    target = torch.where(live, torch.randn(E, C, H, generator=gen), 0).to(torch.bfloat16)
+
+    def run(pool=None):
+        model = MixedExperts(E, H, F, seed=4)
+        if pool is None:
+            with moe.SavedBytes() as saved:
+                loss = ((model(buf.clone(), counts) - target) * live).square().sum()
+            held, paging = saved.nbytes, None
+        else:
+            with ps.paged_saved_tensors(pool) as paging:
+                loss = ((model(buf.clone(), counts, paging) - target) * live).square().sum()
+            held = paging.passed_bytes + pool.pages_in_use() * pool.page_bytes
+        loss.backward()
+        return [p.grad for p in model.parameters()], held, paging
+
+    eager_grads, eager_held, _ = run()
+    pool = ps.PagePool(device_pages=64, page_bytes=4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.UnpagedWarning)  # every mark is paged
+        paged_grads, paged_held, paging = run(pool)
+    for a, b in zip(eager_grads, paged_grads):
+        assert torch.equal(a, b)
+    assert paging.paged_tensors >= 6 and pool.stats()["stashes"] == 5 and pool.pages_in_use() == 0
+    fraction = counts.sum().item() / (E * C)
+    pages = paged_held - paging.passed_bytes
+    assert paged_held == eager_held - paging.paged_bytes + pages
+    assert fraction * paging.paged_bytes <= pages <= fraction * paging.paged_bytes + 5 * pool.page_bytes
+
+
+class TestStrict:
+    """Strict mode (a CPU pool's default) raises PagingError naming the flag at the first
+    reload after the problem; pool.check() raises the same."""
+
+    E, C, H = 2, 32, 64
+
+    def forward(self, pool, counts):
+        gen = torch.Generator().manual_seed(8)
+        w = torch.randn(self.E, self.H, self.H, generator=gen).to(torch.bfloat16).requires_grad_()
+        x = torch.randn(self.E, self.C, self.H, generator=gen).to(torch.bfloat16)
+        with ps.paged_saved_tensors(pool) as paging:
+            loss = torch.bmm(paging.mark(x, counts), w).sum()
+        return loss
+
+    def raises(self, flag, pool, loss):
+        with pytest.raises(ps.PagingError, match=rf"paging failed at the reload of .*\({flag}: ") as e:
+            loss.backward()
+        assert flag in e.value.flags
+        with pytest.raises(ps.PagingError, match=flag):
+            pool.check()
+
+    def test_overflow(self):
+        pool = ps.PagePool(device_pages=1, page_bytes=4096)
+        self.raises("overflow", pool, self.forward(pool, torch.tensor([32, 32], dtype=torch.int32)))
+
+    def test_bad_counts(self):
+        pool = ps.PagePool(device_pages=16, page_bytes=4096)
+        for bad in ([33, 1], [-1, 1]):
+            pool.reset()
+            self.raises("bad_counts", pool, self.forward(pool, torch.tensor(bad, dtype=torch.int32)))
+
+    def test_stale(self):
+        pool = ps.PagePool(device_pages=16, page_bytes=4096)
+        loss = self.forward(pool, torch.tensor([5, 6], dtype=torch.int32))
+        pool.reset()  # between a microbatch's forward and its backward
+        self.raises("stale", pool, loss)
+
+    def test_double_reload(self):
+        pool = ps.PagePool(device_pages=16, page_bytes=4096)
+        x = torch.randn(self.E, self.C, self.H).to(torch.bfloat16)
+        rec = pool.record(like=x, counts=torch.tensor([5, 6], dtype=torch.int32))
+        rec.stash(x, torch.tensor([5, 6], dtype=torch.int32))
+        rec.reload(torch.empty_like(x))
+        with pytest.raises(ps.PagingError, match="not_stashed: a reload or discard of a record that holds no pages"):
+            rec.reload(torch.empty_like(x))
+
+    def test_not_strict_leaves_it_to_the_loop(self):
+        pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)
+        self.forward(pool, torch.tensor([32, 32], dtype=torch.int32)).backward()  # no exception: sync-free
+        assert pool.decide() == "rerun_without_paging"
+        with pytest.raises(ps.PagingError, match="overflow"):
+            pool.check()
+
+
+def test_mark_inside_torch_compile_warns():
+    pool = ps.PagePool(device_pages=16, page_bytes=4096)
+    counts = torch.tensor([5, 6], dtype=torch.int32)
+    w = torch.randn(2, 64, 64).to(torch.bfloat16).requires_grad_()
+    with ps.paged_saved_tensors(pool) as paging:
+
+        @torch.compile(backend="eager")
+        def layer(x):
+            return torch.bmm(paging.mark(x, counts), w).sum()
+
+        with pytest.warns(ps.UnpagedWarning, match="inside a torch.compile'd region pages nothing"):
+            loss = layer(torch.randn(2, 32, 64).to(torch.bfloat16))
+    loss.backward()
+    assert paging.paged_tensors == 0 and pool.pages_in_use() == 0

@@ -50,3 +50,17 @@ def _reset_fake(control, device_arena, host_arena, page_bytes):
 @torch.library.register_fake("pagestash::report")
 def _report_fake(control, device_arena, host_arena, page_bytes, out):
     return None
+
+
+_DOCS = {
+    "stash": "Moves the live bytes of (data, scales) into pages of the pool and keeps amax in the record; counts "
+             "(int32, one per group) is read where the op runs. A stash that finds no room raises the pool's "
+             "overflow flag instead of copying.",
+    "reload": "Copies the record's stashed bytes into (data, scales, amax) and returns its pages; with zero_tail, "
+              "the paged buffers' bytes outside the live rows are cleared.",
+    "discard": "Returns the record's pages without copying.",
+    "reset": "Frees every page and clears the flags and counters; records stashed before become stale.",
+    "report": "Writes the pool's flags and counters into out (uint8, pagestash._C.report_bytes()) in stream order.",
+}
+for _name, _doc in _DOCS.items():
+    getattr(ops, _name).__doc__ = f"torch.ops.pagestash.{_name}: {_doc} (Arguments: see pagestash._ops.)"

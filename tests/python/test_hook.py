@@ -217,12 +217,14 @@ class MixedExperts(torch.nn.Module):
 
     def forward(self, buf, counts, paging=None):
         mark = (lambda t: t) if paging is None else (lambda t: paging.mark(t, counts))
-        buf = mark(buf)
-        u = mark(buf @ self.up)
+        # [views]
+        buf = mark(buf)  # [experts, capacity, hidden]
+        u = mark(buf @ self.up)  # autograd saves a view of buf: paged
         g = mark(torch.einsum("ech,ehf->ecf", buf, self.gate))
         a = mark(torch.nn.functional.silu(g) * u)
-        d = mark(self.down(a))
+        d = mark(self.down(a))  # nn.Linear saves a's [experts * capacity, ffn] reshape: paged
         return torch.nn.functional.linear(d, self.out)
+        # [views]
 
 
 def test_views_that_autograd_saves_are_paged_with_bit_identical_gradients():
@@ -305,6 +307,24 @@ class TestStrict:
         rec.reload(torch.empty_like(x))
         with pytest.raises(ps.PagingError, match="not_stashed: a reload or discard of a record that holds no pages"):
             rec.reload(torch.empty_like(x))
+
+    def test_as_docs_python_md_shows_it(self):
+        gen = torch.Generator().manual_seed(3)
+        x = torch.randn(2, 32, 64, generator=gen).to(torch.bfloat16)
+        w = torch.randn(2, 64, 64, generator=gen).to(torch.bfloat16).requires_grad_()
+        counts = torch.tensor([32, 32], dtype=torch.int32)
+        raised = None
+        # [strict]
+        pool = ps.PagePool(device_pages=1, page_bytes=4096)  # a CPU pool: strict by default
+        with ps.paged_saved_tensors(pool) as paging:
+            loss = torch.bmm(paging.mark(x, counts), w).sum()  # the stash finds no room
+        try:
+            loss.backward()  # the first reload raises
+        except ps.PagingError as e:
+            assert e.flags == ["overflow"] and e.decision == "rerun_without_paging"
+            # [strict]
+            raised = e
+        assert raised is not None
 
     def test_not_strict_leaves_it_to_the_loop(self):
         pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)

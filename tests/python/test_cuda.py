@@ -11,7 +11,7 @@ from test_ops import SEED, buffers_for, shape_of
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() and ps.with_cuda),
-    reason="SKIPPED: no CUDA device (or pagestash_torch built without CUDA): the CUDA executor's tests need a GPU")
+    reason="SKIPPED: no CUDA device (or pagestash built without CUDA): the CUDA executor's tests need a GPU")
 
 
 def round_trip(device, recipe, data, scales, amax, counts, zero_tail):
@@ -74,3 +74,36 @@ def test_cuda_pool_memory_is_pytorchs_and_tensors_elsewhere_are_refused():
     with pytest.raises(ValueError, match="counts is on cpu"):
         rec.stash(x.cuda(), counts)
     assert rec.status()["state"] == "empty"
+
+
+def test_cuda_another_pools_record_does_nothing_and_raises_foreign_record():
+    """On a CUDA pool the host cannot read the ids without a sync: the op checks them on the
+    device, does nothing, and raises the foreign_record flag (strict mode then raises)."""
+    gen = torch.Generator().manual_seed(SEED)
+    x = torch.randn(2, 64, 128, generator=gen).to(torch.bfloat16).cuda()
+    counts = torch.tensor([64, 40], dtype=torch.int32).cuda()
+    mine = ps.PagePool(device_pages=64, page_bytes=4096, device="cuda")
+    rec = mine.record(like=x, counts=counts)
+    rec.stash(x, counts)
+    for pages in (64, 4):
+        other = ps.PagePool(device_pages=pages, page_bytes=4096, device="cuda")
+        ps.ops.reload(*other.state, rec.memory, rec.recipe, list(rec.shape), torch.empty_like(x))
+        ps.ops.discard(*other.state, rec.memory, rec.recipe, list(rec.shape))
+        stats = other.stats()
+        assert stats["device_pages_free"] == pages and stats["reloads"] == 0
+        assert stats["flags"]["foreign_record"] == 1 and other.decide() == "report_error"
+        with pytest.raises(ps.PagingError, match="foreign_record"):
+            other.check()
+    out = torch.zeros_like(x)
+    rec.reload(out, zero_tail=True)
+    assert mine.decide() == "keep" and torch.equal(out[0], x[0]) and torch.equal(out[1, :40], x[1, :40])
+
+
+def test_cuda_strict_is_opt_in():
+    pool = ps.PagePool(device_pages=1, page_bytes=4096, device="cuda")
+    assert not pool.strict
+    strict = ps.PagePool(device_pages=1, page_bytes=4096, device="cuda", strict=True)
+    x = torch.randn(2, 64, 128).to(torch.bfloat16).cuda()
+    counts = torch.tensor([64, 64], dtype=torch.int32).cuda()
+    with pytest.raises(ps.PagingError, match="overflow"):
+        strict.record(like=x, counts=counts).stash(x, counts)

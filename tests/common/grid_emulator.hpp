@@ -370,10 +370,15 @@ struct Emulator {
   template <class Tr, ps::detail::Operation Op>
   void launch(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec,
               bool zero_tail) const {
-    const ps::PoolRef pool_ref = pool.ref();
-    const ps::RecordRef rec_ref = rec.ref();
+    launch<Tr, Op>(pool.ref(), v, rec.ref(), zero_tail);
+  }
+  /// One launch on the handles, with no host check: what runs where the host cannot tell
+  /// a record of another pool (attached device objects).
+  template <class Tr, ps::detail::Operation Op>
+  void launch(const ps::PoolRef& pool, const ps::GroupedView<typename Tr::layout>& v, const ps::RecordRef& rec,
+              bool zero_tail) const {
     emulate_launch(shape, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Tr, Op>(ctx, pool_ref, v, rec_ref, zero_tail);
+      ps::detail::run_operation<Tr, Op>(ctx, pool, v, rec, zero_tail);
     });
   }
 };

@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -426,6 +427,60 @@ TEST_CASE("bad input is rejected on the host before any launch") {
   CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, device_pool, t.view, host_rec),
                        doctest::Contains("another pool"), std::invalid_argument);
   CHECK(rec.status().state == ps::RecordState::empty);
+}
+
+TEST_CASE("attached device objects: the host knows no ids, and the kernels refuse a record of another pool") {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  const auto shape = sequence_shape<L>(false);
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool_a(cfg, ps::MemorySpace::device), pool_b(cfg, ps::MemorySpace::device);
+  CHECK(pool_a.id() != pool_b.id());
+  auto rec_a = ps::make_record<Tr>(pool_a, shape);
+  std::mt19937 rng(71);
+  Tensor<L, DeviceBackend> src(shape), dst(shape);
+  const std::vector<std::int32_t> counts = random_counts(shape, rng);
+  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
+  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
+  const std::vector<std::uint8_t> poisoned = random_bytes(source.size(), rng);
+  src.set(BufferRole::data, source);
+  dst.set(BufferRole::data, poisoned);
+  src.set_counts(counts);
+  PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());  // the uploads, before the per-thread stream reads them
+  DeviceBackend::stash(pool_a, src.view, rec_a);
+  const std::vector<std::int32_t> held = rec_a.page_ids();
+
+  // Per call, as a framework makes them: attach reads no device memory, so no ids.
+  ps::PagePool b = ps::PagePool::attach(cfg, ps::MemorySpace::device,
+                                        ps::PoolMemory{pool_b.ref().counters, pool_b.ref().device_arena, nullptr});
+  CHECK(b.id() == 0);
+  auto on_b = ps::StashRecord<Tr>::attach(b, shape, rec_a.ref().header);
+  CHECK(on_b.pool_id() == 0);
+  CHECK(ps::make_record<Tr>(b, shape).pool_id() == pool_b.id());  // made: reads the id once
+  DeviceBackend::stash(b, src.view, on_b);
+  DeviceBackend::reload(b, on_b, dst.view, true);
+  DeviceBackend::discard(b, on_b);
+  const ps::PoolStats s = pool_b.stats();
+  CHECK(s.flags.foreign_record == 1);
+  CHECK(s.flags.error == 1);
+  CHECK(s.errors == 3);
+  CHECK(s.stashes == 0);
+  CHECK(s.reloads == 0);
+  CHECK(s.device_pages_free == cfg.device_pages);
+  std::vector<std::int32_t> free = pool_b.free_pages();
+  std::sort(free.begin(), free.end());
+  for (std::size_t i = 0; i < free.size(); ++i) CHECK(free[i] == static_cast<std::int32_t>(i));
+  CHECK(rec_a.status().error == ps::RecordError::foreign_pool);
+  CHECK(rec_a.status().state == ps::RecordState::stashed);
+  CHECK(rec_a.page_ids() == held);
+  CHECK(dst.bytes(BufferRole::data) == poisoned);
+
+  // A's record is intact: it reloads on its own pool.
+  DeviceBackend::reload(pool_a, rec_a, dst.view, false);
+  CHECK(dst.bytes(BufferRole::data) == expected_reload<Tr>(shape, BufferRole::data, counts, source, poisoned, false));
+  CHECK(pool_a.stats().flags.error == 0);
 }
 
 TEST_CASE("every launch has its own id, graph replays and two executables of one graph too") {

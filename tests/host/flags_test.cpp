@@ -9,7 +9,9 @@
 #include "../common/layout_list.hpp"
 #include "../common/stash_sequence.hpp"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -51,6 +53,21 @@ struct Ops {
   void reset(ps::PagePool& pool) const {
     if (emulated) Emulator{}.reset(pool);
     else ps::reset(ps::host, pool);
+  }
+
+  // The same past the host checks, on the handles: what runs where the host cannot compare
+  // a pool's and a record's ids (attached device objects).
+  void unchecked_stash(const ps::PoolRef& pool, const ps::GroupedView<L>& v, const ps::RecordRef& rec) const {
+    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::stash>(pool, v, rec, false);
+    else ps::detail::stash_on_host<Tr>(ps::host, pool, v, rec);
+  }
+  void unchecked_reload(const ps::PoolRef& pool, const ps::RecordRef& rec, const ps::GroupedView<L>& dest) const {
+    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, true);
+    else ps::detail::reload_on_host<Tr>(ps::host, pool, rec, dest, true);
+  }
+  void unchecked_discard(const ps::PoolRef& pool, const ps::GroupedView<L>& shape, const ps::RecordRef& rec) const {
+    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::discard>(pool, shape, rec, false);
+    else ps::detail::discard_pages(ps::detail::SerialTeam{}, pool, rec);
   }
 };
 
@@ -100,6 +117,7 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
       CHECK(r.flags.not_stashed == kinds.not_stashed);
       CHECK(r.flags.stale == kinds.stale);
       CHECK(r.flags.refused_launch == 0);
+      CHECK(r.flags.foreign_record == 0);
       CHECK(r.overflows == overflow);
       CHECK(r.errors == r.flags.error);
       CHECK(ps::decide(r.flags) == (r.flags.error      ? ps::StepDecision::report_error
@@ -110,7 +128,7 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
     ops.stash(pool, src.view, a);
     expect("a stash that fits", 0, {});
     ops.stash(pool, src.view, a);
-    expect("a stash into a record that holds pages", 0, ps::PoolFlags{0, 0, 0, 0, 1, 0, 0, 0});
+    expect("a stash into a record that holds pages", 0, ps::PoolFlags{0, 0, 0, 0, 1, 0, 0, 0, 0});
     ops.reset(pool);
 
     ops.stash(pool, src.view, a);
@@ -124,24 +142,26 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
     ops.stash(pool, src.view, a);
     ops.reload(pool, a, dst.view);
     ops.reload(pool, a, dst.view);
-    expect("a second reload", 0, ps::PoolFlags{0, 0, 0, 0, 0, 1, 0, 0});
+    expect("a second reload", 0, ps::PoolFlags{0, 0, 0, 0, 0, 1, 0, 0, 0});
     ops.reset(pool);
 
     ops.stash(pool, src.view, a);
     ops.reset(pool);
     ops.reload(pool, a, dst.view);
-    expect("a reload after a reset", 0, ps::PoolFlags{0, 0, 0, 0, 0, 0, 1, 0});
+    expect("a reload after a reset", 0, ps::PoolFlags{0, 0, 0, 0, 0, 0, 1, 0, 0});
     ops.reset(pool);
 
     src.counts[1] = static_cast<std::int32_t>(shape.max_tokens + 1);
     ops.stash(pool, src.view, b);
-    expect("a count beyond max_tokens", 0, ps::PoolFlags{0, 0, 0, 1, 0, 0, 0, 0});
+    expect("a count beyond max_tokens", 0, ps::PoolFlags{0, 0, 0, 1, 0, 0, 0, 0, 0});
     src.counts[1] = static_cast<std::int32_t>(shape.max_tokens);
     ops.reset(pool);
     expect("after a reset", 0, {});
     CHECK(ops.report(pool).generation == 6);
   }
 }
+
+constexpr std::size_t flag_words = sizeof(ps::PoolFlags) / sizeof(std::int32_t);
 
 /// Ranks as host threads: an all-reduce (max, word by word) of their pools' flags, in place.
 class HostRanks {
@@ -153,7 +173,7 @@ class HostRanks {
     const int generation = generation_;
     auto* in = reinterpret_cast<const std::int32_t*>(&mine);
     auto* acc = reinterpret_cast<std::int32_t*>(&sum_);
-    for (int k = 0; k < 8; ++k) acc[k] = std::max(acc[k], in[k]);
+    for (std::size_t k = 0; k < flag_words; ++k) acc[k] = std::max(acc[k], in[k]);
     if (++arrived_ == ranks_) {
       result_ = sum_;
       sum_ = ps::PoolFlags{};
@@ -397,6 +417,9 @@ TEST_CASE("attach: a pool and a record over memory that holds them, or a byte co
   ps::PoolMemory copied{control.at, arena.at, nullptr};
   ps::PagePool pool = ps::PagePool::attach(cfg, ps::MemorySpace::host, copied);
   auto rec = ps::StashRecord<Tr>::attach(pool, shape, record.at);
+  // The ids are values in the memory: the copy is the pool it was copied from.
+  CHECK(pool.id() == made.id());
+  CHECK(rec.pool_id() == made.id());
   CHECK(rec.status(pool).state == ps::RecordState::stashed);
   for (int twice = 0; twice < 2; ++twice) {  // the original, then the copy: the same bytes back
     HostTensor<L> dst(shape.max_tokens, shape.hidden, shape.groups, src.counts);
@@ -418,8 +441,193 @@ TEST_CASE("attach: a pool and a record over memory that holds them, or a byte co
     CHECK(s.device_pages_free == cfg.device_pages);
     CHECK(s.flags.error == 0);
   }
-  // A record attached to a pool other than the one in the call is refused, as for made ones.
-  CHECK_THROWS_AS(ps::reload(ps::host, made, rec, src.view), std::invalid_argument);
+  // A record of another pool, attached over this pool's memory, is refused, as a made one is.
+  ps::PagePool other(cfg, ps::MemorySpace::host);
+  const auto theirs = ps::make_record<Tr>(other, shape);
+  auto attached = ps::StashRecord<Tr>::attach(pool, shape, theirs.ref().header);
+  CHECK(attached.pool_id() == other.id());
+  CHECK_THROWS_WITH_AS(ps::stash(ps::host, pool, src.view, attached), doctest::Contains("another pool"),
+                       std::invalid_argument);
+}
+
+/// The memory a pool lives in, to attach to.
+ps::PoolMemory memory_of(const ps::PagePool& pool) {
+  return {pool.ref().counters, pool.ref().device_arena, pool.ref().host_arena};
+}
+
+TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, kept by reset, read back by attach") {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 256;
+  cfg.device_pages = 4;
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 256; ++i) ids.push_back(ps::PagePool(cfg, ps::MemorySpace::host).id());
+  CHECK(std::count(ids.begin(), ids.end(), std::uint64_t{0}) == 0);
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+  // Random, not a count: the high bits vary too.
+  CHECK(std::count_if(ids.begin(), ids.end(), [](std::uint64_t id) { return id >> 63; }) > 64);
+
+  const auto shape = sequence_shape<L>(false);
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  for (bool emulated : {false, true}) {
+    CAPTURE(emulated);
+    const Ops ops{emulated};
+    ps::PagePool pool(cfg, ps::MemorySpace::host);
+    const std::uint64_t id = pool.id();
+    CHECK(pool.ref().counters->id == id);
+    auto rec = ps::make_record<Tr>(pool, shape);
+    CHECK(rec.pool_id() == id);
+    CHECK(rec.ref().header->pool_id == id);
+    CHECK(ps::StashRecord<Tr>::attach(pool, shape, rec.ref().header).pool_id() == id);
+    ops.reset(pool);
+    ops.reset(pool);
+    CHECK(pool.ref().counters->id == id);
+    const ps::PagePool attached = ps::PagePool::attach(pool.config(), ps::MemorySpace::host, memory_of(pool));
+    CHECK(attached.id() == id);
+    // A record made through an attached pool carries its id too.
+    CHECK(ps::make_record<Tr>(attached, shape).ref().header->pool_id == id);
+    // The record made before the resets is still the pool's: it stashes (its state is empty).
+    std::mt19937 rng(41);
+    HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, random_counts(shape, rng));
+    fill(src, rng);
+    ops.stash(pool, src.view, rec);
+    CHECK(rec.status(pool).state == ps::RecordState::stashed);
+    CHECK(pool.stats().flags.error == 0);
+  }
+}
+
+/// A record's memory, its error blanked: all that a step refusing it may change.
+std::vector<unsigned char> bytes_but_error(const ps::StashRecord<Tr>& rec) {
+  const auto* at = reinterpret_cast<const unsigned char*>(rec.ref().header);
+  std::vector<unsigned char> b(at, at + rec.bytes());
+  std::fill_n(b.begin() + offsetof(ps::RecordHeader, error), sizeof(ps::RecordError), 0);
+  return b;
+}
+
+/// What a step refusing a record may not change in a pool: counters, free list, pages.
+struct PoolImage {
+  ps::PoolStats stats;
+  std::vector<std::int32_t> free;
+  std::vector<unsigned char> pages;
+  explicit PoolImage(const ps::PagePool& pool) : stats(pool.stats()), free(pool.free_pages()) {
+    const ps::PoolRef& r = pool.ref();
+    pages.assign(r.device_arena, r.device_arena + r.device_pages * r.page_bytes);
+    pages.insert(pages.end(), r.host_arena, r.host_arena + r.host_pages * r.page_bytes);
+  }
+};
+
+/// `pool` as `before`, but for the error flags of `errors` foreign records, and those counted.
+void check_refused_foreign(const PoolImage& before, const ps::PagePool& pool, std::int64_t errors) {
+  const PoolImage now(pool);
+  ps::PoolFlags expected = before.stats.flags;
+  expected.error = expected.foreign_record = errors > 0 ? 1 : 0;
+  CHECK(std::memcmp(&now.stats.flags, &expected, sizeof(expected)) == 0);
+  CHECK(now.stats.errors == before.stats.errors + errors);
+  CHECK(now.stats.overflows == before.stats.overflows);
+  CHECK(now.stats.stashes == before.stats.stashes);
+  CHECK(now.stats.reloads == before.stats.reloads);
+  CHECK(now.stats.device_pages_free == before.stats.device_pages_free);
+  CHECK(now.stats.host_pages_free == before.stats.host_pages_free);
+  CHECK(now.stats.peak_pages_used == before.stats.peak_pages_used);
+  CHECK(now.stats.live_bytes == before.stats.live_bytes);
+  CHECK(now.stats.peak_live_bytes == before.stats.peak_live_bytes);
+  CHECK(now.stats.generation == before.stats.generation);
+  CHECK(now.free == before.free);
+  CHECK(now.pages == before.pages);
+}
+
+TEST_CASE("foreign record: pool A's record over pool B's memory is refused by every step, both left as they were") {
+  ps::GroupedView<L> shape;
+  shape.max_tokens = 64;
+  shape.hidden = 96;
+  shape.groups = 4;
+  CHECK(offsetof(ps::PoolFlags, foreign_record) == 32);
+  CHECK(std::string(ps::flag_names[8]) == "foreign_record");
+  const std::int64_t full = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, 256);
+  for (bool emulated : {false, true}) {
+    for (bool smaller : {false, true}) {  // B smaller: A's page ids are beyond B's
+      CAPTURE(emulated);
+      CAPTURE(smaller);
+      const Ops ops{emulated};
+      ps::PoolConfig cfg_a;
+      cfg_a.page_bytes = 256;
+      cfg_a.device_pages = 2 * full;
+      cfg_a.host_pages = full;
+      ps::PoolConfig cfg_b = cfg_a;
+      if (smaller) {
+        cfg_b.device_pages = full / 4;
+        cfg_b.host_pages = 2;
+      }
+      ps::PagePool pool_a(cfg_a, ps::MemorySpace::host), pool_b(cfg_b, ps::MemorySpace::host);
+      std::mt19937 rng(smaller ? 61 : 67);
+      std::vector<std::unique_ptr<ps::StashRecord<Tr>>> held_a, held_b;
+      held_a.push_back(std::make_unique<ps::StashRecord<Tr>>(pool_a, shape));
+      held_b.push_back(std::make_unique<ps::StashRecord<Tr>>(pool_b, shape));
+      auto& a_held = *held_a[0];
+      auto a_empty = ps::make_record<Tr>(pool_a, shape);
+
+      // A holds a full stash; B a small one of its own (its free list is not the identity).
+      const std::vector<std::int32_t> all(4, 64), few = {3, 0, 5, 2};
+      HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, all), mine(shape.max_tokens, shape.hidden,
+                                                                                  shape.groups, few);
+      fill(src, rng);
+      fill(mine, rng);
+      ops.stash(pool_a, src.view, a_held);
+      ops.stash(pool_b, mine.view, *held_b[0]);
+      REQUIRE(a_held.status().state == ps::RecordState::stashed);
+      REQUIRE(held_b[0]->status().state == ps::RecordState::stashed);
+
+      // The objects a framework makes per call: B from its memory, A's records over theirs.
+      ps::PagePool b = ps::PagePool::attach(cfg_b, ps::MemorySpace::host, memory_of(pool_b));
+      auto on_b = ps::StashRecord<Tr>::attach(b, shape, a_held.ref().header);
+      // The host knows both ids here, and refuses before anything runs.
+      CHECK_THROWS_WITH_AS(ops.stash(b, src.view, on_b), doctest::Contains("another pool"),
+                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(ops.reload(b, on_b, src.view), doctest::Contains("another pool"),
+                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(on_b.status(b), doctest::Contains("another pool"), std::invalid_argument);
+
+      // Where it cannot (device objects), every step refuses in memory.
+      const PoolImage b_before(pool_b), a_before(pool_a);
+      HostTensor<L> dst(shape.max_tokens, shape.hidden, shape.groups, all);
+      fill(dst, rng);
+      const std::vector<std::uint8_t> poisoned = dst.data;
+      std::int64_t refused = 0;
+      auto refuse = [&](const char* what, ps::StashRecord<Tr>& rec, auto&& op) {
+        INFO(what);
+        rec.ref().header->error = ps::RecordError::none;
+        const std::vector<unsigned char> rec_before = bytes_but_error(rec);
+        op(b.ref(), rec.ref());
+        ++refused;
+        CHECK(rec.status().error == ps::RecordError::foreign_pool);
+        CHECK(bytes_but_error(rec) == rec_before);
+        CHECK(dst.data == poisoned);
+        check_refused_foreign(b_before, pool_b, refused);
+        check_page_invariant<Tr>(pool_b, held_b, {0});
+        check_refused_foreign(a_before, pool_a, 0);
+      };
+      const auto stash = [&](const ps::PoolRef& p, const ps::RecordRef& r) { ops.unchecked_stash(p, src.view, r); };
+      const auto reload = [&](const ps::PoolRef& p, const ps::RecordRef& r) { ops.unchecked_reload(p, r, dst.view); };
+      const auto discard = [&](const ps::PoolRef& p, const ps::RecordRef& r) { ops.unchecked_discard(p, shape, r); };
+      refuse("stash into an empty record", a_empty, stash);
+      refuse("stash into a record holding pages", a_held, stash);
+      refuse("reload of a record holding pages", a_held, reload);
+      refuse("reload of an empty record", a_empty, reload);
+      refuse("discard of a record holding pages", a_held, discard);
+      refuse("discard of an empty record", a_empty, discard);
+
+      // Both pools carry on: A's record reloads what it stashed, B's its own.
+      ops.reload(pool_a, a_held, dst.view);
+      CHECK(dst.data == expected_reload<Tr>(shape, BufferRole::data, src.counts, src.data, poisoned, false));
+      HostTensor<L> back(shape.max_tokens, shape.hidden, shape.groups, few);
+      ops.reload(pool_b, *held_b[0], back.view);
+      const std::vector<std::uint8_t> zeros(back.data.size(), 0);
+      CHECK(back.data == expected_reload<Tr>(shape, BufferRole::data, few, mine.data, zeros, false));
+      CHECK(pool_a.stats().device_pages_free == cfg_a.device_pages);
+      CHECK(pool_b.stats().device_pages_free == cfg_b.device_pages);
+      CHECK(pool_a.stats().flags.error == 0);
+    }
+  }
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ struct ReloadOptions {
 namespace detail {
 
 /// log2 of the host executor's tile size on `pool`.
-inline int tile_shift_on_host(const PagePool& pool) { return tile_shift_for(pool.ref().page_shift, host_tile_shift); }
+inline int tile_shift_on_host(const PoolRef& pool) { return tile_shift_for(pool.page_shift, host_tile_shift); }
 
 /// Every tile of the plan, split over the executor's threads in consecutive ranges.
 inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
@@ -39,6 +39,24 @@ inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda
   for (auto& w : workers) w.join();
 }
 
+// The operations after the host checks, on the handles: what runs where the host cannot
+// tell a record of another pool (the steps refuse it in memory; the tests run these so).
+
+template <class Traits>
+void stash_on_host(const HostExecutor& ex, const PoolRef& pool, const GroupedView<typename Traits::layout>& view,
+                   const RecordRef& rec) {
+  if (begin_stash<Traits>(SerialTeam{}, pool, view, rec, tile_shift_on_host(pool)))
+    run_tiles_on_host(ex, tile_work<Traits>(pool, view, rec, true), rec.header->tiles);
+}
+
+template <class Traits>
+void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef& rec,
+                    const GroupedView<typename Traits::layout>& dest, bool zero_tail) {
+  if (!begin_reload<Traits>(SerialTeam{}, pool, dest, rec, zero_tail, tile_shift_on_host(pool))) return;
+  run_tiles_on_host(ex, tile_work<Traits>(pool, dest, rec, false), rec.header->tiles);
+  end_reload(SerialTeam{}, pool, rec);
+}
+
 }  // namespace detail
 
 /// Moves the live bytes of every buffer Traits pages into pages of `pool`, and the kept
@@ -47,8 +65,7 @@ template <class Traits>
 void stash(const HostExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {
   detail::check_stash(ex.memory, pool, view, rec);
-  if (detail::begin_stash<Traits>(detail::SerialTeam{}, pool.ref(), view, rec.ref(), detail::tile_shift_on_host(pool)))
-    detail::run_tiles_on_host(ex, detail::tile_work<Traits>(pool.ref(), view, rec.ref(), true), rec.ref().header->tiles);
+  detail::stash_on_host<Traits>(ex, pool.ref(), view, rec.ref());
 }
 
 /// Copies the record's bytes back into `dest` (same hidden and groups, max_tokens at least
@@ -57,11 +74,7 @@ template <class Traits>
 void reload(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
   detail::check_reload(ex.memory, pool, rec, dest);
-  if (!detail::begin_reload<Traits>(detail::SerialTeam{}, pool.ref(), dest, rec.ref(), options.zero_tail,
-                                    detail::tile_shift_on_host(pool)))
-    return;
-  detail::run_tiles_on_host(ex, detail::tile_work<Traits>(pool.ref(), dest, rec.ref(), false), rec.ref().header->tiles);
-  detail::end_reload(detail::SerialTeam{}, pool.ref(), rec.ref());
+  detail::reload_on_host<Traits>(ex, pool.ref(), rec.ref(), dest, options.zero_tail);
 }
 
 /// Returns the record's pages without copying (a backward that is skipped).

@@ -27,16 +27,24 @@ struct PoolFlags {
   cuda::std::int32_t not_stashed;     ///< error: a reload of a record that holds no pages
   cuda::std::int32_t stale;           ///< error: a reload of a record stashed before a reset
   cuda::std::int32_t refused_launch;  ///< error: a launch on a record with another launch in flight
+  cuda::std::int32_t foreign_record;  ///< error: an operation with a record made for another pool
 };
-static_assert(sizeof(PoolFlags) == 32, "PoolFlags is 8 int32 words: its layout is documented API");
+static_assert(sizeof(PoolFlags) == 36, "PoolFlags is 9 int32 words: its layout is documented API");
 
 /// The flags' names, in the order of PoolFlags' words (for tools that read the words).
-inline constexpr const char* flag_names[] = {"overflow",      "error",       "host_spill", "bad_counts",
-                                             "still_stashed", "not_stashed", "stale",      "refused_launch"};
+inline constexpr const char* flag_names[] = {"overflow",    "error", "host_spill",     "bad_counts",    "still_stashed",
+                                             "not_stashed", "stale", "refused_launch", "foreign_record"};
 static_assert(sizeof(flag_names) / sizeof(flag_names[0]) == sizeof(PoolFlags) / sizeof(cuda::std::int32_t));
 
 /// The kinds of misuse (each a PoolFlags field).
-enum class ErrorKind : cuda::std::int32_t { bad_counts, still_stashed, not_stashed, stale, refused_launch };
+enum class ErrorKind : cuda::std::int32_t {
+  bad_counts,
+  still_stashed,
+  not_stashed,
+  stale,
+  refused_launch,
+  foreign_record,
+};
 
 /// The flag of one kind of misuse.
 PAGESTASH_HOST_DEVICE inline cuda::std::int32_t& flag_of(PoolFlags& f, ErrorKind kind) {
@@ -45,7 +53,8 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int32_t& flag_of(PoolFlags& f, ErrorKind
     case ErrorKind::still_stashed: return f.still_stashed;
     case ErrorKind::not_stashed: return f.not_stashed;
     case ErrorKind::stale: return f.stale;
-    default: return f.refused_launch;
+    case ErrorKind::refused_launch: return f.refused_launch;
+    default: return f.foreign_record;
   }
 }
 

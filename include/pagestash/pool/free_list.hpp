@@ -18,12 +18,17 @@
 PAGESTASH_NAMESPACE_BEGIN
 
 /// The pool's counters, in the pool's memory, the flags first (their address is API). The
-/// flags, `lock`, `generation`, `overflows` and `errors` are accessed atomically; the rest
-/// only under `lock`. Stashes do nothing while `flags.overflow` is set.
+/// flags, `lock`, `generation`, `overflows` and `errors` are accessed atomically; `id` is
+/// written once, when the pool is made; the rest only under `lock`. Stashes do nothing
+/// while `flags.overflow` is set.
 struct PoolCounters {
   PoolFlags flags;
   cuda::std::int32_t lock;
   cuda::std::int32_t generation;  ///< bumped by reset; a record stashed before it is stale
+  /// The pool's identity (nonzero, random), kept by reset and by byte copies of the memory:
+  /// each record carries its pool's, so that a step refuses a record of another pool
+  /// whose memory is attached to this one's (its page ids are not this pool's).
+  cuda::std::uint64_t id;
   cuda::std::int64_t device_free;  ///< ids on the device stack
   cuda::std::int64_t host_free;    ///< ids on the host stack
   cuda::std::int64_t peak_used;
@@ -185,8 +190,9 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
 PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
   PoolFlags& f = pool.counters->flags;
   auto load = [](cuda::std::int32_t& x) { return device_atomic<cuda::std::int32_t>(x).load(cuda::std::memory_order_relaxed); };
-  return PoolFlags{load(f.overflow),  load(f.error),       load(f.host_spill), load(f.bad_counts),
-                   load(f.still_stashed), load(f.not_stashed), load(f.stale),      load(f.refused_launch)};
+  return PoolFlags{load(f.overflow),       load(f.error),          load(f.host_spill),
+                   load(f.bad_counts),     load(f.still_stashed),  load(f.not_stashed),
+                   load(f.stale),          load(f.refused_launch), load(f.foreign_record)};
 }
 
 /// Writes the flags and counters into `dst` (the caller's memory), the counters under the
@@ -214,8 +220,8 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
   unlock_pool(team, pool);
 }
 
-/// Every page free, flags and statistics cleared, generation bumped; no allocation, so a
-/// graph may contain it. Nothing may run on the pool meanwhile.
+/// Every page free, flags and statistics cleared, generation bumped, the id kept; no
+/// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
 template <class Team>
 PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
@@ -225,8 +231,10 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) {
     PoolCounters& c = *pool.counters;
     const cuda::std::int32_t generation = c.generation + 1;
+    const cuda::std::uint64_t id = c.id;
     c = PoolCounters{};
     c.generation = generation;
+    c.id = id;
     c.device_free = pool.device_pages;
     c.host_free = pool.host_pages;
   }

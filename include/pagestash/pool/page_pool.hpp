@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -73,12 +74,16 @@ class PagePool {
   /// host pool. Operations on a stream of another device are refused on the host.
   int device() const { return device_; }
 
-  /// Identity of this pool, for checking that a record belongs to it.
+  /// The pool's identity (PoolCounters::id, in its memory), which its records carry: known
+  /// for a pool made here and for an attached host pool; 0 (unknown) for an attached device
+  /// pool, since attach reads no device memory (it runs per operation and must not
+  /// synchronise). Where the host cannot compare ids, the operations still refuse a record
+  /// of another pool on the device (foreign_record).
   std::uint64_t id() const { return id_; }
   /// The handle executors pass to their steps.
   const PoolRef& ref() const { return ref_; }
   /// The pool's flags where the operations write them (device memory for a device pool), for
-  /// the caller's kernels, collectives or conditional graph nodes: 8 int32 words, each 0 or
+  /// the caller's kernels, collectives or conditional graph nodes: 9 int32 words, each 0 or
   /// 1, sticky until reset (pool/flags.hpp). Read them in stream order after the step's
   /// operations; writing 1 into a field (as an all-reduce does) raises it.
   PoolFlags* flags() const { return &ref_.counters->flags; }
@@ -121,7 +126,7 @@ class PagePool {
 
  private:
   PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory, bool initialize = true)
-      : config_(config), space_(space), id_(next_id()) {
+      : config_(config), space_(space), id_(initialize ? new_id() : 0) {
     const PoolMemorySizes sizes = bytes_needed(config);
     const bool device = space == MemorySpace::device;
     if (device) PAGESTASH_CUDA_TRY(cudaGetDevice(&device_));
@@ -137,7 +142,10 @@ class PagePool {
       host_arena_ = detail::Allocation(host_kind, sizes.host_arena);
     }
     ref_ = make_ref();
-    if (!initialize) return;
+    if (!initialize) {
+      if (!device) id_ = ref_.counters->id;  // host memory: read at no cost
+      return;
+    }
     // The initial state is the reset state, built on the host and copied once.
     const auto d = static_cast<std::size_t>(config.device_pages);
     std::vector<unsigned char> image(control_.bytes());
@@ -147,6 +155,7 @@ class PagePool {
     staging.host_stack = staging.device_stack + d;
     *staging.counters = PoolCounters{};
     staging.counters->generation = -1;
+    staging.counters->id = id_;
     detail::reset_pool(detail::SerialTeam{}, staging);
     detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
   }
@@ -162,9 +171,22 @@ class PagePool {
     return c;
   }
 
-  static std::uint64_t next_id() {
+  /// A new pool's id, never 0: a process counter through a bijective mix (splitmix64's) keyed
+  /// by std::random_device once per process, so that ids differ within a process and,
+  /// almost surely, across processes (whose pools may meet in a framework's tensors).
+  static std::uint64_t new_id() {
+    static const std::uint64_t key = [] {
+      std::random_device entropy;
+      return (std::uint64_t{entropy()} << 32) ^ entropy();
+    }();
     static std::atomic<std::uint64_t> counter{0};
-    return ++counter;
+    for (;;) {
+      std::uint64_t x = key + ++counter * 0x9E3779B97F4A7C15ull;
+      x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+      x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+      x ^= x >> 31;
+      if (x != 0) return x;
+    }
   }
 
   PoolRef make_ref() const {

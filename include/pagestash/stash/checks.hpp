@@ -19,7 +19,8 @@ void check_pool_and_record(const char* op, MemorySpace executor, const PagePool&
   if (pool.space() != executor)
     invalid_call(op, std::string("the pool is in ") + name_of(pool.space()) + " memory but the executor runs on the " +
                          name_of(executor));
-  if (rec.pool_id() != pool.id()) invalid_call(op, "the record was made for another pool");
+  // Where an attached device object leaves an id unknown, the steps refuse it in memory.
+  if (!rec.same_pool(pool)) invalid_call(op, "the record was made for another pool");
 }
 
 template <class Traits>

@@ -34,6 +34,7 @@ enum class RecordError : cuda::std::int32_t {
   still_stashed = 3,  ///< stash: the record holds pages not yet reloaded or discarded
   not_stashed = 4,    ///< reload/discard: the record holds no pages (double reload, overflow)
   stale = 5,          ///< reload/discard: the pool was reset since the stash
+  foreign_pool = 6,   ///< any: the record was made for another pool; nothing done to either
 };
 
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
@@ -69,7 +70,8 @@ struct RecordHeader {
   cuda::std::int64_t tiles;  ///< of the current operation's plan
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
-  unsigned char padding[64];      ///< the launch words at offset 128
+  cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (PoolCounters::id)
+  unsigned char padding[56];      ///< the launch words at offset 128
   LaunchWords launch;
 };
 static_assert(offsetof(RecordHeader, launch) == 128);
@@ -156,7 +158,8 @@ class StashRecord {
 
   /// A record over caller-owned memory that already holds one of this shape, made for
   /// `pool`'s memory (PagePool::attach): the memory a record was made in, or a byte copy of
-  /// it together with the pool's. Writes nothing; the record's state is the memory's.
+  /// it together with the pool's. Writes nothing; the record's state is the memory's. Its
+  /// pool_id() is read from a host record's memory, and unknown (0) for a device record.
   static StashRecord attach(const PagePool& pool, const GroupedView<layout>& shape, void* memory) {
     return StashRecord(pool, shape, memory, Memory::attached);
   }
@@ -172,6 +175,8 @@ class StashRecord {
   StashRecord& operator=(StashRecord&&) noexcept = default;
 
   const RecordRef& ref() const { return ref_; }
+  /// The id of the pool the record was made for (RecordHeader::pool_id); 0 where the host
+  /// does not know it (an attached device record).
   std::uint64_t pool_id() const { return pool_id_; }
   MemorySpace space() const { return space_; }
   /// The shape the record was made for (pointers and counts are not kept).
@@ -218,11 +223,15 @@ class StashRecord {
   /// status(), with `stale` in place of `stashed` when `pool` (the record's) was reset since
   /// the stash: the record's page ids are no longer its own (status() alone cannot know).
   RecordStatus status(const PagePool& pool) const {
-    if (pool.id() != pool_id_) throw std::invalid_argument("StashRecord::status: the record was made for another pool");
+    if (!same_pool(pool)) throw std::invalid_argument("StashRecord::status: the record was made for another pool");
     RecordStatus s = status();
     if (s.state == RecordState::stashed && s.generation != pool.stats().generation) s.state = RecordState::stale;
     return s;
   }
+
+  /// Whether the record may be of `pool`, as far as the host knows: false only when both ids
+  /// are known and differ (the steps compare the ids in memory anyway).
+  bool same_pool(const PagePool& pool) const { return pool_id_ == 0 || pool.id() == 0 || pool_id_ == pool.id(); }
 
   /// The page ids the record holds (empty unless stashed). Same synchronisation as status().
   std::vector<std::int32_t> page_ids() const {
@@ -258,8 +267,8 @@ class StashRecord {
 
   enum class Memory { owned, borrowed, attached };
   StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory, Memory how)
-      : pool_id_(pool.id()), space_(pool.space()), shape_(shape), page_bytes_(pool.config().page_bytes),
-        page_shift_(pool.ref().page_shift) {
+      : pool_id_(how == Memory::attached ? 0 : pool.id()), space_(pool.space()), shape_(shape),
+        page_bytes_(pool.config().page_bytes), page_shift_(pool.ref().page_shift) {
     static_assert(check_stash_traits<Traits>());
     validate_shape(shape);
     const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
@@ -275,10 +284,17 @@ class StashRecord {
     ref_.items = reinterpret_cast<WorkItem*>(base + parts.items_at);
     ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
     ref_.kept = base + parts.kept_at;
-    if (how == Memory::attached) return;
+    if (how == Memory::attached) {
+      if (space_ == MemorySpace::host) pool_id_ = ref_.header->pool_id;  // host memory: read at no cost
+      return;
+    }
+    // A pool attached to device memory does not know its id on the host: read it once (the
+    // header's copy below synchronises anyway).
+    if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
     RecordHeader empty{};
     empty.state = RecordState::empty;
     empty.first_bad_group = -1;
+    empty.pool_id = pool_id_;
     detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }
 
@@ -321,6 +337,7 @@ inline const char* name_of(RecordError e) {
     case RecordError::still_stashed: return "still_stashed";
     case RecordError::not_stashed: return "not_stashed";
     case RecordError::stale: return "stale";
+    case RecordError::foreign_pool: return "foreign_pool";
   }
   return "?";
 }

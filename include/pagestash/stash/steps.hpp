@@ -3,9 +3,10 @@
 // executor runs `begin_*` on one team, then every tile of the plan (stash/copy.hpp), then
 // `end_reload`; the host executor does this on one CPU thread, the CUDA executor inside one
 // kernel launch. A step that cannot do its work records why in the record and, for stash
-// and reload, raises a pool flag: `overflow` when the pool had no room, `error` (and the
-// kind's flag) for misuse. Either way the step's results cannot be trusted and the caller
-// reruns it (pool/flags.hpp, docs/api.md "Failures").
+// and reload (discard: only for another pool's record), raises a pool flag: `overflow` when
+// the pool had no room, `error` (and the kind's flag) for misuse. Either way the step's
+// results cannot be trusted and the caller reruns it (pool/flags.hpp, docs/api.md
+// "Failures").
 
 #include <pagestash/stash/copy.hpp>
 #include <pagestash/stash/record.hpp>
@@ -39,6 +40,30 @@ PAGESTASH_HOST_DEVICE inline RecordError check_holds_pages(const PoolRef& pool, 
   return h.generation == generation ? RecordError::none : RecordError::stale;
 }
 
+/// Whether the record was made for another pool (its memory attached to this one's): its
+/// page ids, counts and plan are not this pool's. Every step checks it first, on the leader,
+/// before it reads or writes anything else of the record, the pool or the pages.
+PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHeader& h) {
+  return h.pool_id != pool.counters->id;
+}
+
+/// The pool's flag for a record's error (one that is misuse).
+PAGESTASH_HOST_DEVICE inline ErrorKind kind_of(RecordError e) {
+  switch (e) {
+    case RecordError::bad_counts: return ErrorKind::bad_counts;
+    case RecordError::still_stashed: return ErrorKind::still_stashed;
+    case RecordError::stale: return ErrorKind::stale;
+    case RecordError::foreign_pool: return ErrorKind::foreign_record;
+    default: return ErrorKind::not_stashed;
+  }
+}
+
+/// The leader refuses the operation as misuse: the record says why, the pool raises its kind.
+PAGESTASH_HOST_DEVICE inline void refuse(const PoolRef& pool, RecordHeader& h, RecordError error) {
+  h.error = error;
+  raise_error(pool, kind_of(error));
+}
+
 /// Stash, first step: snapshot the counts, check them, plan, take pages, keep the small
 /// buffers. Returns whether the tiles are to be copied.
 template <class Traits, class Team>
@@ -46,14 +71,13 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
                                        const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
                                        int tile_shift) {
   RecordHeader& h = *rec.header;
-  if (team.share(check_holds_pages(pool, h) == RecordError::none)) {  // would lose its pages
-    if (team.leader()) {
-      h.error = RecordError::still_stashed;
-      raise_error(pool, ErrorKind::still_stashed);
-    }
-    team.sync();
-    return false;
+  RecordError refused = RecordError::none;  // another pool's record, or one that would lose its pages
+  if (team.leader()) {
+    if (is_foreign(pool, h)) refused = RecordError::foreign_pool;
+    else if (check_holds_pages(pool, h) == RecordError::none) refused = RecordError::still_stashed;
+    if (refused != RecordError::none) refuse(pool, h, refused);
   }
+  if (team.share(refused) != RecordError::none) return false;
   for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) rec.counts[g] = v.counts[g];
   team.sync();
 
@@ -101,14 +125,12 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   RecordHeader& h = *rec.header;
   RecordError error = RecordError::none;
   if (team.leader()) {
-    error = check_holds_pages(pool, h);
+    const bool foreign = is_foreign(pool, h);
+    error = foreign ? RecordError::foreign_pool : check_holds_pages(pool, h);
     // A record whose stash overflowed or failed already raised its flag: reloading it (as a
     // captured step does) is no new misuse, and its error keeps the first cause.
-    const bool stash_failed = h.state == RecordState::overflowed || h.state == RecordState::failed;
-    if (error != RecordError::none && !stash_failed) {
-      h.error = error;
-      raise_error(pool, error == RecordError::stale ? ErrorKind::stale : ErrorKind::not_stashed);
-    }
+    const bool stash_failed = !foreign && (h.state == RecordState::overflowed || h.state == RecordState::failed);
+    if (error != RecordError::none && !stash_failed) refuse(pool, h, error);
     if (error == RecordError::none) h.error = error;
   }
   error = team.share(error);
@@ -141,12 +163,17 @@ PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, con
 }
 
 /// Discard: return the pages without copying. A record that holds none is left alone and
-/// the reason recorded; the overflow flag is not raised, as nothing was lost.
+/// the reason recorded; no flag is raised, as nothing was lost (but for another pool's
+/// record: misuse).
 template <class Team>
 PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
   RecordHeader& h = *rec.header;
   RecordError error = RecordError::none;
-  if (team.leader()) h.error = error = check_holds_pages(pool, h);
+  if (team.leader()) {
+    error = is_foreign(pool, h) ? RecordError::foreign_pool : check_holds_pages(pool, h);
+    if (error == RecordError::foreign_pool) refuse(pool, h, error);
+    else h.error = error;
+  }
   if (team.share(error) == RecordError::none) end_reload(team, pool, rec, RecordState::discarded);
 }
 

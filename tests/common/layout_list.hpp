@@ -13,6 +13,8 @@ using RuBf16 = ps::RowwiseUnquantized<ps::BF16, ps::Packed>;
 using RuFp16 = ps::RowwiseUnquantized<ps::FP16, ps::Packed>;
 using RuBf16Cap = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
 using RuFp16Cap = ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>;
+using RuF32 = ps::RowwiseUnquantized<float, ps::Packed>;
+using RuF32Cap = ps::RowwiseUnquantized<float, ps::CapacityPadded>;
 #define PAGESTASH_QUANTIZED_ALIASES(Prefix, Layout)                                       \
   using Prefix##Mx4PackSw = ps::Layout<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>;         \
   using Prefix##Mx4PackCo = ps::Layout<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>;          \
@@ -42,6 +44,13 @@ PAGESTASH_QUANTIZED_ALIASES(Row, RowwiseQuantized)
   X(Prefix##Mx4CapCo) X(Prefix##Mx5PackSw) X(Prefix##Mx5PackCo) X(Prefix##Mx5PadSw) X(Prefix##Mx5PadCo)        \
   X(Prefix##Mx5CapSw) X(Prefix##Mx5CapCo) X(Prefix##Nv4PackSw) X(Prefix##Nv4PackCo) X(Prefix##Nv4PadSw)        \
   X(Prefix##Nv4PadCo) X(Prefix##Nv4CapSw) X(Prefix##Nv4CapCo)
-#define PAGESTASH_TEST_FOR_EACH_LAYOUT(X)                                       \
-  X(Pf32) X(Pbf16) X(RuBf16) X(RuFp16) X(RuBf16Cap) X(RuFp16Cap)                \
+#define PAGESTASH_TEST_FOR_EACH_LAYOUT(X)                                                \
+  X(Pf32) X(Pbf16) X(RuBf16) X(RuFp16) X(RuBf16Cap) X(RuFp16Cap) X(RuF32) X(RuF32Cap) \
   PAGESTASH_TEST_QUANTIZED(X, Col) PAGESTASH_TEST_QUANTIZED(X, Row)
+
+namespace pagestash_test::layouts {
+#define PAGESTASH_TEST_COUNT_LAYOUT(L) +1
+/// How many layouts PAGESTASH_TEST_FOR_EACH_LAYOUT names (the tests that count per layout).
+inline constexpr int layout_count = 0 PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_TEST_COUNT_LAYOUT);
+#undef PAGESTASH_TEST_COUNT_LAYOUT
+}  // namespace pagestash_test::layouts

@@ -1,3 +1,3 @@
 #include <pagestash/layouts/layouts.hpp>
 namespace ps = pagestash;
-ps::GroupedView<ps::RowwiseUnquantized<float>> view;
+ps::GroupedView<ps::RowwiseUnquantized<double>> view;

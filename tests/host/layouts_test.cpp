@@ -55,6 +55,8 @@ TEST_CASE("buffer sizes equal TransformerEngine's shapes") {
     check_sizes(sizes_of<ps::Plain<float>>(M, K, 1), {M * K * 4, 0, 0});
     check_sizes(sizes_of<ps::RowwiseUnquantized<ps::BF16>>(M, K, G), {M * K * 2, 0, 0});
     check_sizes(sizes_of<ps::RowwiseUnquantized<ps::FP16, CapacityPadded>>(M, K, G), {G * M * K * 2, 0, 0});
+    check_sizes(sizes_of<ps::RowwiseUnquantized<float>>(M, K, G), {M * K * 4, 0, 0});
+    check_sizes(sizes_of<ps::RowwiseUnquantized<float, CapacityPadded>>(M, K, G), {G * M * K * 4, 0, 0});
   }
   SUBCASE("MXFP8 columnwise: data [M, K], scales [roundup(M/32, 4), roundup(K, 128)]") {
     const Sizes te{M * K, ru(M / 32, 4) * Kp, 0};
@@ -316,6 +318,8 @@ TEST_CASE("default StashTraits follow what backward needs") {
   using ps::Handling;
   using Bf = ps::StashTraits<ps::RowwiseUnquantized<ps::BF16>>;
   CHECK((Bf::data == Handling::paged && Bf::scales == Handling::dropped && Bf::amax == Handling::dropped));
+  using F32 = ps::StashTraits<ps::RowwiseUnquantized<float, ps::CapacityPadded>>;
+  CHECK((F32::data == Handling::paged && F32::scales == Handling::dropped && F32::amax == Handling::dropped));
   using Mx = ps::StashTraits<ps::ColumnwiseQuantized<ps::MXFP8_E4M3>>;
   CHECK((Mx::data == Handling::paged && Mx::scales == Handling::paged && Mx::amax == Handling::dropped));
   using Nv = ps::StashTraits<ps::ColumnwiseQuantized<ps::NVFP4>>;
@@ -409,4 +413,17 @@ TEST_CASE("a custom layout needs only the documented members") {
   padded.groups = 3;
   CHECK(padded.buffer_bytes(BufferRole::data) == 3 * 8 * 6 * 4);
   CHECK(padded.geometry(BufferRole::data).segment(2, counts.data()).live == 5 * 6 * 4);
+  // The built-in FP32 rows place the same bytes.
+  ps::GroupedView<ps::RowwiseUnquantized<float, ps::CapacityPadded>> builtin;
+  builtin.max_tokens = 8;
+  builtin.hidden = 6;
+  builtin.groups = 3;
+  CHECK(builtin.buffer_bytes(BufferRole::data) == padded.buffer_bytes(BufferRole::data));
+  for (std::int32_t g = 0; g < 3; ++g) {
+    const ps::Segment a = builtin.geometry(BufferRole::data).segment(g, counts.data());
+    const ps::Segment b = padded.geometry(BufferRole::data).segment(g, counts.data());
+    CHECK(a.offset == b.offset);
+    CHECK(a.live == b.live);
+    CHECK(a.lines == b.lines);
+  }
 }

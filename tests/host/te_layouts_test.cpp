@@ -281,6 +281,7 @@ TEST_CASE("count alignment: Packed quantized layouts take multiples of 128, Pack
   CHECK(alignment(ps::RowwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>{}) == 1);
   CHECK(alignment(ps::RowwiseQuantized<ps::NVFP4, PackedPadded, SwizzledScales>{}) == 1);
   CHECK(alignment(ps::RowwiseUnquantized<ps::BF16, Packed>{}) == 1);
+  CHECK(alignment(ps::RowwiseUnquantized<float, Packed>{}) == 1);
   CHECK(alignment(ps::ColumnwiseQuantized<ps::MXFP8_E4M3, CapacityPadded, SwizzledScales>{}) == 1);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// RowwiseUnquantized<T, Placement>: a grouped BF16 or FP16 tensor, group rows contiguous.
+// RowwiseUnquantized<T, Placement>: a grouped BF16, FP16 or FP32 tensor, group rows
+// contiguous (s = sizeof(T); the geometry depends on the element size only through s).
 //
-//   data  [M, K] elements            packed: prefix T*K*2    capacity: g: [g*C*K*2, +m_g*K*2)
+//   data  [M, K] elements            packed: prefix T*K*s    capacity: g: [g*C*K*s, +m_g*K*s)
 
 #include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/formats/scalar.hpp>
@@ -13,8 +14,8 @@ PAGESTASH_NAMESPACE_BEGIN
 
 template <class T, class Placement = Packed>
 struct RowwiseUnquantized : detail::UnquantizedRows<T> {
-  static_assert(cuda::std::is_same_v<T, BF16> || cuda::std::is_same_v<T, FP16>,
-                "pagestash::RowwiseUnquantized<T>: T must be pagestash::BF16 or pagestash::FP16");
+  static_assert(cuda::std::is_same_v<T, BF16> || cuda::std::is_same_v<T, FP16> || cuda::std::is_same_v<T, float>,
+                "pagestash::RowwiseUnquantized<T>: T must be pagestash::BF16, pagestash::FP16 or float");
   using placement = Placement;
   static constexpr const char* name = "RowwiseUnquantized";
 };

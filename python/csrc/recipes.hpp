@@ -25,6 +25,8 @@ namespace ps = pagestash;
   X("bf16/capacity", (ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>))                                      \
   X("fp16/packed", (ps::RowwiseUnquantized<ps::FP16, ps::Packed>))                                                \
   X("fp16/capacity", (ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>))                                      \
+  X("fp32/packed", (ps::RowwiseUnquantized<float, ps::Packed>))                                                   \
+  X("fp32/capacity", (ps::RowwiseUnquantized<float, ps::CapacityPadded>))                                         \
   X("mxfp8/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>))             \
   X("mxfp8/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>))           \
   X("mxfp8/capacity/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>))   \

@@ -50,7 +50,38 @@ struct GroupedView {
   PAGESTASH_HOST_DEVICE cuda::std::int64_t token_rows() const {
     return Layout::placement::packed ? max_tokens : groups * max_tokens;
   }
+
+  /// Named construction: each returns a copy with one field set, so that a view reads as
+  /// what each number is (make_view<Layout>().with_max_tokens(256).with_hidden(1024)...).
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_data(data_type* p) const { return with(&GroupedView::data, p); }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_scales(scale_type* p) const { return with(&GroupedView::scales, p); }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_amax(float* p) const { return with(&GroupedView::amax, p); }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_counts(const cuda::std::int32_t* p) const {
+    return with(&GroupedView::counts, p);
+  }
+  /// Packed: rows allocated in all; capacity-padded: rows per group (the capacity).
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_max_tokens(cuda::std::int64_t n) const {
+    return with(&GroupedView::max_tokens, n);
+  }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_hidden(cuda::std::int64_t n) const { return with(&GroupedView::hidden, n); }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_groups(cuda::std::int32_t n) const { return with(&GroupedView::groups, n); }
+
+ private:
+  template <class Field, class Value>
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with(Field GroupedView::*field, Value value) const {
+    GroupedView v = *this;
+    v.*field = value;
+    return v;
+  }
 };
+
+/// An empty view of `Layout` (no buffers, no counts, one group) to build by name:
+///   const auto view = make_view<Layout>().with_max_tokens(4096).with_hidden(512)
+///                         .with_data(rows).with_counts(live);
+template <class Layout>
+PAGESTASH_HOST_DEVICE constexpr GroupedView<Layout> make_view() {
+  return GroupedView<Layout>{};
+}
 
 /// Whether a group of m tokens fits the view, `before` tokens being in the groups before it
 /// (which matter for packed placement only).

@@ -15,6 +15,7 @@
 // (--benchmark_out=file.json --benchmark_out_format=json for the plot).
 
 #include <pagestash/pagestash.cuh>
+#include <pagestash/reference/reference.cuh>
 
 #include <benchmark/benchmark.h>
 #include <cub/device/device_memcpy.cuh>
@@ -240,12 +241,12 @@ Rows rows_of(const ps::GroupedView<L>& v, ps::BufferRole role, const std::vector
   Rows r;
   const bool token_rows = geo.block.token_axis == ps::TokenAxis::rows && !geo.block.swizzled;
   r.row_bytes = token_rows ? geo.block.cols : 0;
-  for (int64_t i = 0; i < geo.run_count(); ++i) {
-    const ps::ByteRun run = geo.run(i, counts.data());
+  for (int64_t i = 0; i < ps::run_count(geo); ++i) {
+    const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
     if (!token_rows) r.row_bytes = std::max(r.row_bytes, run.bytes);
   }
-  for (int64_t i = 0; i < geo.run_count(); ++i) {
-    const ps::ByteRun run = geo.run(i, counts.data());
+  for (int64_t i = 0; i < ps::run_count(geo); ++i) {
+    const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
     if (token_rows) {
       for (int64_t o = 0; o < run.bytes; o += r.row_bytes) r.offsets.push_back(run.offset + o);
     } else if (run.bytes > 0) {

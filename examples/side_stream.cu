@@ -8,6 +8,7 @@
 // Exits 0 when the reloaded activation is bit-exact, 77 without a GPU. CI compiles it;
 // docs/api.md quotes it.
 #include <pagestash/pagestash.cuh>
+#include <pagestash/reference/reference.cuh>
 
 #include <cstdio>
 #include <cstring>

@@ -14,6 +14,7 @@
 //                  [--executor auto|host|cuda] [--json]
 
 #include <pagestash/pagestash.cuh>
+#include <pagestash/reference/reference.cuh>
 
 #include <algorithm>
 #include <chrono>
@@ -246,8 +247,8 @@ std::uint64_t live_hash(const ps::GroupedView<typename Traits::layout>& v, const
       for (int64_t i = 0; i < n; ++i) h = (h ^ b[static_cast<std::size_t>(offset + i)]) * 1099511628211ull;
     };
     if (handling == ps::Handling::kept) mix(0, geo.total_bytes);
-    else for (int64_t i = 0; i < geo.run_count(); ++i) {
-        const ps::ByteRun run = geo.run(i, counts.data());
+    else for (int64_t i = 0; i < ps::run_count(geo); ++i) {
+        const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
         mix(run.offset, run.bytes);
       }
   }

@@ -5,4 +5,3 @@
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/execution/cuda.cuh>
-#include <pagestash/layouts/producer.cuh>

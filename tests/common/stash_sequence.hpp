@@ -18,6 +18,7 @@
 //   static void reset(ps::PagePool&);
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include <doctest/doctest.h>
 
@@ -142,8 +143,8 @@ std::vector<std::uint8_t> expected_reload(const ps::GroupedView<typename Traits:
   if (h == ps::Handling::dropped) return out;
   if (zero_tail) std::fill(out.begin(), out.end(), std::uint8_t{0});
   const ps::BufferGeometry geo = v.geometry(role);
-  for (std::int64_t i = 0; i < geo.run_count(); ++i) {
-    const ps::ByteRun run = geo.run(i, counts.data());
+  for (std::int64_t i = 0; i < ps::run_count(geo); ++i) {
+    const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
     std::copy_n(source.begin() + run.offset, run.bytes, out.begin() + run.offset);
   }
   return out;
@@ -202,7 +203,7 @@ void check_page_invariant(const ps::PagePool& pool, const std::vector<std::uniqu
     if (id < 0 || id >= static_cast<std::int32_t>(seen.size())) in_range = false;
     else ++seen[static_cast<std::size_t>(id)];
   };
-  for (std::int32_t id : pool.free_pages()) mark(id);
+  for (std::int32_t id : ps::free_pages(pool)) mark(id);
   for (std::size_t r : holding) {
     const ps::RecordStatus s = records[r]->status();
     CHECK(s.state == ps::RecordState::stashed);
@@ -370,7 +371,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       CHECK(!st.overflow);
       CHECK(!st.error);
       CHECK(st.device_pages_free == device_free);
-      CHECK(pool.free_pages().size() == static_cast<std::size_t>(cfg.device_pages + cfg.host_pages));
+      CHECK(ps::free_pages(pool).size() == static_cast<std::size_t>(cfg.device_pages + cfg.host_pages));
     }
   }
   return checked;

@@ -1,7 +1,8 @@
 // The reference formats on the GPU produce the same bytes as on the host.
 
 #include <pagestash/cuda/error.hpp>
-#include <pagestash/formats/matrix.hpp>
+#include <pagestash/reference/reference.hpp>
+#include <pagestash/reference/quantize.hpp>
 
 #include "../common/device_buffer.hpp"
 #include "../common/test_data.hpp"

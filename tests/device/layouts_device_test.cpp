@@ -1,6 +1,7 @@
 // The device producer writes the host producer's bytes, for every layout configuration.
 
 #include <pagestash/layouts/layouts.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include "../common/device_buffer.hpp"
 #include "../common/host_tensor.hpp"

@@ -4,6 +4,7 @@
 // from buffers allocated to the exact byte (for compute-sanitizer memcheck).
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include "../common/device_buffer.hpp"
 #include "../common/layout_list.hpp"
@@ -143,7 +144,7 @@ void check_same_as_host(std::uint32_t seed) {
     ps::reload(ps::host, host_pool, h_rec, h_dest.view, ps::ReloadOptions{round % 2 == 0});
     DeviceBackend::reload(device_pool, d_rec, d_dest.view, round % 2 == 0);
     for (BufferRole role : all_roles) CHECK(d_dest.bytes(role) == h_dest.bytes(role));
-    CHECK(device_pool.free_pages() == host_pool.free_pages());
+    CHECK(ps::free_pages(device_pool) == ps::free_pages(host_pool));
   }
 }
 
@@ -303,7 +304,7 @@ void check_concurrent_streams(int streams, int rounds, std::uint32_t seed) {
     CHECK(!st.overflow);
     CHECK(st.device_pages_free == cfg.device_pages);
     CHECK(st.host_pages_free == cfg.host_pages);
-    std::vector<std::int32_t> ids = pool.free_pages();
+    std::vector<std::int32_t> ids = ps::free_pages(pool);
     std::sort(ids.begin(), ids.end());
     bool permutation = true;
     for (std::size_t i = 0; i < ids.size(); ++i) permutation = permutation && ids[i] == static_cast<std::int32_t>(i);
@@ -469,7 +470,7 @@ TEST_CASE("attached device objects: the host knows no ids, and the kernels refus
   CHECK(s.stashes == 0);
   CHECK(s.reloads == 0);
   CHECK(s.device_pages_free == cfg.device_pages);
-  std::vector<std::int32_t> free = pool_b.free_pages();
+  std::vector<std::int32_t> free = ps::free_pages(pool_b);
   std::sort(free.begin(), free.end());
   for (std::size_t i = 0; i < free.size(); ++i) CHECK(free[i] == static_cast<std::int32_t>(i));
   CHECK(rec_a.status().error == ps::RecordError::foreign_pool);

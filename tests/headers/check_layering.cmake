@@ -1,7 +1,8 @@
 # Checks which layer may include which (docs/design.md, "Layers"). Run with -P.
 # Every header may include config.hpp and version.hpp; a .hpp never includes a .cuh (host-
 # capable headers stay compilable by a plain C++ compiler). Besides, per layer:
-#   headers matching              may include pagestash headers from these folders
+#   headers matching              may include pagestash headers from these folders (the
+#                                 product's layers, bottom up; reference/ on top of them all)
 set(_rules
   "^pagestash/detail/"            "detail"
   "^pagestash/formats/"           "detail|formats"
@@ -9,7 +10,11 @@ set(_rules
   "^pagestash/layouts/.*\\.cuh$"  "detail|formats|layouts|cuda"
   "^pagestash/pool/"              "detail|cuda|pool"
   "^pagestash/stash/"             "detail|formats|layouts|pool|stash"
-  "^pagestash/execution/"         "detail|formats|layouts|cuda|pool|stash|execution")
+  "^pagestash/execution/"         "detail|formats|layouts|cuda|pool|stash|execution"
+  "^pagestash/reference/"         "detail|formats|layouts|cuda|pool|stash|execution|reference"
+  "^pagestash/[^/]+$"             "detail|formats|layouts|cuda|pool|stash|execution")
+# The umbrella headers (pagestash/*.hpp, *.cuh) and every layer of the product stay apart
+# from reference/ (the quantizers, producers and oracles of tests and examples).
 
 file(GLOB_RECURSE _headers RELATIVE "${INCLUDE_ROOT}" "${INCLUDE_ROOT}/pagestash/*.hpp" "${INCLUDE_ROOT}/pagestash/*.cuh")
 list(LENGTH _rules _length)
@@ -21,6 +26,9 @@ foreach(_header IN LISTS _headers)
     string(REGEX REPLACE "^#include <(pagestash/[^>]+)>.*" "\\1" _dep "${_line}")
     if(_header MATCHES "\\.hpp$" AND _dep MATCHES "\\.cuh$")
       string(APPEND _errors "  ${_header} includes CUDA-only ${_dep}\n")
+    endif()
+    if(_header MATCHES "^pagestash/[^/]+$" AND _dep MATCHES "^pagestash/[^/]+$")
+      continue()  # one umbrella header including another
     endif()
     foreach(_i RANGE 0 ${_last} 2)
       math(EXPR _j "${_i} + 1")

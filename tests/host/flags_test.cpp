@@ -2,6 +2,7 @@
 // (error and its kinds), the report written into the caller's memory (host executor and
 // grid emulator), and a host analogue of ranks agreeing on the flags and rerunning a step
 // that overflowed on one of them.
+#include <pagestash/reference/reference.hpp>
 #include <doctest/doctest.h>
 
 #include "../common/grid_emulator.hpp"
@@ -509,7 +510,7 @@ struct PoolImage {
   ps::PoolStats stats;
   std::vector<std::int32_t> free;
   std::vector<unsigned char> pages;
-  explicit PoolImage(const ps::PagePool& pool) : stats(pool.stats()), free(pool.free_pages()) {
+  explicit PoolImage(const ps::PagePool& pool) : stats(pool.stats()), free(ps::free_pages(pool)) {
     const ps::PoolRef& r = pool.ref();
     pages.assign(r.device_arena, r.device_arena + r.device_pages * r.page_bytes);
     pages.insert(pages.end(), r.host_arena, r.host_arena + r.host_pages * r.page_bytes);

@@ -2,6 +2,7 @@
 // CUDA's conversions, and round-trip error bounds per element.
 
 #include <pagestash/formats/block.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include "../common/test_data.hpp"
 

@@ -2,7 +2,8 @@
 // MXFP8 keeping [M, K] and NVFP4 transposing), every output byte written, and the
 // round-trip error bound of each element.
 
-#include <pagestash/formats/matrix.hpp>
+#include <pagestash/reference/quantize.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include "../common/test_data.hpp"
 

@@ -3,6 +3,7 @@
 // their source within each format's error bound.
 
 #include <pagestash/layouts/layouts.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include "../common/host_tensor.hpp"
 #include "../common/layout_list.hpp"
@@ -141,8 +142,8 @@ void check_geometry_matches_producer(int64_t max_tokens, int64_t hidden, int gro
       CAPTURE(ps::name_of(role));
       const ps::BufferGeometry geo = a.view.geometry(role);
       std::vector<int> live(static_cast<std::size_t>(geo.total_bytes), 0);
-      for (int64_t i = 0; i < geo.run_count(); ++i) {
-        const ps::ByteRun run = geo.run(i, counts.data());
+      for (int64_t i = 0; i < ps::run_count(geo); ++i) {
+        const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
         REQUIRE(run.offset >= 0);
         REQUIRE(run.offset + run.bytes <= geo.total_bytes);
         for (int64_t j = 0; j < run.bytes; ++j) ++live[static_cast<std::size_t>(run.offset + j)];
@@ -157,7 +158,7 @@ void check_geometry_matches_producer(int64_t max_tokens, int64_t hidden, int gro
       CHECK(overlapping == 0);
       CHECK(outside_changed == 0);
       CHECK(inside_unwritten == 0);
-      CHECK(live_bytes == geo.live_bytes(counts.data()));
+      CHECK(live_bytes == ps::live_bytes(geo, counts.data()));
     }
   }
 }

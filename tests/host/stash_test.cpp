@@ -3,6 +3,7 @@
 // stashes and reloads of different records against one pool at once.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include <doctest/doctest.h>
 
@@ -416,7 +417,7 @@ TEST_CASE("concurrent stashes and reloads of different records on host threads s
     CHECK(st.device_pages_free == cfg.device_pages);
     CHECK(st.host_pages_free == cfg.host_pages);
     CHECK(st.live_bytes == 0);
-    std::vector<std::int32_t> ids = pool.free_pages();
+    std::vector<std::int32_t> ids = ps::free_pages(pool);
     std::sort(ids.begin(), ids.end());
     std::vector<std::int32_t> all(ids.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int32_t>(i);

@@ -20,6 +20,7 @@
 // the allocation bound of PackedPadded; and a stash / reload of the worked example.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/reference.hpp>
 
 #include "../common/host_tensor.hpp"
 

@@ -4,6 +4,7 @@
 #include "format_kernels.hpp"
 
 #include <pagestash/pagestash.cuh>
+#include <pagestash/reference/reference.cuh>
 
 namespace pagestash_test {
 namespace {

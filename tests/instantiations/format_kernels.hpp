@@ -2,7 +2,8 @@
 // Host entry points of the test kernels in format_kernels.cu (callable from g++ code).
 // Pointers are device pointers; calls are synchronous and throw pagestash::CudaError.
 
-#include <pagestash/formats/matrix.hpp>
+#include <pagestash/reference/quantize.hpp>
+#include <pagestash/reference/reference.hpp>
 
 namespace pagestash_test {
 

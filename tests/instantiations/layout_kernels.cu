@@ -3,6 +3,7 @@
 #include "layout_kernels.hpp"
 
 #include <pagestash/pagestash.cuh>
+#include <pagestash/reference/reference.cuh>
 
 #include "../common/layout_list.hpp"
 

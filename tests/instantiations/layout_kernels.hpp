@@ -2,6 +2,7 @@
 // Host entry points of the layout kernels in layout_kernels.cu (callable from g++ code).
 
 #include <pagestash/layouts/layouts.hpp>
+#include <pagestash/reference/reference.hpp>
 
 namespace pagestash_test {
 

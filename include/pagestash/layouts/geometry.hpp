@@ -14,11 +14,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-struct ByteRun {
-  cuda::std::int64_t offset = 0;
-  cuda::std::int64_t bytes = 0;
-};
-
 /// The live bytes of one group of one buffer (of the whole buffer, when packed): `lines`
 /// runs starting `pitch` bytes apart at `offset`, each `live` bytes long. The rest of each
 /// line, `pitch - live` bytes, is dead (what reload's zero_tail clears).
@@ -82,25 +77,6 @@ struct BufferGeometry {
   PAGESTASH_HOST_DEVICE Segment largest_segment(cuda::std::int32_t s) const {
     if (whole || packed) return {0, 1, total_bytes, total_bytes};
     return {s * block.bytes(), block.lines(), block.line_pitch(), block.run_bytes(block.tokens())};
-  }
-
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t run_count() const {
-    if (!present) return 0;
-    return whole || packed ? 1 : groups * block.lines();
-  }
-
-  /// Run i for the given counts: line i % lines of segment i / lines.
-  PAGESTASH_HOST_DEVICE ByteRun run(cuda::std::int64_t i, const cuda::std::int32_t* counts) const {
-    const cuda::std::int64_t lines = whole || packed ? 1 : block.lines();
-    const Segment seg = segment(static_cast<cuda::std::int32_t>(i / lines), counts);
-    return {seg.line_offset(i % lines), seg.live};
-  }
-
-  /// Sum of the run lengths: what a stash of this buffer moves.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t live_bytes(const cuda::std::int32_t* counts) const {
-    cuda::std::int64_t sum = 0;
-    for (cuda::std::int64_t i = 0; i < run_count(); ++i) sum += run(i, counts).bytes;
-    return sum;
   }
 };
 

@@ -113,17 +113,6 @@ class PagePool {
     return s;
   }
 
-  /// The free page ids, device stack then host stack (tests check the page invariants with
-  /// it). Same synchronisation as stats().
-  std::vector<std::int32_t> free_pages() const {
-    const PoolCounters c = read_counters();
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(c.device_free + c.host_free));
-    const auto d = static_cast<std::size_t>(c.device_free);
-    detail::copy_bytes(space_, ids.data(), ref_.device_stack, d * sizeof(std::int32_t), true);
-    detail::copy_bytes(space_, ids.data() + d, ref_.host_stack, (ids.size() - d) * sizeof(std::int32_t), true);
-    return ids;
-  }
-
  private:
   PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory, bool initialize = true)
       : config_(config), space_(space), id_(initialize ? new_id() : 0) {

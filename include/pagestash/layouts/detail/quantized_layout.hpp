@@ -4,7 +4,7 @@
 
 #include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/formats/block.hpp>
-#include <pagestash/formats/matrix.hpp>
+#include <pagestash/formats/direction.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {

@@ -1,6 +1,6 @@
 #pragma once
 // Reference producers: fill any layout from a BF16 [token_rows, hidden] source and per-group
-// counts, quantizing with the formats layer, and leave a poison byte everywhere outside the
+// counts, quantizing with the reference quantizers, and leave a poison byte everywhere outside the
 // live region. Tests, examples and benchmarks use them to make real inputs.
 //
 // The unit of work is one byte of one group's block (produced_byte), host+device: the CUDA
@@ -10,6 +10,7 @@
 // group's count read as zero, so partial granules hold well-defined bytes.
 
 #include <pagestash/layouts/view.hpp>
+#include <pagestash/reference/quantize.hpp>
 
 #include <cstring>
 #include <vector>

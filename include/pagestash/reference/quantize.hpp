@@ -1,5 +1,8 @@
 #pragma once
-// Reference quantize / dequantize of a row-major [M, K] matrix in compact storage.
+// Reference quantizers, for tests and examples (the stash never quantizes): one block, and
+// a row-major [M, K] matrix in compact storage. Correctness first, speed does not matter.
+//
+// A block holding NaN or infinity gets a NaN scale (MXFP8) and NaN/saturated elements.
 //
 //   rowwise      blocks run along K (one scale per row and block of K)
 //   columnwise   blocks run along M (one scale per column and block of M)
@@ -16,6 +19,7 @@
 // host+device function serves the host loop below and any device kernel.
 
 #include <pagestash/formats/block.hpp>
+#include <pagestash/formats/direction.hpp>
 
 #include <cuda/std/cstddef>
 
@@ -24,7 +28,65 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-enum class Direction { rowwise, columnwise };
+namespace detail {
+/// max |v| over n values; the quiet NaN (0x7FC00000, positive) if any value is NaN, as the
+/// device producer computes it.
+template <class T>
+PAGESTASH_HOST_DEVICE float abs_max(const T* values, cuda::std::int64_t n) {
+  float amax = 0.0f;
+  for (cuda::std::int64_t i = 0; i < n; ++i) {
+    const float v = to_float(values[i]);
+    const float a = v < 0.0f ? -v : v;
+    if (a != a) return cuda::std::numeric_limits<float>::quiet_NaN();
+    if (a > amax) amax = a;
+  }
+  return amax;
+}
+}  // namespace detail
+
+/// Quantizes `Format::block_size` values; writes one element code per value and returns the
+/// block scale.
+template <class Element>
+PAGESTASH_HOST_DEVICE E8M0 quantize_block(MXFP8<Element>, const float* values,
+                                          typename MXFP8<Element>::TensorScale, Element* codes) {
+  constexpr int n = MXFP8<Element>::block_size;
+  const float amax = detail::abs_max(values, n);
+  if (!(amax <= cuda::std::numeric_limits<float>::max())) {  // NaN or infinity in the block
+    for (int i = 0; i < n; ++i) codes[i] = Element::from_float(detail::quiet_nan());
+    return E8M0::from_bits(E8M0::nan_code);
+  }
+  const int emax_elem = detail::floor_log2(Element::max());
+  const E8M0 scale = amax == 0.0f ? E8M0::from_exponent(-E8M0::bias)
+                                  : E8M0::from_exponent(detail::floor_log2(amax) - emax_elem);
+  const float inverse = detail::exact_pow2(-scale.exponent());
+  for (int i = 0; i < n; ++i) codes[i] = Element::from_float(values[i] * inverse);
+  return scale;
+}
+
+template <class Element>
+PAGESTASH_HOST_DEVICE void dequantize_block(MXFP8<Element>, const Element* codes, E8M0 scale,
+                                            typename MXFP8<Element>::TensorScale, float* values) {
+  const float s = scale.to_float();
+  for (int i = 0; i < MXFP8<Element>::block_size; ++i) values[i] = codes[i].to_float() * s;
+}
+
+PAGESTASH_HOST_DEVICE inline E4M3 quantize_block(NVFP4, const float* values, NVFP4::TensorScale tensor,
+                                                 E2M1* codes) {
+  constexpr int n = NVFP4::block_size;
+  const float amax = detail::abs_max(values, n);
+  const E4M3 scale = E4M3::from_float(amax / 6.0f * tensor.encode);
+  const float s = scale.to_float();
+  const float factor = s == 0.0f ? 0.0f : tensor.encode / s;
+  for (int i = 0; i < n; ++i) codes[i] = E2M1::from_float(values[i] * factor);
+  return scale;
+}
+
+PAGESTASH_HOST_DEVICE inline void dequantize_block(NVFP4, const E2M1* codes, E4M3 scale,
+                                                   NVFP4::TensorScale tensor, float* values) {
+  const float s = scale.to_float() / tensor.encode;
+  for (int i = 0; i < NVFP4::block_size; ++i) values[i] = codes[i].to_float() * s;
+}
+
 
 /// Storage of one quantized [rows, cols] matrix, typed as the layouts' views are (MXFP8:
 /// E4M3/E5M2 data and E8M0 scales; NVFP4: E2M1x2 data and E4M3 scales). `amax` is used by

@@ -4,7 +4,7 @@
 // scratch it needs (12 bytes per group) is stream-ordered (cudaMallocAsync).
 
 #include <pagestash/cuda/error.hpp>
-#include <pagestash/layouts/producer.hpp>
+#include <pagestash/reference/producer.hpp>
 
 #include <cuda/std/limits>
 #include <cuda_runtime_api.h>

@@ -5,6 +5,7 @@
 // 32 for block scales). Everything the geometry and the producers need follows from this.
 
 #include <pagestash/config.hpp>
+#include <pagestash/detail/math.hpp>
 
 #include <cuda/std/cstdint>
 
@@ -59,7 +60,7 @@ struct BlockShape {
   /// Token indices that are live for m tokens (whole granules).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t live_indices(cuda::std::int64_t m) const {
     const cuda::std::int64_t g = granule_tokens();
-    return (m + g - 1) / g * (g / tokens_per_index);
+    return detail::ceil_div(m, g) * (g / tokens_per_index);
   }
 
   /// Live bytes of a block form `lines()` runs, `line_stride()` apart, of `run_bytes(m)`.
@@ -76,7 +77,7 @@ struct BlockShape {
     return token_axis == TokenAxis::rows ? bytes() : line_stride();
   }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t run_bytes(cuda::std::int64_t m) const {
-    const cuda::std::int64_t granules = (m + granule_tokens() - 1) / granule_tokens();
+    const cuda::std::int64_t granules = detail::ceil_div(m, granule_tokens());
     if (token_axis == TokenAxis::rows) {
       return granules * (swizzled ? (cols / SwizzleTile::cols) * SwizzleTile::bytes : cols);
     }

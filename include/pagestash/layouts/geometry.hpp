@@ -40,14 +40,14 @@ struct BufferGeometry {
 
   /// Tokens a packed group of m tokens occupies: m, or m padded on its own (PackedPadded scales).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t padded_tokens(cuda::std::int64_t m) const {
-    return (m + pad_tokens - 1) / pad_tokens * pad_tokens;
+    return detail::round_up(m, pad_tokens);
   }
 
   /// Bytes of the block of a group of m tokens: packed, whole granules of its padded tokens
   /// (bytes are linear in granules); capacity-padded, the fixed block.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t group_bytes(cuda::std::int64_t m) const {
     if (!packed) return block.bytes();
-    return (padded_tokens(m) + granule_tokens() - 1) / granule_tokens() * block.bytes();
+    return detail::ceil_div(padded_tokens(m), granule_tokens()) * block.bytes();
   }
 
   /// Where group g's block starts: after the blocks of groups 0..g-1 (packed), or at g

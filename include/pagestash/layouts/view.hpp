@@ -145,14 +145,14 @@ void validate(const GroupedView<typename Traits::layout>& v, bool counts_read = 
   using Layout = typename Traits::layout;
   validate_shape(v);
   if (counts_read && v.counts == nullptr) detail::invalid_view(Layout::name, "counts is null");
-  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
-    if (handling_of<Traits>(role) == Handling::dropped) continue;
+  for_each_role([&](BufferRole role) {
+    if (handling_of<Traits>(role) == Handling::dropped) return;
     const auto address = reinterpret_cast<std::uintptr_t>(v.buffer(role));
     if (address == 0) detail::invalid_view(Layout::name, std::string(name_of(role)) + " is null");
     if (role != BufferRole::amax && address % buffer_alignment != 0)
       detail::invalid_view(Layout::name, std::string(name_of(role)) + " = " + std::to_string(address) +
                                              " is not 16-byte aligned");
-  }
+  });
 }
 
 PAGESTASH_NAMESPACE_END

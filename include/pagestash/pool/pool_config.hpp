@@ -2,6 +2,7 @@
 // How big a page pool is, what it reports, and how to size it from an observed step.
 
 #include <pagestash/config.hpp>
+#include <pagestash/detail/math.hpp>
 #include <pagestash/pool/flags.hpp>
 
 #include <cmath>
@@ -63,7 +64,7 @@ inline void validate(const PoolConfig& c) {
 
 /// Pages needed to hold `bytes` (rounded up).
 inline std::int64_t pages_for(std::int64_t bytes, std::int64_t page_bytes) {
-  return (bytes + page_bytes - 1) / page_bytes;
+  return detail::ceil_div(bytes, page_bytes);
 }
 
 /// A pool sized from an observed step (typically an eager step run with a generous pool):

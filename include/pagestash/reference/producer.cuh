@@ -73,21 +73,21 @@ void produce_on_device(const GroupedView<Layout>& v, const BF16* source, cuda::s
   auto* group_amax = reinterpret_cast<float*>(group_rows + g);
   int* ok = status != nullptr ? status : reinterpret_cast<int*>(group_amax + g);
 
-  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+  for_each_role([&](BufferRole role) {
     if (Layout::has(role))
       PAGESTASH_CUDA_TRY(cudaMemsetAsync(v.buffer(role), poison, static_cast<size_t>(v.buffer_bytes(role)), stream));
-  }
+  });
   detail::producer_groups_kernel<<<1, 1, 0, stream>>>(v, group_rows, group_amax, ok);
   PAGESTASH_CUDA_CHECK_LAUNCH();
   const dim3 grid(64, static_cast<unsigned>(v.groups));
   detail::producer_amax_kernel<<<grid, 256, 0, stream>>>(v, source, group_rows, group_amax, ok);
   PAGESTASH_CUDA_CHECK_LAUNCH();
   const ProducerInput in{source, v.counts, group_rows, group_amax};
-  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
-    if (!Layout::has(role)) continue;
+  for_each_token_role([&](BufferRole role) {
+    if (!Layout::has(role)) return;
     detail::producer_bytes_kernel<<<grid, 256, 0, stream>>>(v, in, role, ok);
     PAGESTASH_CUDA_CHECK_LAUNCH();
-  }
+  });
   if (Layout::has(BufferRole::amax))
     PAGESTASH_CUDA_TRY(cudaMemcpyAsync(v.amax, group_amax, g * sizeof(float), cudaMemcpyDeviceToDevice, stream));
   PAGESTASH_CUDA_TRY(cudaFreeAsync(scratch, stream));

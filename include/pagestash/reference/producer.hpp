@@ -216,12 +216,12 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
     group_amax[g] = detail::abs_max(source + group_rows[g] * v.hidden, counts[g] * v.hidden);
   const ProducerInput in{source, counts, group_rows.data(), group_amax.data()};
 
-  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
-    if (!Layout::has(role)) continue;
+  for_each_role([&](BufferRole role) {
+    if (!Layout::has(role)) return;
     auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
     std::memset(bytes, poison, static_cast<std::size_t>(v.buffer_bytes(role)));
     if (role == BufferRole::amax) std::memcpy(bytes, group_amax.data(), sizeof(float) * static_cast<std::size_t>(v.groups));
-  }
+  });
   for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
     if constexpr (Layout::has(BufferRole::scales)) {
       detail::produce_group_blocks(v, in, g);

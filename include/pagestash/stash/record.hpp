@@ -123,15 +123,15 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int pa
   const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr, tile_shift);
   const WorkBounds bounds{most.stream_bytes,
                           most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr, tile_shift).tiles};
-  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+  for_each_token_role([&](BufferRole role) {
     const BufferGeometry geo = shape.geometry(role);
-    if (handling_of<Traits>(role) != Handling::paged || geo.segment_count() == 0) continue;
+    if (handling_of<Traits>(role) != Handling::paged || geo.segment_count() == 0) return;
     const Segment seg = geo.largest_segment(0);
     if (seg.lines > 1 && seg.lines * seg.pitch > max_lined_segment_bytes)
-      throw std::invalid_argument("StashRecord: a group's " + std::string(role == BufferRole::data ? "data" : "scales") +
-                                  " block of " + std::to_string(seg.lines * seg.pitch) +
+      throw std::invalid_argument("StashRecord: a group's " + std::string(name_of(role)) + " block of " +
+                                  std::to_string(seg.lines * seg.pitch) +
                                   " bytes exceeds 4 GiB (fewer tokens per group, or more groups)");
-  }
+  });
   if (bounds.tiles > max_plan_tiles)
     throw std::invalid_argument("StashRecord: a tensor of this shape needs " + std::to_string(bounds.tiles) +
                                 " tiles, more than 2^31 - 1");
@@ -242,7 +242,7 @@ class StashRecord {
   }
 
  private:
-  static std::size_t round16(std::size_t n) { return (n + 15) / 16 * 16; }
+  static std::size_t round16(std::size_t n) { return detail::round_up(n, 16); }
 
   /// Where each part of a record's memory starts, and its size.
   struct Parts {
@@ -258,9 +258,9 @@ class StashRecord {
     p.ids_at = offset;
     offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
     p.kept_at = offset;
-    for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    for_each_role([&](BufferRole role) {
       if (handling_of<Traits>(role) == Handling::kept) offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
-    }
+    });
     p.total = offset;
     return p;
   }

@@ -19,17 +19,15 @@ template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typename Traits::layout>& v,
                                      const RecordRef& rec, bool to_record) {
   unsigned char* kept = rec.kept;
-  PAGESTASH_UNROLL
-  for (int r = 0; r < 3; ++r) {  // not a braced list: that is an array in local memory on the device
-    const auto role = static_cast<BufferRole>(r);
-    if (handling_of<Traits>(role) != Handling::kept) continue;
+  for_each_role([&](BufferRole role) {
+    if (handling_of<Traits>(role) != Handling::kept) return;
     auto* buf = static_cast<unsigned char*>(v.buffer(role));
     const cuda::std::int64_t n = v.buffer_bytes(role);
     for (cuda::std::int64_t i = team.rank(); i < n; i += team.size()) {
       if (to_record) kept[i] = buf[i]; else buf[i] = kept[i];
     }
     kept += round_up(n, 16);
-  }
+  });
 }
 
 /// Whether the record holds pages of the pool's current generation.

@@ -64,10 +64,6 @@ struct WorkTotals {  // no member initializers: teams share it through __shared_
 
 namespace detail {
 
-PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t ceil_div(cuda::std::int64_t a, cuda::std::int64_t b) {
-  return (a + b - 1) / b;
-}
-
 /// The bytes of one line a work item covers: the live run (copy) or the dead rest (zero).
 PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_line_bytes(const Segment& seg, WorkKind kind) {
   return kind == WorkKind::copy ? seg.live : seg.pitch - seg.live;

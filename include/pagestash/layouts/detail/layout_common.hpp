@@ -2,16 +2,13 @@
 // What every layout policy shares: the geometry of a buffer from the layout's block shape,
 // and the integer helpers. Not public API.
 
+#include <pagestash/detail/math.hpp>
 #include <pagestash/layouts/geometry.hpp>
 
 #include <cuda/std/type_traits>
 
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
-
-PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t round_up(cuda::std::int64_t x, cuda::std::int64_t m) {
-  return (x + m - 1) / m * m;
-}
 
 /// What unquantized layouts share: one data buffer of T, one element per (token, hidden).
 template <class T>
@@ -33,13 +30,11 @@ struct UnquantizedRows {
 template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int64_t largest_granule(cuda::std::int64_t hidden) {
   cuda::std::int64_t largest = 1;
-  PAGESTASH_UNROLL
-  for (int r = 0; r < 2; ++r) {  // not a braced list: an array in local memory on the device
-    const auto role = static_cast<BufferRole>(r);
-    if (!Layout::has(role)) continue;
+  for_each_token_role([&](BufferRole role) {
+    if (!Layout::has(role)) return;
     const cuda::std::int64_t g = Layout::block(role, 0, hidden).granule_tokens();
     if (g > largest) largest = g;
-  }
+  });
   return largest;
 }
 
@@ -62,14 +57,12 @@ PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidd
   using P = typename Layout::placement;
   if (!P::packed) return 1;
   cuda::std::int64_t a = P::pads_group_scales ? 1 : packed_count_multiple_of<Layout>;
-  PAGESTASH_UNROLL
-  for (int r = 0; r < 2; ++r) {  // not a braced list: an array in local memory on the device
-    const auto role = static_cast<BufferRole>(r);
-    if (!Layout::has(role)) continue;
+  for_each_token_role([&](BufferRole role) {
+    if (!Layout::has(role)) return;
     const BlockShape b = Layout::block(role, 0, hidden);
     const cuda::std::int64_t need = P::pads_group_scales ? b.tokens_per_index : b.granule_tokens();
     if (need > a) a = need;
-  }
+  });
   return a;
 }
 

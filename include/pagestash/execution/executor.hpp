@@ -8,7 +8,7 @@
 // The operations themselves (stash, reload, discard, reset) are declared in
 // execution/host.hpp and execution/cuda.cuh.
 
-#include <pagestash/pool/allocation.hpp>
+#include <pagestash/pool/memory_space.hpp>
 
 #include <cuda_runtime_api.h>
 

@@ -6,6 +6,7 @@
 // never inside stash or reload.
 
 #include <pagestash/cuda/error.hpp>
+#include <pagestash/pool/memory_space.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -23,11 +24,6 @@
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
-
-/// Where a pool and its records keep their memory; it decides which executor may use them.
-enum class MemorySpace : int { host = 0, device = 1 };
-
-inline const char* name_of(MemorySpace s) { return s == MemorySpace::host ? "host" : "device"; }
 
 namespace detail {
 

@@ -2,6 +2,7 @@
 // Host checks every executor makes before it runs or launches anything: each throws
 // std::invalid_argument saying what does not match.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/stash/record.hpp>
 
 #include <stdexcept>
@@ -9,10 +10,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
-
-[[noreturn]] inline void invalid_call(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string("pagestash::") + op + ": " + what);
-}
 
 template <class Traits>
 void check_pool_and_record(const char* op, MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec) {

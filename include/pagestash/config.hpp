@@ -11,6 +11,15 @@
 #  define PAGESTASH_HOST_DEVICE
 #endif
 
+// Before a host+device template that calls a callable it is given (for_each_role): the
+// callable's own execution space decides, so host-only code may pass host lambdas (as
+// CUB's and Thrust's algorithms do).
+#if defined(__CUDACC__)
+#  define PAGESTASH_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#  define PAGESTASH_EXEC_CHECK_DISABLE
+#endif
+
 // Unrolls a loop over a layout's buffers on the device, so that each buffer's block shape
 // (granules, line counts) is a constant there, and no division by a runtime value remains
 // (a 64-bit one is a call, around which the compiler keeps values on the stack).

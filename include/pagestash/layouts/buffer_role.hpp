@@ -13,6 +13,7 @@ PAGESTASH_HOST_DEVICE constexpr const char* name_of(BufferRole role) {
 
 /// Calls f(role) for data, scales and amax, in that order: unrolled calls, not a loop over a
 /// braced list, which would be an array in local memory on the device.
+PAGESTASH_EXEC_CHECK_DISABLE
 template <class F>
 PAGESTASH_HOST_DEVICE constexpr void for_each_role(F&& f) {
   f(BufferRole::data);
@@ -22,6 +23,7 @@ PAGESTASH_HOST_DEVICE constexpr void for_each_role(F&& f) {
 
 /// The same for the buffers whose bytes follow the tokens, data and scales (amax is one value
 /// per group): the ones a stash may page.
+PAGESTASH_EXEC_CHECK_DISABLE
 template <class F>
 PAGESTASH_HOST_DEVICE constexpr void for_each_token_role(F&& f) {
   f(BufferRole::data);

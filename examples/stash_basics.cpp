@@ -17,10 +17,10 @@ int main() {
 
   // A grouped tensor of 4 experts with capacity 256 tokens each, hidden 1024, in host memory.
   // [shape]
-  pagestash::GroupedView<Layout> shape;  // only the shape: no buffers, no counts yet
-  shape.max_tokens = 256;                // tokens per expert (capacity-padded)
-  shape.hidden = 1024;
-  shape.groups = 4;                      // experts
+  const auto shape = pagestash::make_view<Layout>()  // only the shape: no buffers, no counts yet
+                         .with_max_tokens(256)       // tokens per expert (capacity-padded)
+                         .with_hidden(1024)
+                         .with_groups(4);            // experts
   // [shape]
   std::vector<unsigned char> data(static_cast<std::size_t>(shape.buffer_bytes(pagestash::BufferRole::data)), 0x11);
   std::vector<unsigned char> scales(static_cast<std::size_t>(shape.buffer_bytes(pagestash::BufferRole::scales)), 0x22);
@@ -36,11 +36,10 @@ int main() {
   // [pool]
 
   // [stash]
-  pagestash::GroupedView<Layout> view = shape;
-  view.data = reinterpret_cast<pagestash::E2M1x2*>(data.data());
-  view.scales = reinterpret_cast<pagestash::E4M3*>(scales.data());
-  view.amax = amax.data();
-  view.counts = counts.data();
+  const auto view = shape.with_data(reinterpret_cast<pagestash::E2M1x2*>(data.data()))
+                        .with_scales(reinterpret_cast<pagestash::E4M3*>(scales.data()))
+                        .with_amax(amax.data())
+                        .with_counts(counts.data());
   pagestash::stash(pagestash::host, pool, view, record);
   // The record now holds the live bytes; the buffers may be reused.
   std::memset(data.data(), 0, data.size());

@@ -91,12 +91,16 @@ int main(int argc, char** argv) {
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, shape);
 
-  // The grid the CUDA executor launches for this record (execution/launch_shape.hpp): the
-  // kernel's occupancy is min_blocks_per_sm (its launch bound, at <= 64 registers).
+  // The grid the CUDA executor launches for this record with the device's policy
+  // (stash/policy.hpp): the kernel's occupancy is min_blocks_per_sm (its launch bound, at
+  // <= 64 registers).
   LaunchShape grid;
-  grid.blocks = static_cast<int>(ps::detail::launch_blocks(ps::detail::device_blocks(sms, major, ps::detail::min_blocks_per_sm),
-                                                           0, rec.max_tiles()));
-  grid.threads = ps::detail::threads_per_block;
+  ps::detail::with_stash_policy(major, [&](auto policy) {
+    using Policy = decltype(policy);
+    grid.blocks = static_cast<int>(ps::detail::launch_blocks<Policy>(
+        ps::detail::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
+    grid.threads = Policy::threads_per_block;
+  });
   if (blocks > 0) grid.blocks = blocks;
   if (threads > 0) grid.threads = threads;
   grid.slots = 2;

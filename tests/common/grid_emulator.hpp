@@ -7,7 +7,10 @@
 //     share(); its warps are 32 emulated lanes each (one host thread per lane, as SIMT);
 //   - `slots` blocks are resident at once (one team of T threads each); the B blocks start
 //     in a shuffled order, slot after slot, so there may be more blocks than resident ones
-//     and some start late (optionally after a random delay, or after a caller's hook).
+//     and some start late (optionally after a random delay, or after a caller's hook);
+//   - the body reads the device policy of host code (stash/policy.hpp, StashPolicy: sm_90's
+//     tiles, claims and loads in flight), as a GPU's kernel reads its architecture's; B and
+//     T are the LaunchShape's.
 //
 // What it cannot show: the CUDA memory model itself (host atomics and a mutex barrier are
 // stronger than fences and bar.sync), warp-synchronous behaviour, and timing. What it can

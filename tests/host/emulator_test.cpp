@@ -541,4 +541,51 @@ TEST_CASE("emulated block plan: the count check and the plan by 64 threads equal
 #undef PAGESTASH_CHECK_TEAM_PLAN
 }
 
+TEST_CASE("emulated grid: a launch cuts tiles of the device policy's size, the host executor of the host policy's") {
+  using L = ps::Plain<float>;
+  using Traits = ps::StashTraits<L>;
+  ps::GroupedView<L> v;
+  v.hidden = 4096;
+  v.max_tokens = 64;  // 1 MiB: 256 tiles of 4 KiB, 16 of 64 KiB
+  std::vector<float> data(static_cast<std::size_t>(v.hidden * v.max_tokens), 1.0f);
+  std::vector<std::int32_t> counts{64};
+  v.data = data.data();
+  v.counts = counts.data();
+  const std::int64_t page_bytes = std::int64_t{1} << ps::detail::HostPolicy::tile_shift;  // no tile clipped
+  ps::PagePool pool(room_for<Traits>(v, page_bytes, 1), ps::MemorySpace::host);
+  auto rec = ps::make_record<Traits>(pool, v);
+  const auto tiles_of = [&](int tile_shift) {
+    return ps::detail::plan_work<Traits>(v, counts.data(), false, nullptr, tile_shift).tiles;
+  };
+  REQUIRE(tiles_of(ps::detail::StashPolicy::tile_shift) != tiles_of(ps::detail::HostPolicy::tile_shift));
+  FourByTwoWarps::stash(pool, v, rec);
+  REQUIRE(rec.status().state == ps::RecordState::stashed);
+  CHECK(rec.ref().header->tiles == tiles_of(ps::detail::StashPolicy::tile_shift));
+  ps::discard(ps::host, pool, rec);
+  ps::stash(ps::host, pool, v, rec);
+  REQUIRE(rec.status().state == ps::RecordState::stashed);
+  CHECK(rec.ref().header->tiles == tiles_of(ps::detail::HostPolicy::tile_shift));
+}
+
+TEST_CASE("launch shape: the policy of a device's compute capability sizes its grid") {
+  namespace d = ps::detail;
+  static_assert(std::is_same_v<d::StashPolicy, d::StashPolicy90>, "host code runs sm_90's policy");
+  const auto blocks_on = [](int sms, int compute_major, int resident_per_sm) {
+    return d::with_stash_policy(compute_major,
+                                [&](auto policy) { return d::device_blocks<decltype(policy)>(sms, resident_per_sm); });
+  };
+  CHECK(blocks_on(132, 9, 2) == 132);   // H200: one block per SM
+  CHECK(blocks_on(148, 10, 2) == 296);  // B200: two
+  CHECK(blocks_on(148, 10, 1) == 148);  // no more than fit
+  CHECK(blocks_on(108, 8, 0) == 108);   // before sm_90: sm_90's; no occupancy known: one per SM
+  CHECK(blocks_on(100, 12, 2) == 200);  // after sm_100: sm_100's
+
+  using P = d::StashPolicy90;
+  constexpr std::int64_t claim = P::warps_per_block * P::tiles_per_warp_claim;  // a block's tiles per claim
+  CHECK(d::launch_blocks<P>(132, 0, 0) == 1);
+  CHECK(d::launch_blocks<P>(132, 0, 10 * claim + 1) == 11);  // one claim per block
+  CHECK(d::launch_blocks<P>(132, 0, 1000 * claim) == 132);
+  CHECK(d::launch_blocks<P>(132, 7, 1000 * claim) == 7);  // max_blocks
+}
+
 }  // namespace

@@ -5,12 +5,12 @@ For every operation kernel (stash, reload, discard of every layout x traits inst
 and the reset kernel, per architecture in the library:
   - stack frame 0 bytes, no spills (no STL/LDL in the SASS), at most 64 registers;
   - the copy loop moves 128-bit vectors: a 128-bit global load and store (LDG.E.128, STG.E.128),
-    with at least 4 of those loads issued before a store (loads in flight per lane);
+    with at least loads_in_flight of those loads issued before a store (stash/policy.hpp);
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel.
 Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
-blocks per SM at 512 threads, L1 invalidations) and exits 1 if any kernel breaks a rule.
+blocks per SM at the policies' threads per block, L1 invalidations) and exits 1 if any kernel breaks a rule.
 
 cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm;
 scripts/install-deps installs them) or the toolkit.
@@ -23,9 +23,22 @@ import shutil
 import subprocess
 import sys
 
+POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "pagestash", "stash",
+                      "policy.hpp")
+
+
+def policy_values(name):
+    """The values the policies of stash/policy.hpp give the constant `name`."""
+    with open(POLICY) as f:
+        values = {int(v) for v in re.findall(rf"static constexpr [\w:]+ {name} = (\d+);", f.read())}
+    if not values:
+        sys.exit(f"check_kernels: no {name} in {POLICY}")
+    return values
+
+
 MAX_REGISTERS = 64
-MIN_LOADS_IN_FLIGHT = 4
-THREADS = 512  # threads_per_block of execution/cuda.cuh
+MIN_LOADS_IN_FLIGHT = min(policy_values("loads_in_flight"))  # the copy loop's, at the least
+THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in every policy
 # CCTL.IVALL in a kernel's code (each acquire: arrival, verdict, lock, finish, in the steps
 # the kernel inlines); none may be in a spin loop.
 MAX_CCTL_IVALL = 12

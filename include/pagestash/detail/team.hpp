@@ -41,7 +41,7 @@ struct SerialTeam {
 };
 
 #if defined(__CUDACC__)
-/// The threads of one block, BlockThreads of them (the kernels launch threads_per_block).
+/// The threads of one block, BlockThreads of them (the kernels launch StashPolicy::threads_per_block).
 template <int BlockThreads>
 struct BlockTeam {
   // The block scan, per architecture: the one that leaves the stash kernels within 64

@@ -6,13 +6,13 @@
 // One launch per grouped tensor, for all its paged buffers. The kernels are thin shells:
 // the launch body (execution/operation.hpp: arrival, verdict, tiles, finish) is host+device
 // code that the tests' grid emulator also runs on host threads. The grid is persistent:
-// sized by execution/launch_shape.hpp (blocks per SM by architecture, no more than fit,
-// capped by the most tiles the record's shape can need).
+// sized by the device's policy (stash/policy.hpp: blocks per SM by architecture, no more
+// than fit, capped by the most tiles the record's shape can need).
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/execution/host.hpp>
-#include <pagestash/execution/launch_shape.hpp>
 #include <pagestash/execution/operation.hpp>
+#include <pagestash/stash/policy.hpp>
 
 #include <cuda/std/atomic>
 #include <cuda_runtime_api.h>
@@ -29,20 +29,22 @@ __device__ inline cuda::std::uint64_t grid_launch_id() {
 }
 
 /// CUDA's context for a thread of the launch.
-__device__ inline GridContext<BlockTeam<threads_per_block>, WarpLanes> device_grid_context() {
-  return {BlockTeam<threads_per_block>{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32,
-          grid_launch_id()};
+__device__ inline GridContext<BlockTeam<StashPolicy::threads_per_block>, WarpLanes> device_grid_context() {
+  return {BlockTeam<StashPolicy::threads_per_block>{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32,
+          blockDim.x / 32, grid_launch_id()};
 }
 
+// The kernels are bound to, and launched with, StashPolicy's threads: the architecture's in
+// the device pass, sm_90's in the host's, the same count (stash/policy.hpp asserts it).
 template <class Traits, Operation Op>
-__global__ void __launch_bounds__(threads_per_block, min_blocks_per_sm)
+__global__ void __launch_bounds__(StashPolicy::threads_per_block, StashPolicy::min_blocks_per_sm)
     operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, bool zero_tail) {
   run_operation<Traits, Op>(device_grid_context(), pool, view, rec, zero_tail);
 }
 
 template <int Unused = 0>  // a template, so that the header defines it in every TU
-__global__ void __launch_bounds__(threads_per_block) reset_kernel(PoolRef pool) {
-  reset_pool(BlockTeam<threads_per_block>{}, pool);
+__global__ void __launch_bounds__(StashPolicy::threads_per_block) reset_kernel(PoolRef pool) {
+  reset_pool(BlockTeam<StashPolicy::threads_per_block>{}, pool);
 }
 
 template <int Unused = 0>
@@ -50,26 +52,39 @@ __global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolReport* ds
   write_report(BlockTeam<32>{}, pool, dst);
 }
 
-/// Blocks of a launch on the current device (launch_blocks), for a record whose plans have
-/// at most `max_tiles` tiles. The device's blocks are queried once per kernel and device
-/// (the first launch), so that later launches pay no query.
+/// Blocks of a launch on the current device (launch_blocks of the device's policy), for a
+/// record whose plans have at most `max_tiles` tiles. The device is queried once per kernel
+/// and device (the first launch), so that later launches pay no query.
 template <class Traits, Operation Op>
 int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
   constexpr int max_devices = 64;
-  static cuda::std::atomic<cuda::std::int64_t> cached[max_devices] = {};  // 0: not queried yet
+  struct Queried {  // of one device; 0: not queried yet
+    cuda::std::atomic<int> compute_major{0};
+    cuda::std::atomic<cuda::std::int64_t> blocks{0};  ///< device_blocks, stored after compute_major
+  };
+  static Queried cached[max_devices];
   int device = 0;
   PAGESTASH_CUDA_TRY(cudaGetDevice(&device));
-  cuda::std::int64_t on_device = device < max_devices ? cached[device].load(cuda::std::memory_order_relaxed) : 0;
-  if (on_device == 0) {
-    int sms = 0, major = 0, per_sm = 0;
+  Queried* known = device < max_devices ? &cached[device] : nullptr;
+  cuda::std::int64_t on_device = known ? known->blocks.load(cuda::std::memory_order_acquire) : 0;
+  int major = 0;
+  if (on_device != 0) {
+    major = known->compute_major.load(cuda::std::memory_order_relaxed);
+  } else {
+    int sms = 0, per_sm = 0;
     PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    PAGESTASH_CUDA_TRY(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, operation_kernel<Traits, Op>, threads_per_block, 0));
-    on_device = device_blocks(sms, major, per_sm);
-    if (device < max_devices) cached[device].store(on_device, cuda::std::memory_order_relaxed);
+    PAGESTASH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, operation_kernel<Traits, Op>,
+                                                                     StashPolicy::threads_per_block, 0));
+    on_device = with_stash_policy(major, [&](auto policy) { return device_blocks<decltype(policy)>(sms, per_sm); });
+    if (known) {
+      known->compute_major.store(major, cuda::std::memory_order_relaxed);
+      known->blocks.store(on_device, cuda::std::memory_order_release);
+    }
   }
-  return static_cast<int>(launch_blocks(on_device, ex.max_blocks, max_tiles));
+  return with_stash_policy(major, [&](auto policy) {
+    return static_cast<int>(launch_blocks<decltype(policy)>(on_device, ex.max_blocks, max_tiles));
+  });
 }
 
 /// Refuses, on the host, an operation whose stream belongs to another device than the pool.
@@ -86,7 +101,8 @@ void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename T
             StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
   check_stream_device(Op == Operation::stash ? "stash" : (Op == Operation::reload ? "reload" : "discard"), ex, pool);
   const int blocks = grid_for<Traits, Op>(ex, max_tiles);
-  operation_kernel<Traits, Op><<<blocks, threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
+  operation_kernel<Traits, Op>
+      <<<blocks, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 
@@ -134,7 +150,7 @@ inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst
 inline void reset(const CudaExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory) detail::invalid_call("reset", "the pool is in host memory; use pagestash::host");
   detail::check_stream_device("reset", ex, pool);
-  detail::reset_kernel<><<<1, detail::threads_per_block, 0, ex.stream>>>(pool.ref());
+  detail::reset_kernel<><<<1, detail::StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,7 +20,7 @@ struct ReloadOptions {
 namespace detail {
 
 /// log2 of the host executor's tile size on `pool`.
-inline int tile_shift_on_host(const PoolRef& pool) { return tile_shift_for(pool.page_shift, host_tile_shift); }
+inline int tile_shift_on_host(const PoolRef& pool) { return tile_shift_for(pool.page_shift, HostPolicy::tile_shift); }
 
 /// Every tile of the plan, split over the executor's threads in consecutive ranges.
 inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {

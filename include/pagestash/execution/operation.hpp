@@ -20,10 +20,10 @@
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages), clears the words and releases `owner`.
 // Per block that is two read-modify-writes on the launch's line (arrival, finish) and one
-// per claim; the grid is sized so that few blocks carry them (launch_shape.hpp).
+// per claim; the grid is sized so that few blocks carry them (stash/policy.hpp).
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
 
-#include <pagestash/execution/launch_shape.hpp>
+#include <pagestash/stash/policy.hpp>
 #include <pagestash/stash/steps.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -84,7 +84,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   cuda::std::int32_t verdict = verdict_skip;
   if (arrival == Arrival::planner) {
     bool copy = false;
-    const int tile_shift = tile_shift_for(pool.page_shift, device_tile_shift);
+    const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
     if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec, tile_shift);
     if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail, tile_shift);
     if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
@@ -103,7 +103,8 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1 tiles); claims are
     // 64-bit, as they overshoot the last tile.
     const cuda::std::int64_t tiles = rec.header->tiles;
-    const cuda::std::int64_t chunk = ctx.warps * tiles_per_warp_claim;
+    constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
+    const cuda::std::int64_t chunk = ctx.warps * per_warp;
     ItemCursor cursor;
     for (;;) {
       cuda::std::int64_t first = tiles;
@@ -115,8 +116,8 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
       }
       first = team.share(first);
       if (first >= tiles) break;
-      const cuda::std::int64_t begin = first + ctx.warp * tiles_per_warp_claim;
-      const cuda::std::int64_t end = begin + tiles_per_warp_claim < tiles ? begin + tiles_per_warp_claim : tiles;
+      const cuda::std::int64_t begin = first + ctx.warp * per_warp;
+      const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
       for (cuda::std::int64_t t = begin; t < end; ++t) run_tile(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
     }
   }

@@ -10,8 +10,8 @@
 //                      aligned alike, else it is gathered from (stash) or scattered to
 //                      (reload) its runs with aligned 4-byte words and funnel shifts, and
 //                      byte stores at the edges: no byte outside a live run is written.
-//                      Four vectors per lane are loaded before they are stored, so that
-//                      four loads are in flight.
+//                      StashPolicy::loads_in_flight vectors per lane are loaded before
+//                      they are stored, so that that many loads are in flight.
 //   copy_tile_pieces   one host thread (the host executor): the same pieces, each line's run
 //                      a memcpy, which is what a CPU copies fastest; where a line's dead rest
 //                      is a cache line or two, those are prefetched, so that the CPU's
@@ -20,6 +20,7 @@
 // A stash writes the stream's padding after a segment (up to 15 bytes) as zeros, so that
 // page bytes do not depend on the mover.
 
+#include <pagestash/stash/policy.hpp>
 #include <pagestash/stash/work.hpp>
 
 #include <cuda/std/type_traits>
@@ -232,7 +233,7 @@ PAGESTASH_HOST_DEVICE inline bool tile_aligned(const TileSpan& s) {
 /// The lanes of a team move a tile's vectors (see the top of this file).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
-  constexpr cuda::std::uint32_t in_flight = 4;
+  constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
   const bool aligned = tile_aligned(s);
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());

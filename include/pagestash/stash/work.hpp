@@ -19,6 +19,7 @@
 #include <pagestash/detail/team.hpp>
 #include <pagestash/layouts/view.hpp>
 #include <pagestash/pool/free_list.hpp>
+#include <pagestash/stash/policy.hpp>
 
 #include <cuda/std/cstdint>
 
@@ -26,21 +27,19 @@ PAGESTASH_NAMESPACE_BEGIN
 
 /// Alignment of every segment in the page stream.
 inline constexpr cuda::std::int64_t stream_alignment = 16;
-/// log2 of the most stream bytes one tile covers, per executor (a tile is also at most a
-/// page). A warp's tile is 4 KiB: two rounds of four 16-byte vectors per lane, and a 4 MiB
-/// stash still has a tile for each of the ~500 warps an H200 holds (docs/design.md). A host
-/// thread's is 64 KiB: it pays the tile lookup once per more bytes (measured in
-/// docs/benchmarks.md). Bounds (work_bounds) use the smaller, so they hold for both.
-inline constexpr int device_tile_shift = 12;
-inline constexpr int host_tile_shift = 16;
+/// log2 of the most stream bytes one tile covers, per executor (stash/policy.hpp says why;
+/// a tile is also at most a page). Bounds (work_bounds) use the device's, the smaller, so
+/// they hold for both.
+inline constexpr int device_tile_shift = detail::StashPolicy::tile_shift;
+inline constexpr int host_tile_shift = detail::HostPolicy::tile_shift;
 /// Most tiles a plan may have (tile indices are 32-bit): 8 TiB of stream.
 inline constexpr cuda::std::int64_t max_plan_tiles = 0x7FFFFFFF;
 /// Most bytes a segment of several lines may hold (offsets in it are 32-bit): a group's
 /// block of 4 GiB (a single-line segment, e.g. a packed buffer, has no limit).
 inline constexpr cuda::std::int64_t max_lined_segment_bytes = 0xFFFFFFFFLL;
 
-/// log2 of the tile size of an executor (device_tile_shift or host_tile_shift) on a pool of
-/// 2^page_shift-byte pages: the executor's, or a page when pages are smaller.
+/// log2 of the tile size of an executor (its policy's tile_shift, stash/policy.hpp) on a
+/// pool of 2^page_shift-byte pages: the executor's, or a page when pages are smaller.
 PAGESTASH_HOST_DEVICE constexpr int tile_shift_for(int page_shift, int executor_shift) {
   return page_shift < executor_shift ? page_shift : executor_shift;
 }
@@ -124,7 +123,7 @@ PAGESTASH_HOST_DEVICE inline void add_item(WorkTotals& t, const Segment& seg, Bu
 template <class Traits, class SegmentOf>
 PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits::layout>& v,
                                                const SegmentOf& segment_of, bool zero_tail, WorkItem* items,
-                                               int tile_shift = device_tile_shift) {
+                                               int tile_shift = StashPolicy::tile_shift) {
   WorkTotals t{};
   PAGESTASH_UNROLL
   for (int k = 0; k < 2; ++k) {  // index loops, not braced lists: those are arrays in local memory
@@ -146,7 +145,7 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits
 template <class Traits>
 PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::layout>& v,
                                            const cuda::std::int32_t* counts, bool zero_tail, WorkItem* items,
-                                           int tile_shift = device_tile_shift) {
+                                           int tile_shift = StashPolicy::tile_shift) {
   return plan_segments<Traits>(v, SegmentsAt{counts}, zero_tail, items, tile_shift);
 }
 

@@ -346,7 +346,7 @@ class Step {
       const int64_t per_tensor = ps::make_record<Traits>(probe, shape_).max_pages();
       generous.device_pages = per_tensor * r.tensors;
     }
-    ps::PoolStats observed;
+    ps::PoolStats observed{};
     {
       ps::PagePool eager(generous, space_);
       Pass(*this, eager, r, false).run(events);

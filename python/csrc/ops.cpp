@@ -330,22 +330,12 @@ py::dict flags_dict(const ps::PoolFlags& f) {
 
 std::vector<std::string> flag_names() { return {std::begin(ps::flag_names), std::end(ps::flag_names)}; }
 
-/// The flags and counters PoolStats and PoolReport both carry, by the same names.
-template <class Counters>
-py::dict counters_dict(const Counters& c) {
+/// The flags and counters, by the library's own names (PoolStats and PoolReport are both
+/// PoolCounts).
+py::dict counters_dict(const ps::PoolCounts& c, const ps::PoolFlags& flags) {
   py::dict d;
-  d["flags"] = flags_dict(c.flags);
-  d["device_pages_free"] = c.device_pages_free;
-  d["host_pages_free"] = c.host_pages_free;
-  d["peak_pages_used"] = c.peak_pages_used;
-  d["peak_device_pages_used"] = c.peak_device_pages_used;
-  d["live_bytes"] = c.live_bytes;
-  d["peak_live_bytes"] = c.peak_live_bytes;
-  d["generation"] = c.generation;
-  d["stashes"] = c.stashes;
-  d["reloads"] = c.reloads;
-  d["overflows"] = c.overflows;
-  d["errors"] = c.errors;
+  d["flags"] = flags_dict(flags);
+  ps::for_each_count(c, [&](const char* name, std::int64_t value) { d[name] = value; });
   return d;
 }
 
@@ -353,7 +343,7 @@ py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor h
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::PoolStats s = checked([&] { return attach_pool(pool, space_of(control)).stats(); });
-  py::dict d = counters_dict(s);
+  py::dict d = counters_dict(s, s.flags);
   d["page_bytes"] = s.config.page_bytes;
   d["device_pages"] = s.config.device_pages;
   d["host_pages"] = s.config.host_pages;
@@ -386,7 +376,7 @@ py::dict decode_report(at::Tensor bytes) {
                     "pagestash: a report is ", sizeof(ps::PoolReport), " uint8 on the CPU");
   ps::PoolReport r{};
   std::memcpy(&r, bytes.contiguous().data_ptr(), sizeof(r));
-  py::dict d = counters_dict(r);
+  py::dict d = counters_dict(r, r.flags);
   d["decision"] = ps::name_of(ps::decide(r.flags));
   return d;
 }

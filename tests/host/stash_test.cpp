@@ -307,7 +307,7 @@ TEST_CASE("reload into a larger destination, and the zero tail reaches its end")
 }
 
 TEST_CASE("the sizing helper turns an observed peak into a pool") {
-  ps::PoolStats observed;
+  ps::PoolStats observed{};
   observed.config.page_bytes = 4096;
   observed.peak_pages_used = 1000;
   const ps::PoolConfig c = ps::size_pool(observed);

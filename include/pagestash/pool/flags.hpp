@@ -58,21 +58,45 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int32_t& flag_of(PoolFlags& f, ErrorKind
   }
 }
 
+/// The pool's counters as the caller gets them: one struct for a report (PoolReport) and
+/// for what stats() reads back (PoolStats). Trivial, as a report lives in device memory:
+/// value-initialize it (PoolCounts{}) for zeros. (The pool's memory keeps them in
+/// PoolCounters, pool/free_list.hpp, in the order its steps are compiled for.)
+struct PoolCounts {
+  cuda::std::int64_t device_pages_free;       ///< ids on the device stack
+  cuda::std::int64_t host_pages_free;         ///< ids on the host stack
+  cuda::std::int64_t peak_pages_used;         ///< device + host pages held at once, at most
+  cuda::std::int64_t peak_device_pages_used;
+  cuda::std::int64_t live_bytes;              ///< bytes held in pages now (segments padded to 16)
+  cuda::std::int64_t peak_live_bytes;         ///< most bytes held in pages at once
+  cuda::std::int64_t stashes;                 ///< stashes that took pages
+  cuda::std::int64_t reloads;                 ///< reloads and discards that returned pages
+  cuda::std::int64_t overflows;               ///< operations that found no room, or the overflow flag set
+  cuda::std::int64_t errors;                  ///< operations refused as misuse
+  cuda::std::int32_t generation;              ///< resets so far
+};
+
+/// Calls f(name, value) for each counter, in the struct's order: the one list of their
+/// names, for tools that print or export them (the Python package's dicts).
+template <class F>
+void for_each_count(const PoolCounts& c, F&& f) {
+  f("device_pages_free", c.device_pages_free);
+  f("host_pages_free", c.host_pages_free);
+  f("peak_pages_used", c.peak_pages_used);
+  f("peak_device_pages_used", c.peak_device_pages_used);
+  f("live_bytes", c.live_bytes);
+  f("peak_live_bytes", c.peak_live_bytes);
+  f("stashes", c.stashes);
+  f("reloads", c.reloads);
+  f("overflows", c.overflows);
+  f("errors", c.errors);
+  f("generation", cuda::std::int64_t{c.generation});
+}
+
 /// The flags and counters, as report() writes them into the caller's memory (pinned,
 /// mapped or device) in stream order: no device-wide sync, no allocation.
-struct PoolReport {
+struct PoolReport : PoolCounts {
   PoolFlags flags;
-  cuda::std::int64_t overflows;        ///< operations that found no room, or the overflow flag set
-  cuda::std::int64_t errors;           ///< operations refused as misuse
-  cuda::std::int64_t stashes;          ///< stashes that took pages
-  cuda::std::int64_t reloads;          ///< reloads and discards that returned pages
-  cuda::std::int64_t device_pages_free;
-  cuda::std::int64_t host_pages_free;
-  cuda::std::int64_t peak_pages_used;  ///< device + host pages held at once, at most
-  cuda::std::int64_t peak_device_pages_used;
-  cuda::std::int64_t live_bytes;       ///< bytes held in pages now
-  cuda::std::int64_t peak_live_bytes;
-  cuda::std::int32_t generation;       ///< resets so far
 };
 
 /// What every rank does after a step, from the flags all ranks agreed on.

@@ -92,7 +92,7 @@ class PagePool {
   /// device first (cudaDeviceSynchronize); for a host pool no operation may be in flight.
   PoolStats stats() const {
     const PoolCounters c = read_counters();
-    PoolStats s;
+    PoolStats s{};
     s.config = config_;
     s.overflow = c.flags.overflow != 0;
     s.error = c.flags.error != 0;

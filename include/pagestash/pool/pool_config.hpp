@@ -23,24 +23,13 @@ struct PoolConfig {
 };
 
 /// What a pool did since its last reset, read back by PagePool::stats().
-struct PoolStats {
+struct PoolStats : PoolCounts {
   PoolConfig config;
   bool overflow = false;    ///< capacity: a stash found no room; rerun the step (see docs/api.md)
   bool error = false;       ///< misuse: an operation was refused (`flags` says which kinds); a bug
   bool host_spill = false;  ///< some stash used host pages
   PoolFlags flags{};        ///< all the flags, as PagePool::flags() holds them
-  std::int64_t device_pages_free = 0;
-  std::int64_t host_pages_free = 0;
-  std::int64_t peak_pages_used = 0;       ///< device + host pages held at once, at most
-  std::int64_t peak_device_pages_used = 0;
-  std::int64_t live_bytes = 0;       ///< bytes held in pages now (runs padded to 16 bytes)
-  std::int64_t peak_live_bytes = 0;  ///< most bytes held in pages at once
-  std::int64_t generation = 0;       ///< resets so far
-  std::int64_t stashes = 0;          ///< stashes that took pages
-  std::int64_t reloads = 0;          ///< reloads and discards that returned pages
-  std::int64_t overflows = 0;        ///< operations that did nothing for want of room
-  std::int64_t errors = 0;           ///< operations refused as misuse
-  std::int64_t failures = 0;         ///< overflows + errors: operations that did nothing (see each record)
+  std::int64_t failures = 0;  ///< overflows + errors: operations that did nothing (see each record)
 };
 
 namespace detail {

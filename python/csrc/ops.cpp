@@ -318,17 +318,16 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
   checked([&] { init_record(recipe, pool, space_of(control), shape_of(shape), rec); });
 }
 
-constexpr std::size_t flag_words = sizeof(ps::PoolFlags) / sizeof(std::int32_t);
+constexpr std::size_t flag_words = ps::flag_count;
 
-py::dict flags_dict(const ps::PoolFlags& f) {
-  std::int32_t words[flag_words];
-  std::memcpy(words, &f, sizeof(f));
+py::dict flags_dict(ps::PoolFlags f) {
   py::dict d;
-  for (std::size_t i = 0; i < flag_words; ++i) d[ps::flag_names[i]] = words[i];
+  for (int k = 0; k < ps::flag_count; ++k) d[ps::flag_names[k]] = f[static_cast<ps::Flag>(k)];
   return d;
 }
 
 std::vector<std::string> flag_names() { return {std::begin(ps::flag_names), std::end(ps::flag_names)}; }
+std::vector<std::string> flag_meanings() { return {std::begin(ps::flag_meanings), std::end(ps::flag_meanings)}; }
 
 /// The flags and counters, by the library's own names (PoolStats and PoolReport are both
 /// PoolCounts).
@@ -381,7 +380,7 @@ py::dict decode_report(at::Tensor bytes) {
   return d;
 }
 
-/// The decision for flags read back as 8 ints (e.g. after an all-reduce in Python).
+/// The decision for flags read back as flag_count ints (e.g. after an all-reduce in Python).
 std::string decide_py(const std::vector<std::int32_t>& words) {
   TORCH_CHECK_VALUE(words.size() == flag_words, "pagestash: the flags are ", flag_words, " int32 words");
   ps::PoolFlags f{};
@@ -441,6 +440,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("report_bytes", [] { return static_cast<std::int64_t>(sizeof(ps::PoolReport)); });
   m.def("decode_report", &decode_report, "A report written by torch.ops.pagestash.report, as a dict");
   m.def("flag_names", &flag_names, "The flags' names, in the order of their int32 words");
+  m.def("flag_meanings", &flag_meanings, "What each flag means, in the order of flag_names()");
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
 #ifdef PAGESTASH_TORCH_CUDA
   m.attr("with_cuda") = true;

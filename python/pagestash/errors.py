@@ -7,23 +7,10 @@ from typing import Dict, Iterable
 
 from . import _C
 
-#: The flags' names, in the order of their int32 words in the pool's memory
-#: (include/pagestash/pool/flags.hpp).
+#: The flags' names, in the order of their int32 words in the pool's memory, and what each
+#: means: both from the library's one table (PAGESTASH_POOL_FLAGS, pagestash/pool/flags.hpp).
 FLAG_NAMES = tuple(_C.flag_names())
-
-#: What each flag means (host_spill is not a failure).
-FLAG_MEANINGS: Dict[str, str] = {
-    "overflow": "a stash found no room: the pool is too small for this step (or a stash after that skipped)",
-    "error": "misuse (its kinds below)",
-    "host_spill": "a stash used host pages (not a failure)",
-    "bad_counts": "a stash found a count its tensor cannot hold (negative, beyond the capacity, or off the packed "
-                  "alignment)",
-    "still_stashed": "a stash into a record that still held pages",
-    "not_stashed": "a reload or discard of a record that holds no pages (a double reload, or one after a discard)",
-    "stale": "a reload of a record stashed before the pool's reset()",
-    "refused_launch": "a launch on a record while another launch on it was in flight",
-    "foreign_record": "a record used with a pool it was not made for",
-}
+FLAG_MEANINGS: Dict[str, str] = dict(zip(FLAG_NAMES, _C.flag_meanings()))
 
 #: Flags that are not failures.
 INFORMATIONAL = frozenset({"host_spill"})

@@ -289,22 +289,22 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       const ps::RecordStatus st = records[r]->status();
       if (bad) {
         CHECK(st.state == ps::RecordState::failed);
-        CHECK(st.error == ps::RecordError::bad_counts);
+        CHECK(st.error == ps::Flag::bad_counts);
         CHECK(st.pages == 0);
         CHECK(st.live_bytes == 0);
         error = true;
       } else if (overflow) {
         CHECK(st.state == ps::RecordState::overflowed);
-        CHECK(st.error == ps::RecordError::pool_overflow);
+        CHECK(st.error == ps::Flag::overflow);
       } else {
         const std::int64_t need = expected_pages<Traits>(shape, s.counts, page_bytes);
         if (need > device_free + host_free) {
           CHECK(st.state == ps::RecordState::overflowed);
-          CHECK(st.error == ps::RecordError::pool_overflow);
+          CHECK(st.error == ps::Flag::overflow);
           overflow = true;
         } else {
           CHECK(st.state == ps::RecordState::stashed);
-          CHECK(st.error == ps::RecordError::none);
+          CHECK(st.error == ps::Flag::none);
           CHECK(st.pages == need);
           s.pages = need;
           s.device_pages = std::min(need, device_free);
@@ -357,7 +357,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
         Backend::reset(pool);
         const auto before = dest.bytes(BufferRole::data);
         Backend::reload(pool, *records[r], dest.view, true);
-        CHECK(records[r]->status().error == ps::RecordError::stale);
+        CHECK(records[r]->status().error == ps::Flag::stale);
         CHECK(dest.bytes(BufferRole::data) == before);
       }
       Backend::reset(pool);

@@ -473,7 +473,7 @@ TEST_CASE("attached device objects: the host knows no ids, and the kernels refus
   std::vector<std::int32_t> free = ps::free_pages(pool_b);
   std::sort(free.begin(), free.end());
   for (std::size_t i = 0; i < free.size(); ++i) CHECK(free[i] == static_cast<std::int32_t>(i));
-  CHECK(rec_a.status().error == ps::RecordError::foreign_pool);
+  CHECK(rec_a.status().error == ps::Flag::foreign_record);
   CHECK(rec_a.status().state == ps::RecordState::stashed);
   CHECK(rec_a.page_ids() == held);
   CHECK(dst.bytes(BufferRole::data) == poisoned);

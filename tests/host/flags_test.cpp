@@ -137,7 +137,7 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
     expect("a stash with no room left", 1, {});
     ops.reload(pool, b, dst.view);  // as a captured step does: no new flag, the first cause stays
     expect("the reload of the stash that overflowed", 1, {});
-    CHECK(b.status().error == ps::RecordError::pool_overflow);
+    CHECK(b.status().error == ps::Flag::overflow);
     ops.reset(pool);
 
     ops.stash(pool, src.view, a);
@@ -501,7 +501,7 @@ TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, ke
 std::vector<unsigned char> bytes_but_error(const ps::StashRecord<Tr>& rec) {
   const auto* at = reinterpret_cast<const unsigned char*>(rec.ref().header);
   std::vector<unsigned char> b(at, at + rec.bytes());
-  std::fill_n(b.begin() + offsetof(ps::RecordHeader, error), sizeof(ps::RecordError), 0);
+  std::fill_n(b.begin() + offsetof(ps::RecordHeader, summary) + offsetof(ps::RecordSummary, error), sizeof(ps::Flag), 0);
   return b;
 }
 
@@ -596,11 +596,11 @@ TEST_CASE("foreign record: pool A's record over pool B's memory is refused by ev
       std::int64_t refused = 0;
       auto refuse = [&](const char* what, ps::StashRecord<Tr>& rec, auto&& op) {
         INFO(what);
-        rec.ref().header->error = ps::RecordError::none;
+        rec.ref().header->summary.error = ps::Flag::none;
         const std::vector<unsigned char> rec_before = bytes_but_error(rec);
         op(b.ref(), rec.ref());
         ++refused;
-        CHECK(rec.status().error == ps::RecordError::foreign_pool);
+        CHECK(rec.status().error == ps::Flag::foreign_record);
         CHECK(bytes_but_error(rec) == rec_before);
         CHECK(dst.data == poisoned);
         check_refused_foreign(b_before, pool_b, refused);

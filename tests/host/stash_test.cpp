@@ -172,7 +172,7 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
   SUBCASE("stash over a record that holds pages") {
     ps::stash(ps::host, pool, src.view, a);
     CHECK(a.status().state == ps::RecordState::stashed);
-    CHECK(a.status().error == ps::RecordError::still_stashed);
+    CHECK(a.status().error == ps::Flag::still_stashed);
     CHECK(a.page_ids() == held);
     CHECK(pool.stats().error);  // misuse, not capacity
     CHECK(pool.stats().flags.still_stashed == 1);
@@ -185,7 +185,7 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     const auto first = dest.bytes(BufferRole::data);
     dest.set(BufferRole::data, std::vector<std::uint8_t>(first.size(), 0x77));
     ps::reload(ps::host, pool, a, dest.view);
-    CHECK(a.status().error == ps::RecordError::not_stashed);
+    CHECK(a.status().error == ps::Flag::not_stashed);
     CHECK(dest.bytes(BufferRole::data) == std::vector<std::uint8_t>(first.size(), 0x77));
     CHECK(pool.stats().error);
     CHECK(pool.stats().flags.not_stashed == 1);
@@ -195,12 +195,12 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
   SUBCASE("the pool is full: overflow, and later stashes do nothing until reset") {
     ps::stash(ps::host, pool, src.view, b);  // needs as many pages again: only one stash's worth exists
     CHECK(b.status().state == ps::RecordState::overflowed);
-    CHECK(b.status().error == ps::RecordError::pool_overflow);
+    CHECK(b.status().error == ps::Flag::overflow);
     CHECK(pool.stats().overflow);
     CHECK(!pool.stats().error);
     CHECK(a.page_ids() == held);  // earlier stashes stay intact
     ps::reload(ps::host, pool, b, dest.view);  // does nothing; the first cause stays, no new flag
-    CHECK(b.status().error == ps::RecordError::pool_overflow);
+    CHECK(b.status().error == ps::Flag::overflow);
     CHECK(!pool.stats().error);
     ps::reload(ps::host, pool, a, dest.view);  // still works
     CHECK(a.status().state == ps::RecordState::reloaded);
@@ -224,7 +224,7 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     ps::discard(ps::host, pool, a);
     CHECK(a.status().state == ps::RecordState::discarded);
     ps::discard(ps::host, pool, a);
-    CHECK(a.status().error == ps::RecordError::not_stashed);
+    CHECK(a.status().error == ps::Flag::not_stashed);
     CHECK(!pool.stats().overflow);
     CHECK(!pool.stats().error);
     CHECK(pool.stats().device_pages_free == cfg.device_pages);

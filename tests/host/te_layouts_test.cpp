@@ -388,7 +388,7 @@ TEST_CASE("a stash of the worked example restores TE's padded layout bit for bit
   auto tight_record = ps::make_record<ps::StashTraits<Tight>>(pool, tight.view);
   ps::stash(ps::host, pool, tight.view, tight_record);
   CHECK(tight_record.status().state == ps::RecordState::failed);
-  CHECK(tight_record.status().error == ps::RecordError::bad_counts);
+  CHECK(tight_record.status().error == ps::Flag::bad_counts);
   CHECK(tight_record.status().first_bad_group == 0);
   CHECK(pool.stats().error);
   CHECK(pool.stats().flags.bad_counts == 1);

@@ -60,7 +60,7 @@ void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef
 }  // namespace detail
 
 /// Moves the live bytes of every buffer Traits pages into pages of `pool`, and the kept
-/// buffers into `rec`. See RecordState / RecordError for what happens when it cannot.
+/// buffers into `rec`. See RecordState / RecordSummary::error for what happens when it cannot.
 template <class Traits>
 void stash(const HostExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {

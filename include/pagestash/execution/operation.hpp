@@ -66,7 +66,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   const bool first = device_atomic<cuda::std::uint64_t>(words.last_refused).exchange(ctx.launch,
                                                                                      cuda::std::memory_order_relaxed) !=
                      ctx.launch;
-  raise_error(pool, ErrorKind::refused_launch, first);
+  raise_error(pool, Flag::refused_launch, first);
   return Arrival::refused;
 }
 

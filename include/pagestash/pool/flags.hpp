@@ -1,15 +1,12 @@
 #pragma once
 // What a training loop acts on without a device-wide sync: the pool's sticky flags, in a
 // stable layout at the start of the pool's counters (PagePool::flags() points at them), and
-// the report an executor writes into the caller's memory (report()).
+// the report an executor writes into the caller's memory (report()). Two flags decide:
+// `overflow` (capacity: rerun the step without paging, or with a larger pool after reset)
+// and `error` (misuse: a bug to report; its kind has a flag of its own). Either way the
+// step's results cannot be trusted.
 //
-//   overflow  capacity: a stash found no room (or found the flag set and did nothing). The
-//             step's results cannot be trusted; rerun it without paging, or with a larger
-//             pool after reset.
-//   error     misuse: a bug to report (its kinds below). The operation did nothing; the
-//             step's results cannot be trusted either.
-//
-// Every field is 0 or 1 and sticky until reset, so that flags from several ranks combine
+// Every flag is 0 or 1 and sticky until reset, so that flags from several ranks combine
 // with a max (pagestash/nccl.cuh's agree() all-reduces them in place).
 
 #include <pagestash/config.hpp>
@@ -18,79 +15,97 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
+/// The flags, one table: each word's name and meaning, in the words' order. PoolFlags'
+/// fields, the Flag enum (each word's index), flag_names and flag_meanings are made from it,
+/// so that C++ and Python (pagestash.FLAG_MEANINGS) name a kind of failure one way.
+#define PAGESTASH_POOL_FLAGS(X)                                                                                      \
+  X(overflow, "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without "  \
+              "paging, or with a larger pool")                                                                     \
+  X(error, "misuse, of one of the kinds below: the operation did nothing; a bug to report")                        \
+  X(host_spill, "a stash used host pages (not a failure)")                                                          \
+  X(bad_counts, "a stash found a count its tensor cannot hold (negative, beyond the capacity, or off the packed "  \
+                "alignment)")                                                                                      \
+  X(still_stashed, "a stash into a record that still held pages")                                                   \
+  X(not_stashed, "a reload of a record that holds no pages (a double reload, or one after a discard)")             \
+  X(stale, "a reload of a record stashed before the pool's reset")                                                  \
+  X(refused_launch, "a launch on a record while another launch on it was in flight")                               \
+  X(foreign_record, "an operation with a record made for another pool")
+
+/// A kind of failure, as the index of its PoolFlags word; `none`: no failure. A record says
+/// with one of these why its last operation did nothing (RecordStatus::error).
+enum class Flag : cuda::std::int32_t {
+  none = -1,
+#define PAGESTASH_FLAG_ENUMERATOR(name, meaning) name,
+  PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_ENUMERATOR)
+#undef PAGESTASH_FLAG_ENUMERATOR
+};
+
 struct PoolFlags {
-  cuda::std::int32_t overflow;        ///< capacity: rerun the step without paging, or with a larger pool
-  cuda::std::int32_t error;           ///< misuse: any of the kinds below
-  cuda::std::int32_t host_spill;      ///< some stash used host pages (not a failure)
-  cuda::std::int32_t bad_counts;      ///< error: a stash found a count its view cannot hold
-  cuda::std::int32_t still_stashed;   ///< error: a stash into a record that still holds pages
-  cuda::std::int32_t not_stashed;     ///< error: a reload of a record that holds no pages
-  cuda::std::int32_t stale;           ///< error: a reload of a record stashed before a reset
-  cuda::std::int32_t refused_launch;  ///< error: a launch on a record with another launch in flight
-  cuda::std::int32_t foreign_record;  ///< error: an operation with a record made for another pool
-};
-static_assert(sizeof(PoolFlags) == 36, "PoolFlags is 9 int32 words: its layout is documented API");
+#define PAGESTASH_FLAG_FIELD(name, meaning) cuda::std::int32_t name;
+  PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_FIELD)
+#undef PAGESTASH_FLAG_FIELD
 
-/// The flags' names, in the order of PoolFlags' words (for tools that read the words).
-inline constexpr const char* flag_names[] = {"overflow",    "error", "host_spill",     "bad_counts",    "still_stashed",
-                                             "not_stashed", "stale", "refused_launch", "foreign_record"};
-static_assert(sizeof(flag_names) / sizeof(flag_names[0]) == sizeof(PoolFlags) / sizeof(cuda::std::int32_t));
-
-/// The kinds of misuse (each a PoolFlags field).
-enum class ErrorKind : cuda::std::int32_t {
-  bad_counts,
-  still_stashed,
-  not_stashed,
-  stale,
-  refused_launch,
-  foreign_record,
-};
-
-/// The flag of one kind of misuse.
-PAGESTASH_HOST_DEVICE inline cuda::std::int32_t& flag_of(PoolFlags& f, ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::bad_counts: return f.bad_counts;
-    case ErrorKind::still_stashed: return f.still_stashed;
-    case ErrorKind::not_stashed: return f.not_stashed;
-    case ErrorKind::stale: return f.stale;
-    case ErrorKind::refused_launch: return f.refused_launch;
-    default: return f.foreign_record;
+  /// The word of one kind (not none).
+  PAGESTASH_HOST_DEVICE cuda::std::int32_t& operator[](Flag kind) {
+    switch (kind) {
+#define PAGESTASH_FLAG_CASE(name, meaning) \
+  case Flag::name: return name;
+      PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CASE)
+#undef PAGESTASH_FLAG_CASE
+      default: return error;
+    }
   }
+};
+
+/// The flags' names and meanings, in the order of PoolFlags' words (for tools that read the words).
+inline constexpr const char* flag_names[] = {
+#define PAGESTASH_FLAG_NAME(name, meaning) #name,
+    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_NAME)
+#undef PAGESTASH_FLAG_NAME
+};
+inline constexpr const char* flag_meanings[] = {
+#define PAGESTASH_FLAG_MEANING(name, meaning) meaning,
+    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_MEANING)
+#undef PAGESTASH_FLAG_MEANING
+};
+inline constexpr int flag_count = sizeof(flag_names) / sizeof(flag_names[0]);
+static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t) && flag_count == 9,
+              "PoolFlags is 9 int32 words: its layout is documented API");
+
+inline const char* name_of(Flag kind) {
+  return kind == Flag::none ? "none" : flag_names[static_cast<int>(kind)];
 }
 
-/// The pool's counters as the caller gets them: one struct for a report (PoolReport) and
-/// for what stats() reads back (PoolStats). Trivial, as a report lives in device memory:
-/// value-initialize it (PoolCounts{}) for zeros. (The pool's memory keeps them in
-/// PoolCounters, pool/free_list.hpp, in the order its steps are compiled for.)
+/// The pool's counters, one table: type, name, meaning. PoolCounts' fields and
+/// for_each_count (the names tools print, e.g. the Python package's dicts) are made from it.
+#define PAGESTASH_POOL_COUNTS(X)                                                                    \
+  X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                              \
+  X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                  \
+  X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")               \
+  X(cuda::std::int64_t, peak_device_pages_used, "device pages held at once, at most")               \
+  X(cuda::std::int64_t, live_bytes, "bytes held in pages now (segments padded to 16)")              \
+  X(cuda::std::int64_t, peak_live_bytes, "most bytes held in pages at once")                        \
+  X(cuda::std::int64_t, stashes, "stashes that took pages")                                         \
+  X(cuda::std::int64_t, reloads, "reloads and discards that returned pages")                        \
+  X(cuda::std::int64_t, overflows, "operations that found no room, or the overflow flag set")       \
+  X(cuda::std::int64_t, errors, "operations refused as misuse")                                     \
+  X(cuda::std::int32_t, generation, "resets so far")
+
+/// The pool's counters: in the pool's memory (PoolCounters, pool/free_list.hpp), in a report
+/// (PoolReport) and in what stats() reads back (PoolStats). Trivial, as a report lives in
+/// device memory: value-initialize it (PoolCounts{}) for zeros.
 struct PoolCounts {
-  cuda::std::int64_t device_pages_free;       ///< ids on the device stack
-  cuda::std::int64_t host_pages_free;         ///< ids on the host stack
-  cuda::std::int64_t peak_pages_used;         ///< device + host pages held at once, at most
-  cuda::std::int64_t peak_device_pages_used;
-  cuda::std::int64_t live_bytes;              ///< bytes held in pages now (segments padded to 16)
-  cuda::std::int64_t peak_live_bytes;         ///< most bytes held in pages at once
-  cuda::std::int64_t stashes;                 ///< stashes that took pages
-  cuda::std::int64_t reloads;                 ///< reloads and discards that returned pages
-  cuda::std::int64_t overflows;               ///< operations that found no room, or the overflow flag set
-  cuda::std::int64_t errors;                  ///< operations refused as misuse
-  cuda::std::int32_t generation;              ///< resets so far
+#define PAGESTASH_COUNT_FIELD(type, name, meaning) type name;
+  PAGESTASH_POOL_COUNTS(PAGESTASH_COUNT_FIELD)
+#undef PAGESTASH_COUNT_FIELD
 };
 
-/// Calls f(name, value) for each counter, in the struct's order: the one list of their
-/// names, for tools that print or export them (the Python package's dicts).
+/// Calls f(name, value) for each counter, in the struct's order.
 template <class F>
 void for_each_count(const PoolCounts& c, F&& f) {
-  f("device_pages_free", c.device_pages_free);
-  f("host_pages_free", c.host_pages_free);
-  f("peak_pages_used", c.peak_pages_used);
-  f("peak_device_pages_used", c.peak_device_pages_used);
-  f("live_bytes", c.live_bytes);
-  f("peak_live_bytes", c.peak_live_bytes);
-  f("stashes", c.stashes);
-  f("reloads", c.reloads);
-  f("overflows", c.overflows);
-  f("errors", c.errors);
-  f("generation", cuda::std::int64_t{c.generation});
+#define PAGESTASH_COUNT_VISIT(type, name, meaning) f(#name, cuda::std::int64_t{c.name});
+  PAGESTASH_POOL_COUNTS(PAGESTASH_COUNT_VISIT)
+#undef PAGESTASH_COUNT_VISIT
 }
 
 /// The flags and counters, as report() writes them into the caller's memory (pinned,

@@ -17,28 +17,20 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The pool's counters, in the pool's memory, the flags first (their address is API). The
-/// flags, `lock`, `generation`, `overflows` and `errors` are accessed atomically; `id` is
-/// written once, when the pool is made; the rest only under `lock`. Stashes do nothing
-/// while `flags.overflow` is set.
+/// The pool's state, in the pool's memory, the flags first (their address is API). The
+/// flags, `lock`, `counts.generation`, `counts.overflows` and `counts.errors` are accessed
+/// atomically; `id` is written once, when the pool is made; the rest only under `lock`.
+/// Stashes do nothing while `flags.overflow` is set.
 struct PoolCounters {
   PoolFlags flags;
   cuda::std::int32_t lock;
-  cuda::std::int32_t generation;  ///< bumped by reset; a record stashed before it is stale
   /// The pool's identity (nonzero, random), kept by reset and by byte copies of the memory:
   /// each record carries its pool's, so that a step refuses a record of another pool
   /// whose memory is attached to this one's (its page ids are not this pool's).
   cuda::std::uint64_t id;
-  cuda::std::int64_t device_free;  ///< ids on the device stack
-  cuda::std::int64_t host_free;    ///< ids on the host stack
-  cuda::std::int64_t peak_used;
-  cuda::std::int64_t peak_device_used;
-  cuda::std::int64_t live_bytes;
-  cuda::std::int64_t peak_live_bytes;
-  cuda::std::int64_t stashes;
-  cuda::std::int64_t reloads;
-  cuda::std::int64_t overflows;
-  cuda::std::int64_t errors;
+  /// What report() and stats() give the caller; `generation` is bumped by reset (a record
+  /// stashed before it is stale).
+  PoolCounts counts;
 };
 
 /// A trivially copyable handle on a pool, passed by value to kernels.
@@ -84,15 +76,15 @@ PAGESTASH_HOST_DEVICE void unlock_pool(const Team& team, const PoolRef& pool) {
 /// and counts it. Plain atomics, no lock.
 PAGESTASH_HOST_DEVICE inline void raise_overflow(const PoolRef& pool) {
   device_atomic<cuda::std::int32_t>(pool.counters->flags.overflow).store(1, cuda::std::memory_order_relaxed);
-  device_atomic<cuda::std::int64_t>(pool.counters->overflows).fetch_add(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int64_t>(pool.counters->counts.overflows).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
 /// Records an operation refused as misuse: sets the sticky error flag and its kind's, and
 /// counts it (unless `count` is false: a launch's later blocks). Plain atomics, no lock.
-PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, ErrorKind kind, bool count = true) {
-  device_atomic<cuda::std::int32_t>(flag_of(pool.counters->flags, kind)).store(1, cuda::std::memory_order_relaxed);
+PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, Flag kind, bool count = true) {
+  device_atomic<cuda::std::int32_t>(pool.counters->flags[kind]).store(1, cuda::std::memory_order_relaxed);
   device_atomic<cuda::std::int32_t>(pool.counters->flags.error).store(1, cuda::std::memory_order_relaxed);
-  if (count) device_atomic<cuda::std::int64_t>(pool.counters->errors).fetch_add(1, cuda::std::memory_order_relaxed);
+  if (count) device_atomic<cuda::std::int64_t>(pool.counters->counts.errors).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
 PAGESTASH_HOST_DEVICE inline bool overflow_raised(const PoolRef& pool) {
@@ -115,34 +107,35 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
                                        cuda::std::int64_t live_bytes, cuda::std::int32_t* ids) {
   lock_pool(team, pool);
   PoolCounters& c = *pool.counters;
+  PoolCounts& n = c.counts;
   Taken t{TakeResult::taken, 0, 0};
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
-    t.generation = c.generation;
+    t.generation = n.generation;
     if (overflow_raised(pool)) {
       t.result = TakeResult::overflow_set;
     } else {
-      t.device_pages = need < c.device_free ? need : c.device_free;
+      t.device_pages = need < n.device_pages_free ? need : n.device_pages_free;
       const cuda::std::int64_t from_host = need - t.device_pages;
-      if (from_host > c.host_free) {
+      if (from_host > n.host_pages_free) {
         t.result = TakeResult::pool_full;
         // At once, so that a stash racing with this one skips too.
         device_atomic<cuda::std::int32_t>(c.flags.overflow).store(1, cuda::std::memory_order_relaxed);
       } else {
-        c.device_free -= t.device_pages;
-        c.host_free -= from_host;
+        n.device_pages_free -= t.device_pages;
+        n.host_pages_free -= from_host;
         if (from_host > 0) device_atomic<cuda::std::int32_t>(c.flags.host_spill).store(1, cuda::std::memory_order_relaxed);
-        const cuda::std::int64_t used = pool.device_pages + pool.host_pages - c.device_free - c.host_free;
-        const cuda::std::int64_t device_used = pool.device_pages - c.device_free;
-        c.peak_used = used > c.peak_used ? used : c.peak_used;
-        c.peak_device_used = device_used > c.peak_device_used ? device_used : c.peak_device_used;
-        c.live_bytes += live_bytes;
-        c.peak_live_bytes = c.live_bytes > c.peak_live_bytes ? c.live_bytes : c.peak_live_bytes;
-        ++c.stashes;
+        const cuda::std::int64_t used = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
+        const cuda::std::int64_t device_used = pool.device_pages - n.device_pages_free;
+        n.peak_pages_used = used > n.peak_pages_used ? used : n.peak_pages_used;
+        n.peak_device_pages_used = device_used > n.peak_device_pages_used ? device_used : n.peak_device_pages_used;
+        n.live_bytes += live_bytes;
+        n.peak_live_bytes = n.live_bytes > n.peak_live_bytes ? n.live_bytes : n.peak_live_bytes;
+        ++n.stashes;
       }
     }
-    device_top = c.device_free;
-    host_top = c.host_free;
+    device_top = n.device_pages_free;
+    host_top = n.host_pages_free;
   }
   t = team.share(t);
   device_top = team.share(device_top);
@@ -164,15 +157,15 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
                                         cuda::std::int64_t count, cuda::std::int64_t device_pages,
                                         cuda::std::int64_t live_bytes) {
   lock_pool(team, pool);
-  PoolCounters& c = *pool.counters;
+  PoolCounts& n = pool.counters->counts;
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
-    device_top = c.device_free;
-    host_top = c.host_free;
-    c.device_free += device_pages;
-    c.host_free += count - device_pages;
-    c.live_bytes -= live_bytes;
-    ++c.reloads;
+    device_top = n.device_pages_free;
+    host_top = n.host_pages_free;
+    n.device_pages_free += device_pages;
+    n.host_pages_free += count - device_pages;
+    n.live_bytes -= live_bytes;
+    ++n.reloads;
   }
   device_top = team.share(device_top);
   host_top = team.share(host_top);
@@ -188,11 +181,13 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
 
 /// The flags, read one word at a time (other teams raise them with atomics, without the lock).
 PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
-  PoolFlags& f = pool.counters->flags;
-  auto load = [](cuda::std::int32_t& x) { return device_atomic<cuda::std::int32_t>(x).load(cuda::std::memory_order_relaxed); };
-  return PoolFlags{load(f.overflow),       load(f.error),          load(f.host_spill),
-                   load(f.bad_counts),     load(f.still_stashed),  load(f.not_stashed),
-                   load(f.stale),          load(f.refused_launch), load(f.foreign_record)};
+  PoolFlags f{};
+  PAGESTASH_UNROLL
+  for (int k = 0; k < flag_count; ++k) {
+    const auto kind = static_cast<Flag>(k);
+    f[kind] = device_atomic<cuda::std::int32_t>(pool.counters->flags[kind]).load(cuda::std::memory_order_relaxed);
+  }
+  return f;
 }
 
 /// Writes the flags and counters into `dst` (the caller's memory), the counters under the
@@ -201,20 +196,13 @@ template <class Team>
 PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolReport* dst) {
   lock_pool(team, pool);
   if (team.leader()) {
-    const PoolCounters& c = *pool.counters;
     PoolReport r{};
+    // Atomic loads, as some counters are raised without the lock.
+#define PAGESTASH_LOAD_COUNT(type, name, meaning) \
+  r.name = device_atomic<type>(pool.counters->counts.name).load(cuda::std::memory_order_relaxed);
+    PAGESTASH_POOL_COUNTS(PAGESTASH_LOAD_COUNT)
+#undef PAGESTASH_LOAD_COUNT
     r.flags = load_flags(pool);
-    r.overflows = device_atomic<cuda::std::int64_t>(pool.counters->overflows).load(cuda::std::memory_order_relaxed);
-    r.errors = device_atomic<cuda::std::int64_t>(pool.counters->errors).load(cuda::std::memory_order_relaxed);
-    r.stashes = c.stashes;
-    r.reloads = c.reloads;
-    r.device_pages_free = c.device_free;
-    r.host_pages_free = c.host_free;
-    r.peak_pages_used = c.peak_used;
-    r.peak_device_pages_used = c.peak_device_used;
-    r.live_bytes = c.live_bytes;
-    r.peak_live_bytes = c.peak_live_bytes;
-    r.generation = device_atomic<cuda::std::int32_t>(pool.counters->generation).load(cuda::std::memory_order_relaxed);
     *dst = r;
   }
   unlock_pool(team, pool);
@@ -230,13 +218,13 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
     pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
   if (team.leader()) {
     PoolCounters& c = *pool.counters;
-    const cuda::std::int32_t generation = c.generation + 1;
+    const cuda::std::int32_t generation = c.counts.generation + 1;
     const cuda::std::uint64_t id = c.id;
     c = PoolCounters{};
-    c.generation = generation;
+    c.counts.generation = generation;
     c.id = id;
-    c.device_free = pool.device_pages;
-    c.host_free = pool.host_pages;
+    c.counts.device_pages_free = pool.device_pages;
+    c.counts.host_pages_free = pool.host_pages;
   }
   team.sync();
 }

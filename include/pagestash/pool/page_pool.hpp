@@ -98,18 +98,8 @@ class PagePool {
     s.error = c.flags.error != 0;
     s.host_spill = c.flags.host_spill != 0;
     s.flags = c.flags;
-    s.device_pages_free = c.device_free;
-    s.host_pages_free = c.host_free;
-    s.peak_pages_used = c.peak_used;
-    s.peak_device_pages_used = c.peak_device_used;
-    s.live_bytes = c.live_bytes;
-    s.peak_live_bytes = c.peak_live_bytes;
-    s.generation = c.generation;
-    s.stashes = c.stashes;
-    s.reloads = c.reloads;
-    s.overflows = c.overflows;
-    s.errors = c.errors;
-    s.failures = c.overflows + c.errors;
+    static_cast<PoolCounts&>(s) = c.counts;
+    s.failures = c.counts.overflows + c.counts.errors;
     return s;
   }
 
@@ -143,7 +133,7 @@ class PagePool {
     staging.device_stack = reinterpret_cast<std::int32_t*>(image.data() + control_offset);
     staging.host_stack = staging.device_stack + d;
     *staging.counters = PoolCounters{};
-    staging.counters->generation = -1;
+    staging.counters->counts.generation = -1;
     staging.counters->id = id_;
     detail::reset_pool(detail::SerialTeam{}, staging);
     detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);

@@ -26,17 +26,6 @@ enum class RecordState : cuda::std::int32_t {
   stale = 6,       ///< (status(pool) only) stashed, but the pool was reset since: holds no pages of it
 };
 
-/// Why the last operation on a record did nothing (none when it did its work).
-enum class RecordError : cuda::std::int32_t {
-  none = 0,
-  bad_counts = 1,     ///< stash: a count is negative, beyond max_tokens, or off the packed alignment
-  pool_overflow = 2,  ///< stash: no room, or the overflow flag was already set
-  still_stashed = 3,  ///< stash: the record holds pages not yet reloaded or discarded
-  not_stashed = 4,    ///< reload/discard: the record holds no pages (double reload, overflow)
-  stale = 5,          ///< reload/discard: the pool was reset since the stash
-  foreign_pool = 6,   ///< any: the record was made for another pool; nothing done to either
-};
-
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
 /// (blocks waiting for the verdict poll it while the planner writes the header). A launch
 /// takes the record by writing its id into `owner` (0: no launch in flight); the first
@@ -57,16 +46,23 @@ struct LaunchWords {
 };
 static_assert(sizeof(LaunchWords) == 128);
 
+/// What a record's last operation left: the part of its header that status() reads back.
+struct RecordSummary {
+  RecordState state = RecordState::empty;
+  /// Why the last operation did nothing, as the pool flag of that kind (Flag::none: it did
+  /// its work). A reload of a stash that overflowed or failed keeps the stash's.
+  Flag error = Flag::none;
+  cuda::std::int32_t first_bad_group = -1;  ///< with bad_counts
+  cuda::std::int32_t generation = 0;        ///< the pool's (resets so far) when last stashed
+  cuda::std::int64_t pages = 0;
+  cuda::std::int64_t device_pages = 0;
+  cuda::std::int64_t stream_bytes = 0;
+  cuda::std::int64_t live_bytes = 0;
+};
+
 /// The record's header in the pool's memory space.
 struct RecordHeader {
-  RecordState state;
-  RecordError error;
-  cuda::std::int32_t first_bad_group;  ///< with bad_counts
-  cuda::std::int32_t generation;       ///< the pool's, when stashed
-  cuda::std::int64_t pages;
-  cuda::std::int64_t device_pages;
-  cuda::std::int64_t stream_bytes;
-  cuda::std::int64_t live_bytes;
+  RecordSummary summary;
   cuda::std::int64_t tiles;  ///< of the current operation's plan
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
@@ -86,22 +82,13 @@ struct RecordRef {
 };
 
 /// What a record holds, read back on the host.
-struct RecordStatus {
-  RecordState state = RecordState::empty;
-  RecordError error = RecordError::none;
-  std::int32_t first_bad_group = -1;
-  std::int64_t pages = 0;
-  std::int64_t device_pages = 0;
+struct RecordStatus : RecordSummary {
   std::int64_t host_pages = 0;
-  std::int64_t stream_bytes = 0;
-  std::int64_t live_bytes = 0;
   /// Blocks of launches refused because another launch on the record was in flight (or
   /// never finished): each such launch did nothing and raised the pool's error flag (refused_launch).
   std::int32_t refused_blocks = 0;
   /// Whether a launch holds the record now (after a device sync: one that never finished).
   bool launch_in_flight = false;
-  /// The pool's generation (resets so far) when the record was last stashed.
-  std::int32_t generation = 0;
 };
 
 namespace detail {
@@ -206,17 +193,10 @@ class StashRecord {
     RecordHeader h{};
     detail::copy_bytes(space_, &h, ref_.header, sizeof(h), true);
     RecordStatus s;
-    s.state = h.state;
-    s.error = h.error;
-    s.first_bad_group = h.first_bad_group;
-    s.pages = h.pages;
-    s.device_pages = h.device_pages;
-    s.host_pages = h.pages - h.device_pages;
-    s.stream_bytes = h.stream_bytes;
-    s.live_bytes = h.live_bytes;
+    static_cast<RecordSummary&>(s) = h.summary;
+    s.host_pages = h.summary.pages - h.summary.device_pages;
     s.refused_blocks = h.launch.refused;
     s.launch_in_flight = h.launch.owner != 0;
-    s.generation = h.generation;
     return s;
   }
 
@@ -292,8 +272,6 @@ class StashRecord {
     // header's copy below synchronises anyway).
     if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
     RecordHeader empty{};
-    empty.state = RecordState::empty;
-    empty.first_bad_group = -1;
     empty.pool_id = pool_id_;
     detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }
@@ -325,19 +303,6 @@ inline const char* name_of(RecordState s) {
     case RecordState::reloaded: return "reloaded";
     case RecordState::discarded: return "discarded";
     case RecordState::stale: return "stale";
-  }
-  return "?";
-}
-
-inline const char* name_of(RecordError e) {
-  switch (e) {
-    case RecordError::none: return "none";
-    case RecordError::bad_counts: return "bad_counts";
-    case RecordError::pool_overflow: return "pool_overflow";
-    case RecordError::still_stashed: return "still_stashed";
-    case RecordError::not_stashed: return "not_stashed";
-    case RecordError::stale: return "stale";
-    case RecordError::foreign_pool: return "foreign_pool";
   }
   return "?";
 }

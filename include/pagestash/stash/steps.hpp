@@ -31,11 +31,11 @@ PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typenam
 }
 
 /// Whether the record holds pages of the pool's current generation.
-PAGESTASH_HOST_DEVICE inline RecordError check_holds_pages(const PoolRef& pool, const RecordHeader& h) {
-  if (h.state != RecordState::stashed) return RecordError::not_stashed;
+PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const RecordHeader& h) {
+  if (h.summary.state != RecordState::stashed) return Flag::not_stashed;
   const cuda::std::int32_t generation =
-      device_atomic<cuda::std::int32_t>(pool.counters->generation).load(cuda::std::memory_order_relaxed);
-  return h.generation == generation ? RecordError::none : RecordError::stale;
+      device_atomic<cuda::std::int32_t>(pool.counters->counts.generation).load(cuda::std::memory_order_relaxed);
+  return h.summary.generation == generation ? Flag::none : Flag::stale;
 }
 
 /// Whether the record was made for another pool (its memory attached to this one's): its
@@ -45,21 +45,10 @@ PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHe
   return h.pool_id != pool.counters->id;
 }
 
-/// The pool's flag for a record's error (one that is misuse).
-PAGESTASH_HOST_DEVICE inline ErrorKind kind_of(RecordError e) {
-  switch (e) {
-    case RecordError::bad_counts: return ErrorKind::bad_counts;
-    case RecordError::still_stashed: return ErrorKind::still_stashed;
-    case RecordError::stale: return ErrorKind::stale;
-    case RecordError::foreign_pool: return ErrorKind::foreign_record;
-    default: return ErrorKind::not_stashed;
-  }
-}
-
 /// The leader refuses the operation as misuse: the record says why, the pool raises its kind.
-PAGESTASH_HOST_DEVICE inline void refuse(const PoolRef& pool, RecordHeader& h, RecordError error) {
-  h.error = error;
-  raise_error(pool, kind_of(error));
+PAGESTASH_HOST_DEVICE inline void refuse(const PoolRef& pool, RecordHeader& h, Flag error) {
+  h.summary.error = error;
+  raise_error(pool, error);
 }
 
 /// Stash, first step: snapshot the counts, check them, plan, take pages, keep the small
@@ -69,49 +58,49 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
                                        const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
                                        int tile_shift) {
   RecordHeader& h = *rec.header;
-  RecordError refused = RecordError::none;  // another pool's record, or one that would lose its pages
+  Flag refused = Flag::none;  // another pool's record, or one that would lose its pages
   if (team.leader()) {
-    if (is_foreign(pool, h)) refused = RecordError::foreign_pool;
-    else if (check_holds_pages(pool, h) == RecordError::none) refused = RecordError::still_stashed;
-    if (refused != RecordError::none) refuse(pool, h, refused);
+    if (is_foreign(pool, h)) refused = Flag::foreign_record;
+    else if (check_holds_pages(pool, h) == Flag::none) refused = Flag::still_stashed;
+    if (refused != Flag::none) refuse(pool, h, refused);
   }
-  if (team.share(refused) != RecordError::none) return false;
+  if (team.share(refused) != Flag::none) return false;
   for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) rec.counts[g] = v.counts[g];
   team.sync();
 
   // The count check and the plan, by the whole team (block scans over groups and segments).
   const cuda::std::int32_t first_bad = first_bad_group(team, v, rec.counts);
-  RecordError error = first_bad >= 0 ? RecordError::bad_counts : RecordError::none;
+  Flag error = first_bad >= 0 ? Flag::bad_counts : Flag::none;
   WorkTotals totals{};  // a stash that fails on its counts holds nothing
-  if (error == RecordError::none)
+  if (error == Flag::none)
     totals = plan_work_on_team<Traits>(team, v, rec.counts, false, tile_shift, rec.items);
   if (team.leader()) {
-    h.first_bad_group = first_bad;
+    h.summary.first_bad_group = first_bad;
     h.tile_shift = tile_shift;
     h.tiles = totals.tiles;
     h.items = totals.items;
-    h.stream_bytes = totals.stream_bytes;
-    h.live_bytes = totals.live_bytes;
+    h.summary.stream_bytes = totals.stream_bytes;
+    h.summary.live_bytes = totals.live_bytes;
   }
   const cuda::std::int64_t need = (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
   Taken taken{TakeResult::taken, 0, 0};
-  if (error == RecordError::none) {
+  if (error == Flag::none) {
     taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);
-    if (taken.result != TakeResult::taken) error = RecordError::pool_overflow;
+    if (taken.result != TakeResult::taken) error = Flag::overflow;
   }
   if (team.leader()) {
-    h.error = error;
-    h.pages = error == RecordError::none ? need : 0;
-    h.device_pages = error == RecordError::none ? taken.device_pages : 0;
-    h.generation = taken.generation;
-    h.state = error == RecordError::none ? RecordState::stashed
-                                         : (error == RecordError::bad_counts ? RecordState::failed : RecordState::overflowed);
-    if (error == RecordError::bad_counts) raise_error(pool, ErrorKind::bad_counts);
-    if (error == RecordError::pool_overflow) raise_overflow(pool);
+    h.summary.error = error;
+    h.summary.pages = error == Flag::none ? need : 0;
+    h.summary.device_pages = error == Flag::none ? taken.device_pages : 0;
+    h.summary.generation = taken.generation;
+    h.summary.state = error == Flag::none ? RecordState::stashed
+                                         : (error == Flag::bad_counts ? RecordState::failed : RecordState::overflowed);
+    if (error == Flag::bad_counts) raise_error(pool, Flag::bad_counts);
+    if (error == Flag::overflow) raise_overflow(pool);
   }
-  if (error == RecordError::none) copy_kept<Traits>(team, v, rec, true);
+  if (error == Flag::none) copy_kept<Traits>(team, v, rec, true);
   team.sync();
-  return error == RecordError::none;
+  return error == Flag::none;
 }
 
 /// Reload, first step: check the record, plan the copy back (and the zeroing), restore the
@@ -121,18 +110,18 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
                                         const GroupedView<typename Traits::layout>& dest, const RecordRef& rec,
                                         bool zero_tail, int tile_shift) {
   RecordHeader& h = *rec.header;
-  RecordError error = RecordError::none;
+  Flag error = Flag::none;
   if (team.leader()) {
     const bool foreign = is_foreign(pool, h);
-    error = foreign ? RecordError::foreign_pool : check_holds_pages(pool, h);
+    error = foreign ? Flag::foreign_record : check_holds_pages(pool, h);
     // A record whose stash overflowed or failed already raised its flag: reloading it (as a
     // captured step does) is no new misuse, and its error keeps the first cause.
-    const bool stash_failed = !foreign && (h.state == RecordState::overflowed || h.state == RecordState::failed);
-    if (error != RecordError::none && !stash_failed) refuse(pool, h, error);
-    if (error == RecordError::none) h.error = error;
+    const bool stash_failed = !foreign && (h.summary.state == RecordState::overflowed || h.summary.state == RecordState::failed);
+    if (error != Flag::none && !stash_failed) refuse(pool, h, error);
+    if (error == Flag::none) h.summary.error = error;
   }
   error = team.share(error);
-  if (error == RecordError::none) {
+  if (error == Flag::none) {
     const WorkTotals totals =
         plan_work_on_team<Traits>(team, dest, rec.counts, zero_tail, tile_shift, rec.items);
     if (team.leader()) {
@@ -141,9 +130,9 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
       h.items = totals.items;
     }
   }
-  if (error == RecordError::none) copy_kept<Traits>(team, dest, rec, false);
+  if (error == Flag::none) copy_kept<Traits>(team, dest, rec, false);
   team.sync();
-  return error == RecordError::none;
+  return error == Flag::none;
 }
 
 /// Reload, last step, after every tile is copied: return the pages.
@@ -151,11 +140,11 @@ template <class Team>
 PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, const RecordRef& rec,
                                       RecordState final_state = RecordState::reloaded) {
   RecordHeader& h = *rec.header;
-  return_pages(team, pool, rec.page_ids, h.pages, h.device_pages, h.stream_bytes);
+  return_pages(team, pool, rec.page_ids, h.summary.pages, h.summary.device_pages, h.summary.stream_bytes);
   if (team.leader()) {
-    h.state = final_state;
-    h.pages = 0;
-    h.device_pages = 0;
+    h.summary.state = final_state;
+    h.summary.pages = 0;
+    h.summary.device_pages = 0;
   }
   team.sync();
 }
@@ -166,13 +155,13 @@ PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, con
 template <class Team>
 PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
   RecordHeader& h = *rec.header;
-  RecordError error = RecordError::none;
+  Flag error = Flag::none;
   if (team.leader()) {
-    error = is_foreign(pool, h) ? RecordError::foreign_pool : check_holds_pages(pool, h);
-    if (error == RecordError::foreign_pool) refuse(pool, h, error);
-    else h.error = error;
+    error = is_foreign(pool, h) ? Flag::foreign_record : check_holds_pages(pool, h);
+    if (error == Flag::foreign_record) refuse(pool, h, error);
+    else h.summary.error = error;
   }
-  if (team.share(error) == RecordError::none) end_reload(team, pool, rec, RecordState::discarded);
+  if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
 }
 
 /// The tile work of the plan the record holds, over view's buffers.

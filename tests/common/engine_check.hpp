@@ -7,6 +7,7 @@
 // that either can report it its own way.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/serial_plan.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +23,7 @@ namespace ps = pagestash;
 
 struct EngineCase {
   int page_shift = 8;                ///< 8 (256-byte pages) .. 16
-  int executor_tile_shift = ps::device_tile_shift;  ///< or ps::host_tile_shift
+  int executor_tile_shift = ps::detail::StashPolicy::tile_shift;  ///< or HostPolicy::tile_shift
   int lanes = 32;                    ///< lanes of the vector mover
   bool zero_tail = false;            ///< reload also clears the dead rest of each line
   unsigned base_misalign = 0;        ///< the buffer's address mod 16
@@ -43,7 +44,7 @@ inline EngineCase random_engine_case(std::mt19937& rng, int count, std::int64_t 
   EngineCase c;
   auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
   c.page_shift = static_cast<int>(pick(8, 17));
-  c.executor_tile_shift = pick(0, 1) == 0 ? ps::device_tile_shift : ps::host_tile_shift;
+  c.executor_tile_shift = pick(0, 1) == 0 ? ps::detail::StashPolicy::tile_shift : ps::detail::HostPolicy::tile_shift;
   c.lanes = pick(0, 3) == 0 ? static_cast<int>(pick(1, 31)) : 32;
   c.zero_tail = pick(0, 1) == 1;
   c.base_misalign = static_cast<unsigned>(pick(0, 15));
@@ -70,7 +71,7 @@ inline std::vector<ps::WorkItem> engine_items(const EngineCase& c, bool reload, 
   const int tile_shift = ps::tile_shift_for(c.page_shift, c.executor_tile_shift);
   for (int k = 0; k < (reload && c.zero_tail ? 2 : 1); ++k)
     for (const ps::Segment& s : c.segments)
-      ps::detail::add_item(t, s, ps::BufferRole::data, static_cast<ps::WorkKind>(k), false, tile_shift, items.data());
+      ps::append_item(t, s, ps::BufferRole::data, static_cast<ps::WorkKind>(k), tile_shift, items.data());
   items.resize(static_cast<std::size_t>(t.items));
   return items;
 }

@@ -44,7 +44,7 @@ void check_device_producer(std::int64_t max_tokens, std::int64_t hidden, int gro
   if constexpr (!std::is_void_v<typename L::scale_type>) dev.scales = reinterpret_cast<typename L::scale_type*>(d_scales.ptr);
   dev.amax = d_amax.ptr;
   dev.counts = d_counts.ptr;
-  REQUIRE(pagestash_test::produce_on_device_sync(dev, d_source.ptr, 0x3C) == 1);
+  REQUIRE(pagestash_test::produce_on_device_sync(dev, d_source.ptr, 0x3C) == pagestash::Flag::none);
   if (nan) {
     const std::vector<float> amax = d_amax.download();
     REQUIRE(amax.size() == host.amax.size());

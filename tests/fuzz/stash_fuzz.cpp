@@ -35,7 +35,7 @@ using namespace pagestash_test;
 void fuzz_engine(FuzzedDataProvider& in) {
   EngineCase c;
   c.page_shift = in.ConsumeIntegralInRange(8, 17);
-  c.executor_tile_shift = in.ConsumeBool() ? ps::host_tile_shift : ps::device_tile_shift;
+  c.executor_tile_shift = in.ConsumeBool() ? ps::detail::HostPolicy::tile_shift : ps::detail::StashPolicy::tile_shift;
   c.lanes = in.ConsumeIntegralInRange(1, 32);
   c.zero_tail = in.ConsumeBool();
   c.base_misalign = in.ConsumeIntegralInRange(0u, 15u);
@@ -136,7 +136,7 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
       host.stashed.stream_bytes != grid.stashed.stream_bytes)
     fail(where + ": the host executor and the emulator disagree (" + ps::name_of(host.stashed.state) + " / " +
          ps::name_of(grid.stashed.state) + ")");
-  const bool valid = ps::plan_groups(shape, counts.data(), nullptr) == -1;
+  const bool valid = ps::check_counts(shape, counts.data()).verdict() == ps::Flag::none;
   if (!valid && host.stashed.state != ps::RecordState::failed) fail(where + ": bad counts not reported");
 
   // The oracle: the source's live bytes (when the stash happened), poison elsewhere.

@@ -134,7 +134,7 @@ void check_stream_overhead(const char* name) {
       const std::int64_t per_group = (4 * mean + v.token_granule() - 1) / v.token_granule() * v.token_granule();
       v.max_tokens = L::placement::packed ? v.groups * per_group : per_group;
       const std::vector<std::int32_t> counts = dirichlet(v, mean, rng);
-      REQUIRE(ps::plan_groups(v, counts.data(), nullptr) == -1);
+      REQUIRE(ps::check_counts(v, counts.data()).verdict() == ps::Flag::none);
       const ps::WorkTotals t = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
       INFO(name << ", mean " << mean << ", hidden " << hidden);
       CHECK(static_cast<double>(t.stream_bytes) <= 1.01 * static_cast<double>(t.live_bytes) + 16.0 * t.items);

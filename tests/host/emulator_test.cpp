@@ -5,6 +5,7 @@
 // overlap or never finished reported instead of hanging. CI runs these under TSan too.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/serial_plan.hpp>
 
 #include <doctest/doctest.h>
 
@@ -490,7 +491,7 @@ TEST_CASE("emulated grid: blocks claim tiles as they come, so the first block do
 namespace {
 
 /// The count check and the plan by a block of 64 emulated threads (more groups than threads:
-/// several chunks) against the serial plan_groups and plan_work, item for item.
+/// several chunks) against the serial oracles (reference/serial_plan.hpp), item for item.
 template <class L>
 void check_team_plan(const char* name) {
   using Tr = ps::StashTraits<L>;
@@ -504,12 +505,17 @@ void check_team_plan(const char* name) {
     std::vector<std::int32_t> counts = round == 5 ? bad_counts(v, rng) : random_counts(v, rng);
     const bool zero_tail = round % 3 == 0;
     const int tile_shift = 8 + round;
-    const std::int32_t serial_bad = ps::plan_groups(v, counts.data(), nullptr);
+    const ps::CountCheck serial_check = ps::plan_groups(v, counts.data(), nullptr);
     std::vector<ps::WorkItem> serial(static_cast<std::size_t>(ps::detail::max_work_items(v.groups)));
-    const ps::WorkTotals st = ps::detail::plan_work<Tr>(v, counts.data(), zero_tail, serial.data(), tile_shift);
+    const ps::WorkTotals st = ps::serial_plan_work<Tr>(v, counts.data(), zero_tail, serial.data(), tile_shift);
+    // The one-thread plan of the host executor is the team code too.
+    std::vector<ps::WorkItem> one_thread(serial.size());
+    REQUIRE(ps::detail::plan_work<Tr>(v, counts.data(), zero_tail, one_thread.data(), tile_shift).tiles == st.tiles);
+    REQUIRE(std::memcmp(one_thread.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) == 0);
+    REQUIRE(ps::check_counts(v, counts.data()).first_bad_group == serial_check.first_bad_group);
 
     std::vector<ps::WorkItem> team_items(serial.size());
-    std::vector<std::int32_t> bad(64, -7);
+    std::vector<ps::CountCheck> checks(64, ps::CountCheck{-7});
     std::vector<ps::WorkTotals> totals(64);
     LaunchShape one;
     one.blocks = 1;
@@ -517,13 +523,14 @@ void check_team_plan(const char* name) {
     one.slots = 1;
     emulate_launch(one, [&](const EmulatedContext& ctx) {
       const int r = ctx.team.rank();
-      bad[static_cast<std::size_t>(r)] = ps::detail::first_bad_group(ctx.team, v, counts.data());
-      totals[static_cast<std::size_t>(r)] =
-          ps::detail::plan_work_on_team<Tr>(ctx.team, v, counts.data(), zero_tail, tile_shift, team_items.data());
+      checks[static_cast<std::size_t>(r)] = ps::check_counts(ctx.team, v, counts.data());
+      totals[static_cast<std::size_t>(r)] = ps::detail::plan_work_on_team<Tr>(
+          ctx.team, v, ps::detail::SegmentsAt{counts.data()}, zero_tail, tile_shift, team_items.data());
     });
     INFO(name << ", round " << round << ", groups " << v.groups);
     for (int r = 0; r < 64; ++r) {
-      REQUIRE(bad[static_cast<std::size_t>(r)] == serial_bad);
+      REQUIRE(checks[static_cast<std::size_t>(r)].verdict() == serial_check.verdict());
+      REQUIRE(checks[static_cast<std::size_t>(r)].first_bad_group == serial_check.first_bad_group);
       const ps::WorkTotals& tt = totals[static_cast<std::size_t>(r)];
       REQUIRE(tt.items == st.items);
       REQUIRE(tt.tiles == st.tiles);

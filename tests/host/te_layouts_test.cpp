@@ -89,7 +89,7 @@ std::vector<int64_t> te_data_offsets(const std::vector<std::int32_t>& counts, in
 /// Whether the layout accepts the counts (each a multiple of its count alignment).
 template <class L>
 bool accepts(const ps::GroupedView<L>& v, const std::vector<std::int32_t>& counts) {
-  return ps::plan_groups(v, counts.data(), nullptr) < 0;
+  return ps::check_counts(v, counts.data()).verdict() == ps::Flag::none;
 }
 
 template <class L>
@@ -297,20 +297,21 @@ TEST_CASE("issue 14's worked examples: refused by Packed, placed where TE puts t
     return at;
   };
   SUBCASE("MXFP8 columnwise, hidden 2048: group 1's scales at 8192, live prefix 32768") {
-    CHECK(ps::plan_groups(shape_for<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, Packed, CompactScales>>(mx, 2048),
-                          mx.data(), nullptr) == 0);
+    CHECK(ps::check_counts(shape_for<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, Packed, CompactScales>>(mx, 2048),
+                           mx.data())
+              .first_bad_group == 0);
     CHECK(scale_offsets(ps::ColumnwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>{}, mx) ==
           std::vector<int64_t>{0, 8192, 16384, 24576, 32768});
   }
   SUBCASE("MXFP8 rowwise, hidden 2048: 128 padded rows of 64 scales per group") {
-    CHECK(ps::plan_groups(shape_for<ps::RowwiseQuantized<ps::MXFP8_E4M3, Packed, CompactScales>>(mx, 2048), mx.data(),
-                          nullptr) == 0);
+    CHECK(ps::check_counts(shape_for<ps::RowwiseQuantized<ps::MXFP8_E4M3, Packed, CompactScales>>(mx, 2048), mx.data())
+              .first_bad_group == 0);
     CHECK(scale_offsets(ps::RowwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>{}, mx) ==
           std::vector<int64_t>{0, 8192, 16384, 24576, 32768});
   }
   SUBCASE("NVFP4 columnwise, hidden 2048, counts {16, 48, 64, 128}: [2048, ru(m/16, 4)] per group") {
-    CHECK(ps::plan_groups(shape_for<ps::ColumnwiseQuantized<ps::NVFP4, Packed, CompactScales>>(nv, 2048), nv.data(),
-                          nullptr) == 0);
+    CHECK(ps::check_counts(shape_for<ps::ColumnwiseQuantized<ps::NVFP4, Packed, CompactScales>>(nv, 2048), nv.data())
+              .first_bad_group == 0);
     CHECK(scale_offsets(ps::ColumnwiseQuantized<ps::NVFP4, PackedPadded, CompactScales>{}, nv) ==
           std::vector<int64_t>{0, 8192, 16384, 24576, 40960});
   }

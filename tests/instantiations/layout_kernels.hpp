@@ -7,9 +7,9 @@
 namespace pagestash_test {
 
 /// pagestash::produce_on_device on the default stream, then a synchronisation; returns the
-/// producer's count check (1 = counts valid).
+/// producer's count check (Flag::none: counts valid).
 template <class Layout>
-int produce_on_device_sync(const pagestash::GroupedView<Layout>& view, const pagestash::BF16* source,
+pagestash::Flag produce_on_device_sync(const pagestash::GroupedView<Layout>& view, const pagestash::BF16* source,
                            std::uint8_t poison);
 
 }  // namespace pagestash_test

@@ -40,18 +40,15 @@ struct SerialTeam {
   }
 };
 
+/// The cub::BlockScan algorithm a block's team scans with (a policy picks it, stash/policy.hpp).
+enum class BlockScan { raking, raking_memoize };
+
 #if defined(__CUDACC__)
 /// The threads of one block, BlockThreads of them (the kernels launch StashPolicy::threads_per_block).
-template <int BlockThreads>
+template <int BlockThreads, BlockScan Algorithm>
 struct BlockTeam {
-  // The block scan, per architecture: the one that leaves the stash kernels within 64
-  // registers with no stack frame (tests/instantiations/check_kernels.py). For 512 int64
-  // values the default raking scan spills on sm_90 and the memoized one on sm_100.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-  static constexpr cub::BlockScanAlgorithm scan_algorithm = cub::BLOCK_SCAN_RAKING;
-#else
-  static constexpr cub::BlockScanAlgorithm scan_algorithm = cub::BLOCK_SCAN_RAKING_MEMOIZE;
-#endif
+  static constexpr cub::BlockScanAlgorithm scan_algorithm =
+      Algorithm == BlockScan::raking ? cub::BLOCK_SCAN_RAKING : cub::BLOCK_SCAN_RAKING_MEMOIZE;
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static bool leader() { return threadIdx.x == 0; }

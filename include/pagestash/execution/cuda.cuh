@@ -28,10 +28,12 @@ __device__ inline cuda::std::uint64_t grid_launch_id() {
   return id + 1;
 }
 
+/// A block of the operation kernels, as the architecture's policy has it.
+using PolicyBlockTeam = BlockTeam<StashPolicy::threads_per_block, StashPolicy::block_scan>;
+
 /// CUDA's context for a thread of the launch.
-__device__ inline GridContext<BlockTeam<StashPolicy::threads_per_block>, WarpLanes> device_grid_context() {
-  return {BlockTeam<StashPolicy::threads_per_block>{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32,
-          blockDim.x / 32, grid_launch_id()};
+__device__ inline GridContext<PolicyBlockTeam, WarpLanes> device_grid_context() {
+  return {PolicyBlockTeam{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32, grid_launch_id()};
 }
 
 // The kernels are bound to, and launched with, StashPolicy's threads: the architecture's in
@@ -44,12 +46,12 @@ __global__ void __launch_bounds__(StashPolicy::threads_per_block, StashPolicy::m
 
 template <int Unused = 0>  // a template, so that the header defines it in every TU
 __global__ void __launch_bounds__(StashPolicy::threads_per_block) reset_kernel(PoolRef pool) {
-  reset_pool(BlockTeam<StashPolicy::threads_per_block>{}, pool);
+  reset_pool(PolicyBlockTeam{}, pool);
 }
 
 template <int Unused = 0>
 __global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolReport* dst) {
-  write_report(BlockTeam<32>{}, pool, dst);
+  write_report(BlockTeam<32, StashPolicy::block_scan>{}, pool, dst);
 }
 
 /// Blocks of a launch on the current device (launch_blocks of the device's policy), for a

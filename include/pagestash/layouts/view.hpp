@@ -90,26 +90,6 @@ PAGESTASH_HOST_DEVICE bool count_fits(const GroupedView<Layout>& v, cuda::std::i
   return m >= 0 && (Layout::placement::packed ? before + m : m) <= v.max_tokens && m % v.count_alignment() == 0;
 }
 
-/// Where each group's rows start in the token space (exclusive prefix sums for packed
-/// placement, g * max_tokens for capacity-padded) and the first group whose count the view
-/// cannot hold: negative, beyond max_tokens, or off the packed alignment. Returns -1 when
-/// every count fits. Host+device: the counts are read wherever this runs. `group_rows` may
-/// be null when only the check is wanted.
-template <class Layout>
-PAGESTASH_HOST_DEVICE cuda::std::int32_t plan_groups(const GroupedView<Layout>& v, const cuda::std::int32_t* counts,
-                                                     cuda::std::int64_t* group_rows) {
-  constexpr bool packed = Layout::placement::packed;
-  cuda::std::int32_t first_bad = -1;
-  cuda::std::int64_t next = 0;
-  for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
-    const cuda::std::int64_t m = counts[g];
-    if (!count_fits(v, next, m) && first_bad < 0) first_bad = g;
-    if (group_rows != nullptr) group_rows[g] = packed ? next : g * v.max_tokens;
-    next += m;
-  }
-  return first_bad;
-}
-
 /// Byte alignment every buffer pointer must have (16-byte vector copies).
 inline constexpr std::uintptr_t buffer_alignment = 16;
 

@@ -15,8 +15,8 @@ namespace detail {
 /// Group starts and the count check (plan_groups, as on the host); one thread.
 template <class Layout>
 __global__ void producer_groups_kernel(GroupedView<Layout> v, cuda::std::int64_t* group_rows, float* group_amax,
-                                       int* status) {
-  *status = plan_groups(v, v.counts, group_rows) < 0 ? 1 : 0;
+                                       Flag* status) {
+  *status = plan_groups(v, v.counts, group_rows).verdict();
   for (cuda::std::int32_t g = 0; g < v.groups; ++g) group_amax[g] = 0.0f;
 }
 
@@ -25,8 +25,8 @@ __global__ void producer_groups_kernel(GroupedView<Layout> v, cuda::std::int64_t
 /// infinity's (fmaxf alone would drop it).
 template <class Layout>
 __global__ void producer_amax_kernel(GroupedView<Layout> v, const BF16* source, const cuda::std::int64_t* group_rows,
-                                     float* group_amax, const int* status) {
-  if (*status == 0) return;
+                                     float* group_amax, const Flag* status) {
+  if (*status != Flag::none) return;
   const cuda::std::int32_t g = static_cast<cuda::std::int32_t>(blockIdx.y);
   const cuda::std::int64_t n = v.counts[g] * v.hidden;
   float amax = 0.0f;
@@ -42,8 +42,8 @@ __global__ void producer_amax_kernel(GroupedView<Layout> v, const BF16* source, 
 }
 
 template <class Layout>
-__global__ void producer_bytes_kernel(GroupedView<Layout> v, ProducerInput in, BufferRole role, const int* status) {
-  if (*status == 0) return;
+__global__ void producer_bytes_kernel(GroupedView<Layout> v, ProducerInput in, BufferRole role, const Flag* status) {
+  if (*status != Flag::none) return;
   const cuda::std::int32_t g = static_cast<cuda::std::int32_t>(blockIdx.y);
   const GroupBlock blk = group_block(v, in.counts, role, g);
   auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role)) + blk.base;
@@ -58,34 +58,35 @@ __global__ void producer_bytes_kernel(GroupedView<Layout> v, ProducerInput in, B
 }  // namespace detail
 
 /// Fills every buffer the layout has, as the host `produce` does, with device pointers
-/// throughout (view buffers, view.counts, source). When `status` is non-null it receives 1,
-/// or 0 if a count is negative, too large or breaks the packed alignment; data and scales
-/// then keep the poison everywhere (and amax reads 0).
+/// throughout (view buffers, view.counts, source). When `status` (device memory) is
+/// non-null it receives the count check's verdict: Flag::none, or Flag::bad_counts if a
+/// count is negative, too large or breaks the packed alignment; data and scales then keep
+/// the poison everywhere (and amax reads 0).
 template <class Layout>
 void produce_on_device(const GroupedView<Layout>& v, const BF16* source, cuda::std::uint8_t poison,
-                       cudaStream_t stream, int* status = nullptr) {
+                       cudaStream_t stream, Flag* status = nullptr) {
   validate_shape(v);
   if (v.counts == nullptr) throw std::invalid_argument("produce_on_device: counts is null");
   void* scratch = nullptr;
   const size_t g = static_cast<size_t>(v.groups);
-  PAGESTASH_CUDA_TRY(cudaMallocAsync(&scratch, g * (sizeof(cuda::std::int64_t) + sizeof(float)) + sizeof(int), stream));
+  PAGESTASH_CUDA_TRY(cudaMallocAsync(&scratch, g * (sizeof(cuda::std::int64_t) + sizeof(float)) + sizeof(Flag), stream));
   auto* group_rows = static_cast<cuda::std::int64_t*>(scratch);
   auto* group_amax = reinterpret_cast<float*>(group_rows + g);
-  int* ok = status != nullptr ? status : reinterpret_cast<int*>(group_amax + g);
+  Flag* verdict = status != nullptr ? status : reinterpret_cast<Flag*>(group_amax + g);
 
   for_each_role([&](BufferRole role) {
     if (Layout::has(role))
       PAGESTASH_CUDA_TRY(cudaMemsetAsync(v.buffer(role), poison, static_cast<size_t>(v.buffer_bytes(role)), stream));
   });
-  detail::producer_groups_kernel<<<1, 1, 0, stream>>>(v, group_rows, group_amax, ok);
+  detail::producer_groups_kernel<<<1, 1, 0, stream>>>(v, group_rows, group_amax, verdict);
   PAGESTASH_CUDA_CHECK_LAUNCH();
   const dim3 grid(64, static_cast<unsigned>(v.groups));
-  detail::producer_amax_kernel<<<grid, 256, 0, stream>>>(v, source, group_rows, group_amax, ok);
+  detail::producer_amax_kernel<<<grid, 256, 0, stream>>>(v, source, group_rows, group_amax, verdict);
   PAGESTASH_CUDA_CHECK_LAUNCH();
   const ProducerInput in{source, v.counts, group_rows, group_amax};
   for_each_token_role([&](BufferRole role) {
     if (!Layout::has(role)) return;
-    detail::producer_bytes_kernel<<<grid, 256, 0, stream>>>(v, in, role, ok);
+    detail::producer_bytes_kernel<<<grid, 256, 0, stream>>>(v, in, role, verdict);
     PAGESTASH_CUDA_CHECK_LAUNCH();
   });
   if (Layout::has(BufferRole::amax))

@@ -11,6 +11,7 @@
 
 #include <pagestash/layouts/view.hpp>
 #include <pagestash/reference/quantize.hpp>
+#include <pagestash/reference/serial_plan.hpp>
 
 #include <cstring>
 #include <vector>
@@ -203,7 +204,7 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
              cuda::std::uint8_t poison) {
   validate_shape(v);
   std::vector<cuda::std::int64_t> group_rows(v.groups);
-  const cuda::std::int32_t bad = plan_groups(v, counts, group_rows.data());
+  const cuda::std::int32_t bad = plan_groups(v, counts, group_rows.data()).first_bad_group;
   if (bad >= 0) {
     const cuda::std::int64_t m = counts[bad];
     throw std::invalid_argument("produce: count of group " + std::to_string(bad) + " = " + std::to_string(m) +

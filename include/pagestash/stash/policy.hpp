@@ -7,6 +7,7 @@
 // emulator's cost benchmark sizes its launches as the executor would on a given GPU).
 
 #include <pagestash/config.hpp>
+#include <pagestash/detail/team.hpp>
 
 #include <cuda/std/cstdint>
 #include <cuda/std/type_traits>
@@ -42,6 +43,10 @@ struct StashPolicy90 {
   /// flight covered 60-85% of the memory latency (docs/benchmarks.md); four make the 32 KiB
   /// per block that grid_blocks_per_sm counts on.
   static constexpr cuda::std::uint32_t loads_in_flight = 4;
+  /// The block scan of the count check and the plan (512 int64 values): the one that leaves
+  /// the stash kernels within 64 registers with no stack frame (check_kernels.py). The
+  /// default raking scan spills on sm_90.
+  static constexpr BlockScan block_scan = BlockScan::raking_memoize;
 };
 
 /// B200 (sm_100 and later).
@@ -49,6 +54,8 @@ struct StashPolicy100 : StashPolicy90 {
   static constexpr int min_compute_major = 10;  ///< the first compute capability it is for
   /// 8 TB/s over 148 SMs needs about 43 KiB in flight per SM: two blocks.
   static constexpr int grid_blocks_per_sm = 2;
+  /// The memoized scan spills on sm_100.
+  static constexpr BlockScan block_scan = BlockScan::raking;
 };
 
 /// The host executor's: one host thread moves a tile.

@@ -103,11 +103,11 @@ struct WorkBounds {
 /// packed placements, may take different counts for data and scales); a reload's zeroing is
 /// largest with every count 0. The default page_shift stands for pages no smaller than a tile.
 template <class Traits>
-WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = device_tile_shift) {
+WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = StashPolicy::tile_shift) {
   if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
-  const int tile_shift = tile_shift_for(page_shift, device_tile_shift);  // the smaller tiles: the most of them
-  const WorkTotals most = plan_segments<Traits>(shape, LargestSegments{}, false, nullptr, tile_shift);
+  const int tile_shift = tile_shift_for(page_shift, StashPolicy::tile_shift);  // the device's, the smaller: the most tiles
+  const WorkTotals most = plan_work_on_team<Traits>(SerialTeam{}, shape, LargestSegments{}, false, tile_shift, nullptr);
   const WorkBounds bounds{most.stream_bytes,
                           most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr, tile_shift).tiles};
   for_each_token_role([&](BufferRole role) {

@@ -69,13 +69,13 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
   team.sync();
 
   // The count check and the plan, by the whole team (block scans over groups and segments).
-  const cuda::std::int32_t first_bad = first_bad_group(team, v, rec.counts);
-  Flag error = first_bad >= 0 ? Flag::bad_counts : Flag::none;
+  const CountCheck check = check_counts(team, v, rec.counts);
+  Flag error = check.verdict();
   WorkTotals totals{};  // a stash that fails on its counts holds nothing
   if (error == Flag::none)
-    totals = plan_work_on_team<Traits>(team, v, rec.counts, false, tile_shift, rec.items);
+    totals = plan_work_on_team<Traits>(team, v, SegmentsAt{rec.counts}, false, tile_shift, rec.items);
   if (team.leader()) {
-    h.summary.first_bad_group = first_bad;
+    h.summary.first_bad_group = check.first_bad_group;
     h.tile_shift = tile_shift;
     h.tiles = totals.tiles;
     h.items = totals.items;
@@ -123,7 +123,7 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   error = team.share(error);
   if (error == Flag::none) {
     const WorkTotals totals =
-        plan_work_on_team<Traits>(team, dest, rec.counts, zero_tail, tile_shift, rec.items);
+        plan_work_on_team<Traits>(team, dest, SegmentsAt{rec.counts}, zero_tail, tile_shift, rec.items);
     if (team.leader()) {
       h.tile_shift = tile_shift;
       h.tiles = totals.tiles;

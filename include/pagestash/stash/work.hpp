@@ -27,11 +27,6 @@ PAGESTASH_NAMESPACE_BEGIN
 
 /// Alignment of every segment in the page stream.
 inline constexpr cuda::std::int64_t stream_alignment = 16;
-/// log2 of the most stream bytes one tile covers, per executor (stash/policy.hpp says why;
-/// a tile is also at most a page). Bounds (work_bounds) use the device's, the smaller, so
-/// they hold for both.
-inline constexpr int device_tile_shift = detail::StashPolicy::tile_shift;
-inline constexpr int host_tile_shift = detail::HostPolicy::tile_shift;
 /// Most tiles a plan may have (tile indices are 32-bit): 8 TiB of stream.
 inline constexpr cuda::std::int64_t max_plan_tiles = 0x7FFFFFFF;
 /// Most bytes a segment of several lines may hold (offsets in it are 32-bit): a group's
@@ -101,81 +96,23 @@ struct LargestSegments {
   }
 };
 
-/// Appends the item of one segment to a plan (writing it when `items` is non-null). With
-/// `bound`, a copy item's tiles are counted as if it started anywhere on the grid.
-PAGESTASH_HOST_DEVICE inline void add_item(WorkTotals& t, const Segment& seg, BufferRole role, WorkKind kind,
-                                           bool bound, int tile_shift, WorkItem* items) {
-  const cuda::std::int64_t bytes = seg.lines * item_line_bytes(seg, kind);
-  const bool copy = kind == WorkKind::copy;
-  if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
-  ++t.items;
-  if (bound && copy) t.tiles += bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
-  else t.tiles += tiles_on_grid(copy ? t.stream_bytes : 0, bytes, tile_shift);
-  if (copy) {
-    t.stream_bytes += stream_bytes_of(bytes);
-    t.live_bytes += bytes;
-  }
+/// Tiles of an item of `bytes` bytes: a copy item's on the stream's grid from `stream`, a
+/// zero item's from its own start; with `bound`, a copy item's as if it started anywhere.
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t stream, cuda::std::int64_t bytes,
+                                                           bool copy, bool bound, int tile_shift) {
+  if (bound && copy) return bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
+  return tiles_on_grid(copy ? stream : 0, bytes, tile_shift);
 }
 
-/// Plans the work over the buffers Traits pages, segment s of each buffer being
-/// segment_of(geometry, s), in tiles of 2^tile_shift bytes. Writes the items when `items`
-/// is non-null. One thread.
-template <class Traits, class SegmentOf>
-PAGESTASH_HOST_DEVICE WorkTotals plan_segments(const GroupedView<typename Traits::layout>& v,
-                                               const SegmentOf& segment_of, bool zero_tail, WorkItem* items,
-                                               int tile_shift = StashPolicy::tile_shift) {
-  WorkTotals t{};
-  PAGESTASH_UNROLL
-  for (int k = 0; k < 2; ++k) {  // index loops, not braced lists: those are arrays in local memory
-    const auto kind = static_cast<WorkKind>(k);
-    if (kind == WorkKind::zero && !zero_tail) break;
-    PAGESTASH_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      const auto role = static_cast<BufferRole>(r);
-      if (handling_of<Traits>(role) != Handling::paged) continue;
-      const BufferGeometry geo = v.geometry(role);
-      for (cuda::std::int32_t s = 0; s < geo.segment_count(); ++s)
-        add_item(t, segment_of(geo, s), role, kind, SegmentOf::bound, tile_shift, items);
-    }
-  }
-  return t;
-}
-
-/// Plans the work of a stash (zero_tail = false) or reload for the given counts.
-template <class Traits>
-PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::layout>& v,
-                                           const cuda::std::int32_t* counts, bool zero_tail, WorkItem* items,
-                                           int tile_shift = StashPolicy::tile_shift) {
-  return plan_segments<Traits>(v, SegmentsAt{counts}, zero_tail, items, tile_shift);
-}
-
-/// plan_groups's answer (the first group whose count the view cannot hold, or -1), found by
-/// the whole team: threads take groups rank, rank + size, ...; the packed prefix is a team
-/// scan. Every thread gets the answer.
-template <class Layout, class Team>
-PAGESTASH_HOST_DEVICE cuda::std::int32_t first_bad_group(const Team& team, const GroupedView<Layout>& v,
-                                                         const cuda::std::int32_t* counts) {
-  cuda::std::int64_t before = 0;  // tokens of the chunks done
-  for (cuda::std::int32_t base = 0; base < v.groups; base += team.size()) {
-    const cuda::std::int32_t g = base + team.rank();
-    const cuda::std::int64_t m = g < v.groups ? counts[g] : 0;
-    cuda::std::int64_t chunk_tokens = 0, bad_groups = 0, first_plus_one = 0;
-    const cuda::std::int64_t next = before + team.exclusive_sum(m, chunk_tokens);
-    const bool bad = g < v.groups && !count_fits(v, next, m);
-    const cuda::std::int64_t bad_before = team.exclusive_sum(bad ? 1 : 0, bad_groups);
-    team.exclusive_sum(bad && bad_before == 0 ? g + 1 : 0, first_plus_one);  // one thread adds, all read
-    if (bad_groups > 0) return static_cast<cuda::std::int32_t>(first_plus_one - 1);
-    before += chunk_tokens;
-  }
-  return -1;
-}
-
-/// plan_work by the whole team, item for item the same plan: threads take items rank,
-/// rank + size, ... (in plan_segments's order: kind, role, segment); stream offsets and
-/// first tiles are team scans. Every thread gets the totals.
-template <class Traits, class Team>
+/// The plan of a stash (zero_tail = false) or reload over the buffers Traits pages, segment
+/// s of each buffer being segment_of(geometry, s), in tiles of 2^tile_shift bytes, by the
+/// whole team: threads take items rank, rank + size, ... (in the order kind, role,
+/// segment); stream offsets and first tiles are team scans. Writes the items when `items`
+/// is non-null. Every thread gets the totals. The one plan: the host runs it on one thread
+/// (plan_work), a kernel on a block.
+template <class Traits, class Team, class SegmentOf>
 PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const GroupedView<typename Traits::layout>& v,
-                                                   const cuda::std::int32_t* counts, bool zero_tail, int tile_shift,
+                                                   const SegmentOf& segment_of, bool zero_tail, int tile_shift,
                                                    WorkItem* items) {
   auto segments_of = [&](BufferRole role) -> cuda::std::int32_t {
     return handling_of<Traits>(role) == Handling::paged ? v.geometry(role).segment_count() : 0;
@@ -194,14 +131,14 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
     PAGESTASH_UNROLL
     for (int r = 0; r < 2; ++r)  // a constant role for geometry(): no struct indexed at run time
       if (mine && static_cast<int>(role) == r)
-        seg = v.geometry(static_cast<BufferRole>(r)).segment(j < data_segments ? j : j - data_segments, counts);
+        seg = segment_of(v.geometry(static_cast<BufferRole>(r)), j < data_segments ? j : j - data_segments);
     const cuda::std::int64_t bytes = seg.lines * item_line_bytes(seg, kind);
     const bool copy = mine && kind == WorkKind::copy;
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
     const cuda::std::int64_t stream =
         t.stream_bytes + team.exclusive_sum(copy ? stream_bytes_of(bytes) : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);
-    const cuda::std::int64_t tiles = mine ? tiles_on_grid(copy ? stream : 0, bytes, tile_shift) : 0;
+    const cuda::std::int64_t tiles = mine ? item_tiles(stream, bytes, copy, SegmentOf::bound, tile_shift) : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
     if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
     t.stream_bytes += chunk_stream;
@@ -210,6 +147,53 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
   }
   return t;
 }
+
+/// The plan for the given counts on one thread (host code: the host executor, bounds,
+/// tools that count a stash's pages).
+template <class Traits>
+PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::layout>& v,
+                                           const cuda::std::int32_t* counts, bool zero_tail, WorkItem* items = nullptr,
+                                           int tile_shift = StashPolicy::tile_shift) {
+  return plan_work_on_team<Traits>(SerialTeam{}, v, SegmentsAt{counts}, zero_tail, tile_shift, items);
+}
+
+}  // namespace detail
+
+/// The count check: Flag::none when the view holds every count, else Flag::bad_counts and
+/// the first group whose count it cannot hold (negative, beyond max_tokens, off the packed
+/// alignment, or, packed, beyond the total).
+struct CountCheck {
+  cuda::std::int32_t first_bad_group;  ///< -1 when every count fits
+  PAGESTASH_HOST_DEVICE constexpr Flag verdict() const { return first_bad_group >= 0 ? Flag::bad_counts : Flag::none; }
+};
+
+/// The count check by the whole team: threads take groups rank, rank + size, ...; the
+/// packed prefix is a team scan. Every thread gets the answer.
+template <class Layout, class Team>
+PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedView<Layout>& v,
+                                              const cuda::std::int32_t* counts) {
+  cuda::std::int64_t before = 0;  // tokens of the chunks done
+  for (cuda::std::int32_t base = 0; base < v.groups; base += team.size()) {
+    const cuda::std::int32_t g = base + team.rank();
+    const cuda::std::int64_t m = g < v.groups ? counts[g] : 0;
+    cuda::std::int64_t chunk_tokens = 0, bad_groups = 0, first_plus_one = 0;
+    const cuda::std::int64_t next = before + team.exclusive_sum(m, chunk_tokens);
+    const bool bad = g < v.groups && !count_fits(v, next, m);
+    const cuda::std::int64_t bad_before = team.exclusive_sum(bad ? 1 : 0, bad_groups);
+    team.exclusive_sum(bad && bad_before == 0 ? g + 1 : 0, first_plus_one);  // one thread adds, all read
+    if (bad_groups > 0) return CountCheck{static_cast<cuda::std::int32_t>(first_plus_one - 1)};
+    before += chunk_tokens;
+  }
+  return CountCheck{-1};
+}
+
+/// The count check on one thread (host code; counts in host memory).
+template <class Layout>
+PAGESTASH_HOST_DEVICE CountCheck check_counts(const GroupedView<Layout>& v, const cuda::std::int32_t* counts) {
+  return check_counts(detail::SerialTeam{}, v, counts);
+}
+
+namespace detail {
 
 /// Everything the tiles of a plan need, trivially copyable (a kernel argument or a host local).
 struct TileWork {

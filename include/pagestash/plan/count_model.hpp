@@ -39,7 +39,9 @@ enum class RoutingSampler {
   /// The tokens x top_k assignments drawn at once, multinomial over the experts' top-k
   /// inclusion probabilities pi_e = 1 - exp(-lambda p_e), sum pi_e = top_k (Rosen's
   /// approximation of that sampling without replacement), none above tokens: experts
-  /// binomial draws per stash.
+  /// binomial draws per stash. Its tokens kept at a capacity are within 0.5% of
+  /// per_token's on average for 32 experts and top-8, 3% for 8 experts and top-2 (the
+  /// tests check it).
   multinomial,
 };
 

@@ -7,7 +7,7 @@
 //                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 | --counts FILE] [--routing multinomial|per-token]
 //                  [--capacity-factor 2] [--overflow 1e-3] [--page-bytes 65536] [--host-pages 0]
-//                  [--samples 20000] [--seed 1] [--warmup-factors 1.1,1.25,1.5] [--points 24]
+//                  [--samples 20000] [--seed 1] [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
 //                  [--plot FILE.png] [--json]
 
 #include <pagestash/plan.hpp>
@@ -52,7 +52,8 @@ const char* const usage =
     "  --overflow P                   target probability that a step overflows (default 1e-3)\n"
     "  --page-bytes N --host-pages N  page size (default 65536), host spill pages (default 0)\n"
     "  --samples N --seed N           Monte Carlo steps (default 20000) and seed (default 1)\n"
-    "  --warmup-factors a,b,...       warm-up x factor sizings to compare (default 1.1,1.25,1.5)\n"
+    "  --warmup-factors a,b,...       warm-up x factor sizings to compare\n"
+    "                                 (default 1,1.02,1.1,1.25,1.5)\n"
     "  --points N                     points of the overflow curve (default 24)\n"
     "  --plot FILE.png                draw the curve (python3 with matplotlib; skipped without)\n"
     "  --json                         print JSON instead of text\n";
@@ -68,7 +69,7 @@ struct Options {
   std::string counts_file, routing = "multinomial";
   double capacity_factor = 2.0;
   plan::PlanSettings settings;
-  std::vector<double> warmup_factors = {1.1, 1.25, 1.5};
+  std::vector<double> warmup_factors = {1.0, 1.02, 1.1, 1.25, 1.5};
   std::int32_t points = 24;
   std::string plot;
   bool json = false;

@@ -31,7 +31,8 @@ def main(src, dst):
     ax.plot(x, [max(c["overflow"], floor) for c in curve], marker=".", label="P(step overflows)")
     ax.axhline(plan["overflow_target"], color="grey", linestyle=":", label=f"target {plan['overflow_target']:g}")
     ax.axvline(plan["pool_pages"] * mib, color="black", label=f"planned: {plan['pool_pages'] * mib:.0f} MiB")
-    for w, style in zip(plan["warmup"], ["--", "-.", (0, (1, 1))]):
+    styles = ["--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1)), (0, (3, 3))]
+    for w, style in zip(plan["warmup"], styles * (1 + len(plan["warmup"]) // len(styles))):
         ax.axvline(w["median_pages"] * mib, color="tab:red", linestyle=style,
                    label=f"warm-up x {w['factor']:g}: {w['median_pages'] * mib:.0f} MiB")
     ax.set_yscale("log")

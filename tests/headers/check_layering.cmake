@@ -2,7 +2,9 @@
 # Every header may include config.hpp and version.hpp; a .hpp never includes a .cuh (host-
 # capable headers stay compilable by a plain C++ compiler). Besides, per layer:
 #   headers matching              may include pagestash headers from these folders (the
-#                                 product's layers, bottom up; reference/ on top of them all)
+#                                 product's layers, bottom up; reference/ on top of them all;
+#                                 plan/, the host-only pool planner, beside execution/: it
+#                                 sizes pools from the stash's work plan, runs nothing)
 set(_rules
   "^pagestash/detail/"            "detail"
   "^pagestash/formats/"           "detail|formats"
@@ -11,8 +13,9 @@ set(_rules
   "^pagestash/pool/"              "detail|cuda|pool"
   "^pagestash/stash/"             "detail|formats|layouts|pool|stash"
   "^pagestash/execution/"         "detail|formats|layouts|cuda|pool|stash|execution"
+  "^pagestash/plan/"              "detail|formats|layouts|pool|stash|plan"
   "^pagestash/reference/"         "detail|formats|layouts|cuda|pool|stash|execution|reference"
-  "^pagestash/[^/]+$"             "detail|formats|layouts|cuda|pool|stash|execution")
+  "^pagestash/[^/]+$"             "detail|formats|layouts|cuda|pool|stash|execution|plan")
 # The umbrella headers (pagestash/*.hpp, *.cuh) and every layer of the product stay apart
 # from reference/ (the quantizers, producers and oracles of tests and examples).
 

@@ -1,0 +1,311 @@
+// pagestash_plan: how many pages a pool needs so that a training step overflows it with a
+// chosen probability, from a MoE layer's shape and recipe, the pipeline schedule and a
+// model of the router's counts (docs/planning.md). Plain C++ on the host; no GPU.
+//
+//   pagestash_plan [--shape deepseek-v3|qwen3-moe] [--hidden N --experts N --top-k N --tokens N]
+//                  [--recipe bf16|fp16|mxfp8|nvfp4] [--placement capacity-padded|packed|packed-padded]
+//                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
+//                  [--layers 4] [--microbatches 8] [--alpha 1 | --counts FILE] [--routing multinomial|per-token]
+//                  [--capacity-factor 2] [--overflow 1e-3] [--page-bytes 65536] [--host-pages 0]
+//                  [--samples 20000] [--seed 1] [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
+//                  [--plot FILE.png] [--json]
+
+#include <pagestash/plan.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifndef PAGESTASH_PLAN_PLOT_SCRIPT
+#define PAGESTASH_PLAN_PLOT_SCRIPT "plot_plan.py"
+#endif
+
+namespace plan = pagestash::plan;
+
+namespace {
+
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+const char* const usage =
+    "usage: pagestash_plan [options]\n"
+    "  --shape deepseek-v3|qwen3-moe  a rank's MoE layer, as moe_stash_demo's (later flags override)\n"
+    "  --hidden N --experts N --top-k N --tokens N   the layer: hidden size, experts on the rank,\n"
+    "                                 experts per token, tokens per microbatch (default 1024, 8, 2, 1024)\n"
+    "  --recipe bf16|fp16|mxfp8|nvfp4 what the layer saves (default mxfp8)\n"
+    "  --placement capacity-padded|packed|packed-padded   (default capacity-padded)\n"
+    "  --scales swizzled|compact      block-scale arrangement of mxfp8/nvfp4 (default swizzled)\n"
+    "  --ffn-hidden N                 also save the second expert GEMM's input, of hidden N\n"
+    "  --schedule lifo|1f1b:P[:V]|list:a,b,c   stashes alive at the peak (default lifo)\n"
+    "  --layers N --microbatches N    MoE layers on the rank, microbatches per step (default 4, 8)\n"
+    "  --alpha A                      router popularity ~ Dirichlet(A) over the experts (default 1)\n"
+    "  --counts FILE                  measured counts instead: one line per step and layer\n"
+    "  --routing multinomial|per-token   how the Dirichlet router routes (default multinomial)\n"
+    "  --capacity-factor X            tokens per expert buffer / mean (default 2)\n"
+    "  --overflow P                   target probability that a step overflows (default 1e-3)\n"
+    "  --page-bytes N --host-pages N  page size (default 65536), host spill pages (default 0)\n"
+    "  --samples N --seed N           Monte Carlo steps (default 20000) and seed (default 1)\n"
+    "  --warmup-factors a,b,...       warm-up x factor sizings to compare\n"
+    "                                 (default 1,1.02,1.1,1.25,1.5)\n"
+    "  --points N                     points of the overflow curve (default 24)\n"
+    "  --plot FILE.png                draw the curve (python3 with matplotlib; skipped without)\n"
+    "  --json                         print JSON instead of text\n";
+
+struct Options {
+  std::int64_t hidden = 1024, tokens = 1024;
+  std::int32_t experts = 8, top_k = 2;
+  std::string recipe = "mxfp8", placement = "capacity-padded", scales = "swizzled";
+  std::int64_t ffn_hidden = 0;
+  std::string schedule = "lifo";
+  std::int32_t layers = 4, microbatches = 8;
+  double alpha = 1.0;
+  std::string counts_file, routing = "multinomial";
+  double capacity_factor = 2.0;
+  plan::PlanSettings settings;
+  std::vector<double> warmup_factors = {1.0, 1.02, 1.1, 1.25, 1.5};
+  std::int32_t points = 24;
+  std::string plot;
+  bool json = false;
+};
+
+template <class T>
+T number(const std::string& flag, const std::string& value) {
+  std::istringstream in(value);
+  T x{};
+  if (!(in >> x) || !in.eof()) throw UsageError(flag + ": '" + value + "' is not a number");
+  return x;
+}
+
+std::vector<double> numbers(const std::string& flag, const std::string& list) {
+  std::vector<double> out;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(number<double>(flag, item));
+  if (out.empty()) throw UsageError(flag + ": empty list");
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.settings.page_bytes = 65536;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    if (flag == "--json") {
+      o.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw UsageError(flag + ": missing value (or unknown flag)");
+    const std::string value = argv[++i];
+    if (flag == "--shape") {
+      // One rank's experts, as examples/moe_stash_demo's --shape: a mean of 128 tokens per expert.
+      if (value == "deepseek-v3") o.hidden = 7168, o.experts = 32, o.top_k = 8, o.tokens = 512;  // 256 experts at EP 8
+      else if (value == "qwen3-moe") o.hidden = 2048, o.experts = 128, o.top_k = 8, o.tokens = 2048;
+      else throw UsageError("--shape: unknown shape '" + value + "' (deepseek-v3, qwen3-moe)");
+    } else if (flag == "--hidden") o.hidden = number<std::int64_t>(flag, value);
+    else if (flag == "--experts") o.experts = number<std::int32_t>(flag, value);
+    else if (flag == "--top-k") o.top_k = number<std::int32_t>(flag, value);
+    else if (flag == "--tokens") o.tokens = number<std::int64_t>(flag, value);
+    else if (flag == "--recipe") o.recipe = value;
+    else if (flag == "--placement") o.placement = value;
+    else if (flag == "--scales") o.scales = value;
+    else if (flag == "--ffn-hidden") o.ffn_hidden = number<std::int64_t>(flag, value);
+    else if (flag == "--schedule") o.schedule = value;
+    else if (flag == "--layers") o.layers = number<std::int32_t>(flag, value);
+    else if (flag == "--microbatches") o.microbatches = number<std::int32_t>(flag, value);
+    else if (flag == "--alpha") o.alpha = number<double>(flag, value);
+    else if (flag == "--counts") o.counts_file = value;
+    else if (flag == "--routing") o.routing = value;
+    else if (flag == "--capacity-factor") o.capacity_factor = number<double>(flag, value);
+    else if (flag == "--overflow") o.settings.overflow = number<double>(flag, value);
+    else if (flag == "--page-bytes") o.settings.page_bytes = number<std::int64_t>(flag, value);
+    else if (flag == "--host-pages") o.settings.host_pages = number<std::int64_t>(flag, value);
+    else if (flag == "--samples") o.settings.samples = number<std::int64_t>(flag, value);
+    else if (flag == "--seed") o.settings.seed = number<std::uint64_t>(flag, value);
+    else if (flag == "--warmup-factors") o.warmup_factors = numbers(flag, value);
+    else if (flag == "--points") o.points = number<std::int32_t>(flag, value);
+    else if (flag == "--plot") o.plot = value;
+    else throw UsageError("unknown flag " + flag);
+  }
+  if (o.routing != "multinomial" && o.routing != "per-token")
+    throw UsageError("--routing: '" + o.routing + "' (multinomial, per-token)");
+  if (o.points < 2) throw UsageError("--points must be at least 2");
+  return o;
+}
+
+double mib(double bytes) { return bytes / double(1 << 20); }
+
+/// Everything the run found, to print as text or JSON.
+struct Report {
+  Options o;
+  plan::Layer layer;
+  plan::PoolPlan plan;
+  std::vector<plan::CurvePoint> curve;
+  std::vector<plan::WarmupSizing> warmup;
+};
+
+void print_text(const Report& r) {
+  const plan::PoolPlan& p = r.plan;
+  const auto page = p.settings.page_bytes;
+  std::printf("layer: %s, %d experts, capacity %lld tokens per expert (count alignment %lld)\n", r.o.recipe.c_str(),
+              r.layer.experts(), (long long)r.layer.capacity(), (long long)r.layer.count_alignment());
+  for (const auto& t : r.layer.tensors())
+    std::printf("  saves %s: hidden %lld, %.2f MiB at full shape\n", t.name().c_str(), (long long)t.hidden(),
+                mib(double(t.full_bytes())));
+  std::printf("schedule %s: %lld stashes alive at the peak; counts: %s\n", p.schedule.c_str(), (long long)p.alive_stashes,
+              p.counts.c_str());
+  std::printf("%lld sampled steps (seed %llu), pages of %lld bytes\n\n", (long long)p.peaks.samples(),
+              (unsigned long long)p.settings.seed, (long long)page);
+  std::printf("pool for overflow <= %g per step: %lld pages = %.1f MiB (%.0f%% CI %lld..%lld%s)\n", p.settings.overflow,
+              (long long)p.pool.value, mib(double(p.pool_bytes())), 100 * p.settings.confidence, (long long)p.pool.low,
+              (long long)p.pool.high, p.pool.high_bounded ? "" : ", upper end unbounded: sample more");
+  std::printf("  device %lld pages (%.1f MiB), host %lld pages\n", (long long)p.device_pages, mib(double(p.device_bytes())),
+              (long long)p.host_pages);
+  std::printf("  its overflow probability on the samples: %.5f (%.0f%% CI %.5f..%.5f)\n", p.overflow_at_pool,
+              100 * p.settings.confidence, p.overflow_interval.low, p.overflow_interval.high);
+  const auto& s = p.peaks.sorted();
+  const auto at = [&](double q) { return (long long)s[std::min(s.size() - 1, static_cast<std::size_t>(q * double(s.size())))]; };
+  std::printf("peak pages per step: min %lld, median %lld, p99 %lld, max %lld; mean %.1f\n", (long long)p.peaks.min(),
+              at(0.5), at(0.99), (long long)p.peaks.max(), p.mean_pages);
+  std::printf("per step on average: live %.1f MiB, stream %.1f MiB, pages %.1f MiB; rounding: %.2f MiB to pages, "
+              "%.3f MiB to 16-byte segments; %.1f tokens dropped\n",
+              mib(p.mean_live_bytes), mib(p.mean_stream_bytes), mib(p.mean_pages * double(page)),
+              mib(p.page_rounding_bytes()), mib(p.segment_rounding_bytes()), p.mean_dropped_tokens);
+  std::printf("without stashing: %.1f MiB at full shape; the pool saves %.1f MiB (%.1f%%) of device memory\n\n",
+              mib(double(p.full_bytes)), mib(double(p.saved_bytes())), 100 * p.saved_fraction());
+  std::printf("%10s %10s %12s %25s\n", "pool pages", "MiB", "P(overflow)", "CI");
+  for (const auto& c : r.curve)
+    std::printf("%10lld %10.1f %12.5f %12.5f..%.5f\n", (long long)c.pages, mib(double(c.pages * page)), c.overflow,
+                c.interval.low, c.interval.high);
+  std::printf("\nwarm-up sizing (one sampled step's peak pages x factor; every step taking its turn as the warm-up):\n");
+  std::printf("%8s %12s %10s %20s %15s %22s\n", "factor", "median pages", "MiB", "P(overflow) at median", "mean P(overflow)",
+              "warm-ups missing target");
+  for (const auto& w : r.warmup)
+    std::printf("%8.2f %12lld %10.1f %21.5f %16.5f %22.1f%%\n", w.factor, (long long)w.median_pages,
+                mib(double(w.median_pages * page)), w.overflow_at_median, w.mean_overflow, 100 * w.missed_target);
+  std::printf("%8s %12lld %10.1f %21.5f %16s %22s\n", "planned", (long long)p.pool.value, mib(double(p.pool_bytes())),
+              p.overflow_at_pool, "", "");
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string to_json(const Report& r) {
+  const plan::PoolPlan& p = r.plan;
+  std::ostringstream j;
+  j.precision(10);
+  j << "{\n  \"recipe\": " << json_string(r.o.recipe) << ", \"placement\": " << json_string(r.o.placement)
+    << ", \"scales\": " << json_string(r.o.scales) << ",\n  \"hidden\": " << r.o.hidden << ", \"experts\": " << r.layer.experts()
+    << ", \"top_k\": " << r.o.top_k << ", \"tokens\": " << r.o.tokens << ", \"capacity\": " << r.layer.capacity()
+    << ", \"count_alignment\": " << r.layer.count_alignment() << ",\n  \"tensors\": [";
+  for (std::size_t i = 0; i < r.layer.tensors().size(); ++i) {
+    const auto& t = r.layer.tensors()[i];
+    j << (i ? ", " : "") << "{\"name\": " << json_string(t.name()) << ", \"hidden\": " << t.hidden()
+      << ", \"full_bytes\": " << t.full_bytes() << "}";
+  }
+  j << "],\n  \"schedule\": " << json_string(p.schedule) << ", \"alive_stashes\": " << p.alive_stashes
+    << ", \"counts\": " << json_string(p.counts) << ",\n  \"samples\": " << p.peaks.samples() << ", \"seed\": " << p.settings.seed
+    << ", \"page_bytes\": " << p.settings.page_bytes << ", \"overflow_target\": " << p.settings.overflow
+    << ", \"confidence\": " << p.settings.confidence << ",\n  \"pool_pages\": " << p.pool.value
+    << ", \"pool_pages_ci\": [" << p.pool.low << ", " << p.pool.high << "], \"pool_ci_bounded\": ["
+    << (p.pool.low_bounded ? "true" : "false") << ", " << (p.pool.high_bounded ? "true" : "false") << "]"
+    << ", \"pool_bytes\": " << p.pool_bytes() << ", \"device_pages\": " << p.device_pages
+    << ", \"host_pages\": " << p.host_pages << ", \"device_bytes\": " << p.device_bytes()
+    << ",\n  \"overflow_at_pool\": " << p.overflow_at_pool << ", \"overflow_at_pool_ci\": [" << p.overflow_interval.low
+    << ", " << p.overflow_interval.high << "],\n  \"peak_pages\": {\"min\": " << p.peaks.min() << ", \"max\": " << p.peaks.max()
+    << ", \"mean\": " << p.mean_pages << "},\n  \"mean_live_bytes\": " << p.mean_live_bytes
+    << ", \"mean_stream_bytes\": " << p.mean_stream_bytes << ", \"page_rounding_bytes\": " << p.page_rounding_bytes()
+    << ", \"segment_rounding_bytes\": " << p.segment_rounding_bytes() << ", \"mean_dropped_tokens\": " << p.mean_dropped_tokens
+    << ",\n  \"full_bytes\": " << p.full_bytes << ", \"saved_bytes\": " << p.saved_bytes()
+    << ", \"saved_fraction\": " << p.saved_fraction() << ",\n  \"curve\": [";
+  for (std::size_t i = 0; i < r.curve.size(); ++i) {
+    const auto& c = r.curve[i];
+    j << (i ? ",\n    " : "\n    ") << "{\"pages\": " << c.pages << ", \"overflow\": " << c.overflow << ", \"ci\": ["
+      << c.interval.low << ", " << c.interval.high << "]}";
+  }
+  j << "],\n  \"warmup\": [";
+  for (std::size_t i = 0; i < r.warmup.size(); ++i) {
+    const auto& w = r.warmup[i];
+    j << (i ? ",\n    " : "\n    ") << "{\"factor\": " << w.factor << ", \"median_pages\": " << w.median_pages
+      << ", \"median_bytes\": " << w.median_pages * p.settings.page_bytes << ", \"overflow_at_median\": "
+      << w.overflow_at_median << ", \"mean_overflow\": " << w.mean_overflow << ", \"missed_target\": " << w.missed_target
+      << "}";
+  }
+  j << "]\n}\n";
+  return j.str();
+}
+
+Report run(const Options& o) {
+  plan::RecipeOptions recipe;
+  recipe.placement = plan::parse_placement(o.placement);
+  recipe.scales = plan::parse_scales(o.scales);
+  recipe.ffn_hidden = o.ffn_hidden;
+  const plan::Layer layer = plan::recipe_layer(plan::parse_recipe(o.recipe), o.hidden, o.experts, o.tokens, o.top_k,
+                                               o.capacity_factor, recipe);
+  const plan::Schedule schedule = plan::Schedule::parse(o.schedule, o.layers, o.microbatches);
+  std::unique_ptr<plan::CountModel> counts;
+  if (!o.counts_file.empty()) {
+    counts = std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::read(o.counts_file, o.experts, layer.capacity()));
+  } else {
+    plan::Routing routing;
+    routing.experts = o.experts;
+    routing.top_k = o.top_k;
+    routing.tokens = o.tokens;
+    routing.alpha = o.alpha;
+    routing.capacity = layer.capacity();
+    routing.sampler = o.routing == "per-token" ? plan::RoutingSampler::per_token : plan::RoutingSampler::multinomial;
+    counts = std::make_unique<plan::DirichletRouting>(routing);
+  }
+  plan::PoolPlan p = plan::plan_pool(layer, schedule, *counts, o.settings);
+  auto curve = p.peaks.curve(o.points, o.settings.confidence);
+  auto warmup = plan::compare_warmup(p.peaks, o.warmup_factors, o.settings.overflow);
+  return Report{o, layer, std::move(p), std::move(curve), std::move(warmup)};
+}
+
+/// Draws the curve with plot_plan.py; a missing python3 or matplotlib only warns.
+void plot(const Report& r) {
+  const std::string json_path = r.o.plot + ".json";
+  {
+    std::ofstream out(json_path);
+    if (!out) throw std::invalid_argument("--plot: cannot write " + json_path);
+    out << to_json(r);
+  }
+  const std::string command = "python3 \"" PAGESTASH_PLAN_PLOT_SCRIPT "\" \"" + json_path + "\" \"" + r.o.plot + "\"";
+  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "pagestash_plan: the plot failed (%s)\n", command.c_str());
+  std::remove(json_path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    const Report r = run(o);
+    if (o.json) std::fputs(to_json(r).c_str(), stdout);
+    else print_text(r);
+    if (!o.plot.empty()) plot(r);
+    return 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "pagestash_plan: %s\n%s", e.what(), usage);
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "pagestash_plan: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,218 @@
+#pragma once
+// The pool planner: a Monte Carlo over sampled steps. Each step draws the counts of every
+// stash alive at the schedule's peak and sums their exact pages (the library's work plan,
+// plan/saved_tensor.hpp); the pool for a target per-step overflow probability is the
+// empirical quantile of those peaks, with its order-statistic confidence interval.
+
+#include <pagestash/plan/count_model.hpp>
+#include <pagestash/plan/layer.hpp>
+#include <pagestash/plan/schedule.hpp>
+#include <pagestash/plan/statistics.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace plan {
+
+struct PlanSettings {
+  std::int64_t page_bytes = std::int64_t{64} << 10;  ///< the pool's page size (PoolConfig::page_bytes)
+  std::int64_t host_pages = 0;  ///< spill pages in host memory: the device holds the pool's rest
+  std::int64_t samples = 20000;  ///< steps sampled
+  std::uint64_t seed = 1;
+  double overflow = 1e-3;    ///< target probability that a step overflows the pool
+  double confidence = 0.95;  ///< of the intervals
+};
+
+/// One point of the curve of overflow probability against pool size.
+struct CurvePoint {
+  std::int64_t pages = 0;
+  double overflow = 0;  ///< the fraction of sampled steps whose peak exceeds `pages`
+  Interval interval;    ///< Wilson, at the plan's confidence
+};
+
+/// The sampled steps' peak pages, sorted, and what follows from them.
+class PeakDistribution {
+ public:
+  explicit PeakDistribution(std::vector<std::int64_t> peaks) : sorted_(std::move(peaks)) {
+    if (sorted_.empty()) detail::invalid_plan("PeakDistribution: no samples");
+    std::sort(sorted_.begin(), sorted_.end());
+  }
+  const std::vector<std::int64_t>& sorted() const { return sorted_; }
+  std::int64_t samples() const { return static_cast<std::int64_t>(sorted_.size()); }
+  std::int64_t min() const { return sorted_.front(); }
+  std::int64_t max() const { return sorted_.back(); }
+
+  /// Steps whose peak exceeds a pool of `pages` pages (they overflow it).
+  std::int64_t overflowing(std::int64_t pages) const {
+    return static_cast<std::int64_t>(sorted_.end() - std::upper_bound(sorted_.begin(), sorted_.end(), pages));
+  }
+  double overflow_probability(std::int64_t pages) const {
+    return static_cast<double>(overflowing(pages)) / static_cast<double>(samples());
+  }
+  Interval overflow_interval(std::int64_t pages, double confidence = 0.95) const {
+    return wilson_interval(overflowing(pages), samples(), confidence);
+  }
+  /// The smallest pool whose empirical overflow probability is at most `overflow`, with the
+  /// interval of the 1 - overflow quantile it estimates.
+  QuantileEstimate pool_for(double overflow, double confidence = 0.95) const {
+    if (!(overflow > 0 && overflow < 1)) detail::invalid_plan("pool_for: overflow must be in (0, 1)");
+    return quantile_estimate(sorted_, 1 - overflow, confidence);
+  }
+  /// `points` pool sizes evenly from the smallest peak to the largest, and where each
+  /// overflow probability falls.
+  std::vector<CurvePoint> curve(std::int32_t points = 24, double confidence = 0.95) const {
+    std::vector<CurvePoint> out;
+    const std::int64_t span = max() - min();
+    for (std::int32_t i = 0; i < std::max(points, 2); ++i) {
+      const std::int64_t pages = min() - 1 + (span + 1) * i / (std::max(points, 2) - 1);
+      if (!out.empty() && out.back().pages == pages) continue;
+      out.push_back({pages, overflow_probability(pages), overflow_interval(pages, confidence)});
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::int64_t> sorted_;
+};
+
+/// A pool sized from a warm-up step: its peak pages times a factor (pagestash::size_pool's
+/// rule), judged on the same sampled steps, every sampled step taking its turn as the warm-up.
+struct WarmupSizing {
+  double factor = 1;
+  std::int64_t median_pages = 0;  ///< the pool of the median warm-up step
+  double overflow_at_median = 0;  ///< that pool's overflow probability
+  double mean_overflow = 0;       ///< over the warm-up step drawn at random
+  double missed_target = 0;       ///< fraction of warm-up steps whose pool overflows more often than the target
+};
+
+inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, const std::vector<double>& factors,
+                                                double target) {
+  std::vector<WarmupSizing> out;
+  const auto n = static_cast<double>(peaks.samples());
+  for (double f : factors) {
+    if (!(f > 0)) detail::invalid_plan("compare_warmup: factors must be positive");
+    const auto pool_of = [&](std::int64_t warm) { return static_cast<std::int64_t>(std::ceil(static_cast<double>(warm) * f)); };
+    WarmupSizing w;
+    w.factor = f;
+    w.median_pages = pool_of(peaks.sorted()[peaks.sorted().size() / 2]);
+    w.overflow_at_median = peaks.overflow_probability(w.median_pages);
+    double sum = 0, missed = 0;
+    for (std::int64_t warm : peaks.sorted()) {
+      const double rate = peaks.overflow_probability(pool_of(warm));
+      sum += rate;
+      missed += rate > target ? 1 : 0;
+    }
+    w.mean_overflow = sum / n;
+    w.missed_target = missed / n;
+    out.push_back(w);
+  }
+  return out;
+}
+
+/// What the planner found.
+struct PoolPlan {
+  PlanSettings settings;
+  std::string schedule;
+  std::string counts;  ///< the count model, described
+  std::int64_t alive_stashes = 0;
+  PeakDistribution peaks{{0}};
+  QuantileEstimate pool;      ///< pages of the pool (device + host) for the target
+  std::int64_t device_pages = 0;  ///< pool.value - host pages (at least 0)
+  std::int64_t host_pages = 0;
+  double overflow_at_pool = 0;  ///< the planned pool's empirical overflow probability
+  Interval overflow_interval;
+  // Means per step at the peak, over the sampled steps.
+  double mean_pages = 0;
+  double mean_stream_bytes = 0;
+  double mean_live_bytes = 0;
+  double mean_dropped_tokens = 0;
+  std::int64_t full_bytes = 0;  ///< the alive stashes' tensors at full shape: held without stashing
+
+  std::int64_t pool_bytes() const { return pool.value * settings.page_bytes; }
+  std::int64_t device_bytes() const { return device_pages * settings.page_bytes; }
+  /// Device bytes the planned pool saves against holding every tensor at full shape.
+  std::int64_t saved_bytes() const { return full_bytes - device_bytes(); }
+  double saved_fraction() const { return full_bytes > 0 ? static_cast<double>(saved_bytes()) / static_cast<double>(full_bytes) : 0; }
+  /// Rounding, per step at the peak on average: of streams to whole pages, and of live runs
+  /// to 16-byte stream segments.
+  double page_rounding_bytes() const { return mean_pages * static_cast<double>(settings.page_bytes) - mean_stream_bytes; }
+  double segment_rounding_bytes() const { return mean_stream_bytes - mean_live_bytes; }
+};
+
+namespace detail {
+inline void check_settings(const PlanSettings& s) {
+  if (s.page_bytes < 256 || (s.page_bytes & (s.page_bytes - 1)) != 0)
+    invalid_plan("page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
+  if (s.host_pages < 0) invalid_plan("host_pages must not be negative");
+  if (s.samples < 1) invalid_plan("samples must be at least 1");
+  if (!(s.overflow > 0 && s.overflow < 1)) invalid_plan("overflow must be in (0, 1)");
+  if (!(s.confidence > 0 && s.confidence < 1)) invalid_plan("confidence must be in (0, 1)");
+}
+}  // namespace detail
+
+/// The pages of one sampled step: the alive stashes' counts drawn from `counts` by `rng`.
+struct StepDraw {
+  TensorBytes bytes;
+  std::int64_t dropped_tokens = 0;
+};
+inline StepDraw draw_step(const Layer& layer, std::int64_t alive_stashes, const CountModel& counts,
+                          std::int64_t page_bytes, std::mt19937_64& rng) {
+  StepDraw step;
+  std::vector<std::int32_t> c;
+  for (std::int64_t s = 0; s < alive_stashes; ++s) {
+    step.dropped_tokens += counts.draw(rng, c);
+    step.bytes += layer.measure(c, page_bytes);
+  }
+  return step;
+}
+
+/// Samples settings.samples steps and sizes the pool for settings.overflow. Throws
+/// std::invalid_argument for settings or a count model that do not fit the layer.
+inline PoolPlan plan_pool(const Layer& layer, const Schedule& schedule, const CountModel& counts,
+                          const PlanSettings& settings = {}) {
+  detail::check_settings(settings);
+  if (counts.experts() != layer.experts())
+    detail::invalid_plan("plan_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
+                         std::to_string(layer.experts()));
+  if (counts.capacity() > layer.capacity())
+    detail::invalid_plan("plan_pool: the count model's capacity " + std::to_string(counts.capacity()) +
+                         " exceeds the layer's " + std::to_string(layer.capacity()));
+  PoolPlan plan;
+  plan.settings = settings;
+  plan.schedule = schedule.name();
+  plan.counts = counts.describe();
+  plan.alive_stashes = schedule.alive_stashes();
+  plan.full_bytes = plan.alive_stashes * layer.full_bytes();
+  std::mt19937_64 rng(settings.seed);
+  std::vector<std::int64_t> peaks;
+  peaks.reserve(static_cast<std::size_t>(settings.samples));
+  double pages = 0, stream = 0, live = 0, dropped = 0;
+  for (std::int64_t i = 0; i < settings.samples; ++i) {
+    const StepDraw step = draw_step(layer, plan.alive_stashes, counts, settings.page_bytes, rng);
+    peaks.push_back(step.bytes.pages);
+    pages += static_cast<double>(step.bytes.pages);
+    stream += static_cast<double>(step.bytes.stream_bytes);
+    live += static_cast<double>(step.bytes.live_bytes);
+    dropped += static_cast<double>(step.dropped_tokens);
+  }
+  const auto n = static_cast<double>(settings.samples);
+  plan.mean_pages = pages / n;
+  plan.mean_stream_bytes = stream / n;
+  plan.mean_live_bytes = live / n;
+  plan.mean_dropped_tokens = dropped / n;
+  plan.peaks = PeakDistribution(std::move(peaks));
+  plan.pool = plan.peaks.pool_for(settings.overflow, settings.confidence);
+  plan.host_pages = std::min(settings.host_pages, plan.pool.value);
+  plan.device_pages = plan.pool.value - plan.host_pages;
+  plan.overflow_at_pool = plan.peaks.overflow_probability(plan.pool.value);
+  plan.overflow_interval = plan.peaks.overflow_interval(plan.pool.value, settings.confidence);
+  return plan;
+}
+
+}  // namespace plan
+PAGESTASH_NAMESPACE_END

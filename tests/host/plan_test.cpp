@@ -1,0 +1,414 @@
+// The pool planner (<pagestash/plan.hpp>) against the real host executor: the pages it
+// predicts for a count vector are the pages a stash takes, for every layout; its overflow
+// probability for a pool is the overflow frequency of stashing fresh sampled steps into a
+// pool of that size. Also the count models, the file reader, the schedules and the statistics.
+
+#include <pagestash/pagestash.hpp>
+#include <pagestash/plan.hpp>
+#include <pagestash/reference/byte_runs.hpp>
+
+#include <doctest/doctest.h>
+
+#include "../common/host_tensor.hpp"
+#include "../common/layout_list.hpp"
+#include "../common/stash_sequence.hpp"
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace ps = pagestash;
+namespace plan = pagestash::plan;
+using namespace pagestash_test;
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no std::invalid_argument thrown)";
+}
+
+std::vector<std::uint8_t> random_buffer(std::size_t n, std::mt19937& rng) {
+  std::vector<std::uint8_t> b(n);
+  for (auto& x : b) x = static_cast<std::uint8_t>(rng() | 1);  // never 0: a restored byte is told from a cleared one
+  return b;
+}
+
+/// For `counts` (with live tokens): the planner's pages and bytes equal what the host
+/// executor's stash takes, and reload brings back every live byte (the rest cleared).
+template <class L>
+void check_prediction(const ps::GroupedView<L>& shape, const std::vector<std::int32_t>& counts, std::int64_t page_bytes,
+                      std::mt19937& rng) {
+  using Traits = ps::StashTraits<L>;
+  const plan::SavedTensor tensor = plan::SavedTensor::of<Traits>(shape);
+  const plan::TensorBytes predicted = tensor.measure(counts, page_bytes);
+
+  ps::PoolConfig config;
+  config.page_bytes = page_bytes;
+  config.device_pages = 1;
+  std::int64_t most = 0;
+  {
+    ps::PagePool probe(config, ps::MemorySpace::host);
+    most = ps::make_record<Traits>(probe, shape).max_pages();
+  }
+  config.device_pages = most + 3;
+  ps::PagePool pool(config, ps::MemorySpace::host);
+  auto record = ps::make_record<Traits>(pool, shape);
+  HostTensor<L> t(shape.max_tokens, shape.hidden, shape.groups, counts);
+  std::vector<std::uint8_t> original[3];
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    const auto bytes = static_cast<std::size_t>(shape.buffer_bytes(role));
+    original[static_cast<int>(role)] = random_buffer(bytes, rng);
+    if (bytes > 0) std::memcpy(t.bytes(role), original[static_cast<int>(role)].data(), bytes);
+  }
+  ps::stash(ps::host, pool, t.view, record);
+  const ps::RecordStatus s = record.status();
+  REQUIRE(s.state == ps::RecordState::stashed);
+  CHECK(predicted.pages > 0);
+  CHECK(s.pages == predicted.pages);
+  CHECK(s.stream_bytes == predicted.stream_bytes);
+  CHECK(s.live_bytes == predicted.live_bytes);
+  CHECK(pool.stats().device_pages_free == config.device_pages - predicted.pages);
+  CHECK(predicted.pages <= most);
+
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    const auto bytes = static_cast<std::size_t>(shape.buffer_bytes(role));
+    if (bytes > 0) std::memset(t.bytes(role), 0, bytes);
+  }
+  ps::reload(ps::host, pool, record, t.view, ps::ReloadOptions{true});
+  CHECK(record.status().state == ps::RecordState::reloaded);
+  CHECK(pool.stats().device_pages_free == config.device_pages);
+  for (BufferRole role : {BufferRole::data, BufferRole::scales, BufferRole::amax}) {
+    const auto bytes = static_cast<std::size_t>(shape.buffer_bytes(role));
+    if (bytes == 0 || ps::handling_of<Traits>(role) == ps::Handling::dropped) continue;
+    std::vector<std::uint8_t> expected(bytes, 0);
+    const auto& from = original[static_cast<int>(role)];
+    if (ps::handling_of<Traits>(role) == ps::Handling::kept) expected = from;
+    else {
+      const ps::BufferGeometry geo = shape.geometry(role);
+      for (std::int64_t i = 0; i < ps::run_count(geo); ++i) {
+        const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
+        std::copy_n(from.begin() + run.offset, run.bytes, expected.begin() + run.offset);
+      }
+    }
+    CAPTURE(ps::name_of(role));
+    CHECK(std::vector<std::uint8_t>(t.bytes(role), t.bytes(role) + bytes) == expected);
+  }
+}
+
+/// Random counts the layout holds, with at least one live token.
+template <class L>
+std::vector<std::int32_t> live_counts(const ps::GroupedView<L>& shape, std::mt19937& rng) {
+  for (;;) {
+    std::vector<std::int32_t> c = random_counts(shape, rng);
+    if (std::accumulate(c.begin(), c.end(), std::int64_t{0}) > 0) return c;
+  }
+}
+
+}  // namespace
+
+using namespace pagestash_test::layouts;
+
+TEST_CASE("the planner's pages for a count vector are the pages the host executor's stash takes, for every layout") {
+  std::mt19937 rng(2401);
+  int layouts = 0, checked = 0;
+#define PAGESTASH_PREDICT(L)                                                         \
+  {                                                                                  \
+    CAPTURE(#L);                                                                     \
+    ++layouts;                                                                       \
+    for (bool odd : {false, true}) {                                                 \
+      const auto shape = sequence_shape<L>(odd);                                     \
+      for (std::int64_t page_bytes : {std::int64_t{256}, std::int64_t{4096}})        \
+        for (int k = 0; k < 4; ++k, ++checked) {                                     \
+          const auto counts = live_counts(shape, rng);                               \
+          CAPTURE(page_bytes);                                                       \
+          check_prediction(shape, counts, page_bytes, rng);                          \
+        }                                                                            \
+    }                                                                                \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_PREDICT)
+#undef PAGESTASH_PREDICT
+  CHECK(layouts == layout_count);
+  CHECK(checked == 16 * layout_count);
+}
+
+TEST_CASE("a layer pads its counts to the largest alignment of its tensors, and refuses what it cannot hold") {
+  using Packed = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>;
+  using Rows = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
+  const auto packed = plan::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
+  const auto rows = plan::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
+  CHECK(packed.count_alignment() == 128);
+  CHECK(plan::Layer::capacity_multiple({packed, rows}) == 128);
+  const plan::Layer layer({packed, rows}, 256);
+  CHECK(layer.count_alignment() == 128);
+  CHECK(layer.tensors()[0].capacity() == 256);
+  CHECK(layer.padded({0, 1, 128, 200}) == std::vector<std::int32_t>{0, 128, 128, 256});
+  const plan::TensorBytes b = layer.measure({0, 1, 128, 200}, 4096);
+  CHECK(b.pages == packed.with_capacity(256).pages({0, 128, 128, 256}, 4096) +
+                       rows.with_capacity(256).pages({0, 128, 128, 256}, 4096));
+  CHECK(error_of([&] { layer.measure({0, 0, 0, 257}, 4096); }).find("outside [0, capacity 256]") != std::string::npos);
+  CHECK(error_of([&] { layer.measure({0, 0, 0}, 4096); }).find("3 counts for 4 experts") != std::string::npos);
+  CHECK(error_of([&] { plan::Layer({packed}, 100); }).find("not a positive multiple of 128") != std::string::npos);
+  CHECK(plan::capacity_for(512, 8, 32, 2.0, 128) == 256);
+  CHECK(plan::capacity_for(512, 8, 32, 1.01, 128) == 256);
+  CHECK(plan::capacity_for(10, 1, 8, 1.0, 32) == 32);
+  CHECK(error_of([] { plan::parse_recipe("fp8"); }).find("bf16, fp16, mxfp8, nvfp4") != std::string::npos);
+  for (auto recipe : {plan::Recipe::bf16, plan::Recipe::fp16, plan::Recipe::mxfp8, plan::Recipe::nvfp4})
+    for (auto placement : {plan::Placement::capacity_padded, plan::Placement::packed, plan::Placement::packed_padded}) {
+      plan::RecipeOptions o;
+      o.placement = placement;
+      o.scales = plan::ScaleArrangement::compact;
+      o.ffn_hidden = 512;
+      const plan::Layer l = plan::recipe_layer(recipe, 1024, 8, 1024, 2, 1.5, o);
+      CHECK(l.tensors().size() == 2);
+      CHECK(l.capacity() >= 384);
+      CHECK(l.measure(std::vector<std::int32_t>(8, 1), 65536).pages >= 2);
+    }
+}
+
+namespace {
+
+using Small = ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>;
+using SmallTraits = ps::StashTraits<Small>;
+
+}  // namespace
+
+TEST_CASE("the planned overflow probability of a pool is the overflow frequency of real stashes into it") {
+  const auto shape0 = ps::make_view<Small>().with_hidden(128).with_groups(4);
+  const plan::SavedTensor tensor = plan::SavedTensor::of<SmallTraits>(shape0);
+  plan::Routing r;
+  r.experts = 4;
+  r.top_k = 2;
+  r.tokens = 96;
+  r.alpha = 1.0;
+  r.capacity = plan::capacity_for(r.tokens, r.top_k, r.experts, 1.5, plan::Layer::capacity_multiple({tensor}));
+  const plan::Layer layer({tensor}, r.capacity);
+  const plan::DirichletRouting counts(r);
+  const plan::Schedule schedule = plan::Schedule::explicit_list({2, 1});  // 3 stashes alive
+  plan::PlanSettings settings;
+  settings.page_bytes = 1024;
+  settings.samples = 20000;
+  settings.seed = 11;
+  settings.overflow = 0.1;
+  const plan::PoolPlan p = plan::plan_pool(layer, schedule, counts, settings);
+  const std::int64_t pool_pages = p.pool.value;
+  const double predicted = p.peaks.overflow_probability(pool_pages);
+  CAPTURE(pool_pages);
+  CAPTURE(predicted);
+  REQUIRE(predicted > 0.03);  // a pool near the 0.1 quantile: enough overflows to compare
+  REQUIRE(predicted <= 0.1);
+  CHECK(p.overflow_at_pool == predicted);
+
+  // Fresh steps, an independent seed, through the host executor into a pool of that size.
+  ps::PoolConfig config;
+  config.page_bytes = settings.page_bytes;
+  config.device_pages = pool_pages;
+  ps::PagePool pool(config, ps::MemorySpace::host);
+  const auto shape = shape0.with_max_tokens(r.capacity);  // capacity-padded: tokens per expert
+  std::vector<ps::StashRecord<SmallTraits>> records;
+  for (int i = 0; i < 3; ++i) records.push_back(ps::make_record<SmallTraits>(pool, shape));
+  HostTensor<Small> t(shape.max_tokens, shape.hidden, shape.groups, std::vector<std::int32_t>(4, 0));
+  std::mt19937 bytes_rng(5);
+  for (BufferRole role : {BufferRole::data, BufferRole::scales})
+    std::memcpy(t.bytes(role), random_buffer(static_cast<std::size_t>(shape.buffer_bytes(role)), bytes_rng).data(),
+                static_cast<std::size_t>(shape.buffer_bytes(role)));
+  std::mt19937_64 rng(987654321);
+  const int steps = 3000;
+  int overflowed = 0, agreed = 0;
+  std::vector<std::int32_t> c;
+  for (int step = 0; step < steps; ++step) {
+    ps::reset(ps::host, pool);
+    std::int64_t step_pages = 0;
+    for (auto& record : records) {
+      counts.draw(rng, c);
+      t.counts = c;
+      t.view.counts = t.counts.data();
+      step_pages += layer.measure(c, settings.page_bytes).pages;
+      ps::stash(ps::host, pool, t.view, record);
+    }
+    const bool overflow = pool.stats().overflow;
+    overflowed += overflow ? 1 : 0;
+    agreed += overflow == (step_pages > pool_pages) ? 1 : 0;  // the exact pages decide, step by step
+  }
+  CHECK(agreed == steps);
+  const double observed = static_cast<double>(overflowed) / steps;
+  const double sigma = std::sqrt(predicted * (1 - predicted) * (1.0 / steps + 1.0 / static_cast<double>(settings.samples)));
+  CAPTURE(observed);
+  CHECK(std::abs(observed - predicted) <= 4 * sigma);
+}
+
+TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops, reproducible by seed") {
+  for (auto sampler : {plan::RoutingSampler::per_token, plan::RoutingSampler::multinomial}) {
+    CAPTURE(static_cast<int>(sampler));
+    plan::Routing r;
+    r.experts = 16;
+    r.top_k = 4;
+    r.tokens = 256;
+    r.alpha = 0.5;
+    r.capacity = 64;  // the mean: popular experts drop tokens
+    r.sampler = sampler;
+    const plan::DirichletRouting model(r);
+    std::mt19937_64 rng(77);
+    std::int64_t dropped = 0;
+    std::vector<std::int32_t> c;
+    std::vector<std::vector<std::int32_t>> first;
+    for (int i = 0; i < 200; ++i) {
+      const std::int64_t d = model.draw(rng, c);
+      first.push_back(c);
+      REQUIRE(c.size() == 16);
+      const std::int64_t sum = std::accumulate(c.begin(), c.end(), std::int64_t{0});
+      CHECK(sum + d <= r.tokens * r.top_k);
+      if (sampler == plan::RoutingSampler::per_token) CHECK(sum + d == r.tokens * r.top_k);
+      for (std::int32_t x : c) {
+        CHECK(x >= 0);
+        CHECK(x <= r.capacity);
+      }
+      dropped += d;
+    }
+    CHECK(dropped > 0);
+    std::mt19937_64 again(77), other(78);
+    model.draw(again, c);
+    CHECK(c == first[0]);
+    model.draw(other, c);
+    CHECK(c != first[0]);
+  }
+  // The multinomial sampler's kept tokens agree with the exact per-token routing's on
+  // average: within 3% for few experts and a tight capacity (8 experts, top-2), 0.5% for
+  // DeepSeek-V3's rank (32 experts, top-8); its inclusion probabilities are approximate.
+  for (int shape = 0; shape < 2; ++shape) {
+    plan::Routing r;
+    r.experts = shape == 0 ? 8 : 32;
+    r.top_k = shape == 0 ? 2 : 8;
+    r.tokens = 512;
+    r.alpha = 1.0;
+    r.capacity = shape == 0 ? 160 : 256;
+    double kept[2] = {0, 0};
+    for (int s = 0; s < 2; ++s) {
+      r.sampler = s == 0 ? plan::RoutingSampler::per_token : plan::RoutingSampler::multinomial;
+      const plan::DirichletRouting model(r);
+      std::mt19937_64 rng(9);
+      std::vector<std::int32_t> c;
+      for (int i = 0; i < 1000; ++i) {
+        model.draw(rng, c);
+        kept[s] += static_cast<double>(std::accumulate(c.begin(), c.end(), 0));
+      }
+    }
+    CAPTURE(shape);
+    CHECK(std::abs(kept[1] / kept[0] - 1) < (shape == 0 ? 0.03 : 0.005));
+  }
+  CHECK(error_of([] {
+          plan::Routing bad;
+          bad.top_k = 9;
+          bad.experts = 8;
+          bad.capacity = 1;
+          plan::DirichletRouting m(bad);
+        }).find("1 <= top_k <= experts") != std::string::npos);
+}
+
+TEST_CASE("measured counts: the reader parses whitespace and commas, skips comments, rejects bad lines") {
+  std::istringstream in("1 2 3 4\n# a comment\n\n5,6,7,8\n 9, 10 ,11\t12\n300 0 0 0\n");
+  const plan::MeasuredCounts m = plan::MeasuredCounts::parse(in, 4, 100, "steps.txt");
+  REQUIRE(m.lines().size() == 4);
+  CHECK(m.lines()[1] == std::vector<std::int32_t>{5, 6, 7, 8});
+  CHECK(m.lines()[2] == std::vector<std::int32_t>{9, 10, 11, 12});
+  std::mt19937_64 rng(3);
+  std::vector<std::int32_t> c;
+  std::int64_t dropped = 0;
+  for (int i = 0; i < 100; ++i) {
+    dropped += m.draw(rng, c);
+    for (std::int32_t x : c) CHECK(x <= 100);
+  }
+  CHECK(dropped > 0);  // line 4 exceeds the capacity
+  const auto parse_error = [](const std::string& text) {
+    return error_of([&] {
+      std::istringstream s(text);
+      plan::MeasuredCounts::parse(s, 4, 100, "f");
+    });
+  };
+  CHECK(parse_error("1 2 3 4\n1 2 x 4\n") == "pagestash::plan: f:2: 'x' is not an integer");
+  CHECK(parse_error("1 2 3 4\n1 2 3\n") == "pagestash::plan: f:2: 3 counts, expected one per expert (4)");
+  CHECK(parse_error("1 -2 3 4\n") == "pagestash::plan: f:1: count -2 is outside [0, 2^31)");
+  CHECK(parse_error("1 2 3 4.5\n") == "pagestash::plan: f:1: '4.5' is not an integer");
+  CHECK(parse_error("# nothing\n") == "pagestash::plan: f: no count vectors");
+  CHECK(error_of([] { plan::MeasuredCounts::read("/nonexistent/counts.txt", 4, 10); })
+            .find("cannot open counts file") != std::string::npos);
+}
+
+TEST_CASE("schedules: stashes alive at the peak") {
+  CHECK(plan::Schedule::parse("lifo", 4, 8).alive_stashes() == 32);
+  CHECK(plan::Schedule::parse("1f1b:4", 4, 8).alive_stashes() == 16);
+  CHECK(plan::Schedule::parse("1f1b:4", 4, 2).alive_stashes() == 8);  // fewer microbatches than stages
+  // Interleaved: min(v p + p - 1, v M) = 11 chunk-microbatches of 2 layers each.
+  const plan::Schedule v2 = plan::Schedule::parse("1f1b:4:2", 4, 8);
+  CHECK(v2.alive_stashes() == 22);
+  CHECK(v2.microbatches_per_layer() == std::vector<std::int64_t>{6, 6, 5, 5});
+  CHECK(plan::Schedule::parse("1f1b:4:2", 4, 1).alive_stashes() == 4);
+  CHECK(plan::Schedule::parse("list:3,2,1", 4, 8).alive_stashes() == 6);
+  CHECK(error_of([] { plan::Schedule::parse("1f1b:4:3", 4, 8); }).find("divisible") != std::string::npos);
+  CHECK(error_of([] { plan::Schedule::parse("1f1b:x", 4, 8); }).find("'x' is not a number") != std::string::npos);
+  CHECK(error_of([] { plan::Schedule::parse("gpipe", 4, 8); }).find("unknown schedule") != std::string::npos);
+  CHECK(error_of([] { plan::Schedule::parse("list:1,-1", 4, 8); }).find("negative") != std::string::npos);
+}
+
+TEST_CASE("statistics: quantiles and their intervals on distributions with known answers") {
+  CHECK(std::abs(plan::normal_quantile(0.975) - 1.959964) < 1e-6);
+  CHECK(std::abs(plan::normal_quantile(0.001) + 3.090232) < 1e-6);
+  const plan::Interval w = plan::wilson_interval(5, 10);
+  CHECK(std::abs(w.low - 0.236593) < 1e-5);
+  CHECK(std::abs(w.high - 0.763407) < 1e-5);
+  CHECK(std::abs(plan::wilson_interval(0, 10).high - 0.277533) < 1e-5);
+  const std::vector<double> cdf = plan::binomial_cdf(10, 0.5);
+  CHECK(std::abs(cdf[4] - 386.0 / 1024) < 1e-12);
+  CHECK(std::abs(cdf[10] - 1) < 1e-12);
+
+  // 1..1000: the 0.9 quantile is 900; its ranks are Binomial(1000, 0.9), sd 9.49.
+  std::vector<std::int64_t> ramp(1000);
+  std::iota(ramp.begin(), ramp.end(), 1);
+  const plan::QuantileEstimate q = plan::quantile_estimate(ramp, 0.9);
+  CHECK(q.value == 900);
+  CHECK(q.low >= 879);
+  CHECK(q.low <= 883);
+  CHECK(q.high >= 917);
+  CHECK(q.high <= 921);
+  CHECK(plan::quantile_estimate(ramp, 0.9995).high_bounded == false);  // too few samples above
+  const plan::PeakDistribution d(ramp);
+  CHECK(d.pool_for(0.1).value == 900);
+  CHECK(d.overflow_probability(900) == doctest::Approx(0.1));
+  CHECK(d.overflow_probability(0) == 1);
+  CHECK(d.overflow_probability(1000) == 0);
+  const auto curve = d.curve(11);
+  CHECK(curve.front().overflow == 1);
+  CHECK(curve.back().overflow == 0);
+
+  // Coverage: the interval holds the true quantile (uniform 0..9999: 0.99 quantile 9899)
+  // about 95% of the time.
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<std::int64_t> uniform(0, 9999);
+  int covered = 0;
+  const int trials = 400;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<std::int64_t> x(2000);
+    for (auto& v : x) v = uniform(rng);
+    std::sort(x.begin(), x.end());
+    const plan::QuantileEstimate e = plan::quantile_estimate(x, 0.99);
+    covered += e.low <= 9899 && 9899 <= e.high ? 1 : 0;
+  }
+  CHECK(covered >= 0.92 * trials);
+  CHECK(covered <= trials);
+
+  // Warm-up sizing on a ramp: factor 1 from the median step (500) overflows half the steps.
+  const auto warm = plan::compare_warmup(d, {1.0, 2.0}, 0.01);
+  CHECK(warm[0].median_pages == 501);
+  CHECK(warm[0].overflow_at_median == doctest::Approx(0.499));
+  CHECK(warm[1].median_pages == 1002);
+  CHECK(warm[1].overflow_at_median == 0);
+  CHECK(warm[0].mean_overflow == doctest::Approx(0.4995).epsilon(0.01));
+}

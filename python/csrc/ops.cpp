@@ -3,6 +3,7 @@
 // checked pointers to ops_cuda.cu (nvcc). Every check of a tensor happens here, on the host,
 // before anything runs: ValueError for a bad argument, RuntimeError for a CUDA failure.
 
+#include "plan.hpp"
 #include "recipes.hpp"
 
 #include <torch/extension.h>
@@ -388,6 +389,70 @@ std::string decide_py(const std::vector<std::int32_t>& words) {
   return ps::name_of(ps::decide(f));
 }
 
+
+/// The pool planner (csrc/plan.hpp) for the Python wrapper pagestash.plan_pool: the plan as
+/// a dict of plain numbers. `shapes` are [groups, tokens, hidden], one per recipe.
+py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector<std::vector<std::int64_t>>& shapes,
+                      const std::string& schedule, std::int32_t layers, std::int32_t microbatches, std::int64_t tokens,
+                      std::int32_t top_k, double alpha, const std::string& sampler, std::int64_t capacity,
+                      const std::vector<std::vector<std::int32_t>>& counts, std::int64_t page_bytes,
+                      std::int64_t host_pages, std::int64_t samples, std::uint64_t seed, double overflow,
+                      double confidence, std::int32_t curve_points) {
+  PlanRequest r;
+  r.recipes = recipes;
+  for (const auto& s : shapes) r.shapes.push_back(shape_of(s));
+  r.schedule = schedule;
+  r.layers = layers;
+  r.microbatches = microbatches;
+  r.tokens = tokens;
+  r.top_k = top_k;
+  r.alpha = alpha;
+  r.sampler = sampler;
+  r.capacity = capacity;
+  r.counts = counts;
+  r.settings.page_bytes = page_bytes;
+  r.settings.host_pages = host_pages;
+  r.settings.samples = samples;
+  r.settings.seed = seed;
+  r.settings.overflow = overflow;
+  r.settings.confidence = confidence;
+  TORCH_CHECK_VALUE(curve_points >= 2, "pagestash: curve_points = ", curve_points, " must be at least 2");
+  const plan::PoolPlan p = [&] {
+    const py::gil_scoped_release unlocked;  // seconds of sampling: let other Python threads run
+    return checked([&] { return plan_of(r); });
+  }();
+  py::dict d;
+  d["pages"] = p.pool.value;
+  d["pages_low"] = p.pool.low;
+  d["pages_high"] = p.pool.high;
+  d["pages_high_bounded"] = p.pool.high_bounded;
+  d["page_bytes"] = p.settings.page_bytes;
+  d["device_pages"] = p.device_pages;
+  d["host_pages"] = p.host_pages;
+  d["bytes"] = p.pool_bytes();
+  d["device_bytes"] = p.device_bytes();
+  d["full_bytes"] = p.full_bytes;
+  d["saved_fraction"] = p.saved_fraction();
+  d["overflow_probability"] = p.overflow_at_pool;
+  d["overflow_low"] = p.overflow_interval.low;
+  d["overflow_high"] = p.overflow_interval.high;
+  d["alive_stashes"] = p.alive_stashes;
+  d["schedule"] = p.schedule;
+  d["count_model"] = p.counts;
+  d["samples"] = p.peaks.samples();
+  d["peak_min"] = p.peaks.min();
+  d["peak_max"] = p.peaks.max();
+  d["mean_pages"] = p.mean_pages;
+  d["mean_dropped_tokens"] = p.mean_dropped_tokens;
+  d["page_rounding_bytes"] = p.page_rounding_bytes();
+  d["segment_rounding_bytes"] = p.segment_rounding_bytes();
+  py::list curve;
+  for (const plan::CurvePoint& c : p.peaks.curve(curve_points, confidence))
+    curve.append(py::make_tuple(c.pages, c.overflow, c.interval.low, c.interval.high));
+  d["curve"] = curve;
+  return d;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(pagestash, m) {
@@ -442,6 +507,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flag_names", &flag_names, "The flags' names, in the order of their int32 words");
   m.def("flag_meanings", &flag_meanings, "What each flag means, in the order of flag_names()");
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
+  m.def("plan_pool", &plan_pool_py, "The pool planner (pagestash/plan.hpp) for a layer of the recipes",
+        py::arg("recipes"), py::arg("shapes"), py::arg("schedule"), py::arg("layers"), py::arg("microbatches"),
+        py::arg("tokens"), py::arg("top_k"), py::arg("alpha"), py::arg("sampler"), py::arg("capacity"),
+        py::arg("counts"), py::arg("page_bytes"), py::arg("host_pages"), py::arg("samples"), py::arg("seed"),
+        py::arg("overflow"), py::arg("confidence"), py::arg("curve_points"));
 #ifdef PAGESTASH_TORCH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -143,7 +143,7 @@ class SavedTensor {
       return std::make_shared<const Model>(s, name);
     }
     TensorBytes measure(const cuda::std::int32_t* counts, std::int64_t page_bytes) const override {
-      const cuda::std::int32_t bad = plan_groups(shape, counts, nullptr);
+      const cuda::std::int32_t bad = check_counts(shape, counts).first_bad_group;
       if (bad >= 0)
         detail::invalid_plan(name + ": count " + std::to_string(counts[bad]) + " of group " + std::to_string(bad) +
                              " does not fit (capacity " + std::to_string(capacity()) + ", alignment " +

@@ -1,0 +1,109 @@
+#pragma once
+// The pool planner (pagestash/plan.hpp) over the extension's recipes. The saved tensors are
+// built through with_recipe, the dispatch the ops use, so that the planner's pages for a
+// count vector are exactly the pages the ops' stashes of that vector take. No PyTorch here:
+// ops.cpp binds it.
+
+#include "recipes.hpp"
+
+#include <pagestash/plan.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pagestash_torch {
+namespace plan = ps::plan;
+
+/// What plan_pool is asked: the tensors one MoE layer saves, the schedule, and the router
+/// (Dirichlet) or measured count vectors.
+struct PlanRequest {
+  std::vector<std::string> recipes;
+  std::vector<Shape> shapes;  ///< one per recipe
+  std::string schedule = "lifo";
+  std::int32_t layers = 1, microbatches = 1;
+  // The router, when `counts` is empty.
+  std::int64_t tokens = 0;
+  std::int32_t top_k = 1;
+  double alpha = 1.0;
+  std::string sampler = "multinomial";
+  std::int64_t capacity = 0;  ///< tokens an expert keeps; 0: what the layer's tensors hold
+  std::vector<std::vector<std::int32_t>> counts;  ///< measured count vectors, one per (step, layer)
+  plan::PlanSettings settings;
+};
+
+/// A saved tensor of one of the extension's recipes, of shape `s`.
+inline plan::SavedTensor saved_tensor(const std::string& recipe, const Shape& s) {
+  return with_recipe(recipe, [&](auto tag) {
+    using Layout = typename decltype(tag)::layout;
+    return plan::SavedTensor::of<typename decltype(tag)::traits>(view_of<Layout>(s), recipe);
+  });
+}
+
+/// The layer of the request's tensors. They must hold the same tokens per expert: the
+/// planner measures them at one capacity, and a layer whose shapes it changed would not
+/// be the one the ops stash.
+inline plan::Layer layer_of(const PlanRequest& r) {
+  if (r.recipes.empty()) plan::detail::invalid_plan("plan_pool: no saved tensors");
+  if (r.recipes.size() != r.shapes.size())
+    plan::detail::invalid_plan("plan_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
+                               std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
+  std::vector<plan::SavedTensor> tensors;
+  for (std::size_t i = 0; i < r.recipes.size(); ++i) {
+    const Shape& s = r.shapes[i];
+    plan::SavedTensor t = saved_tensor(r.recipes[i], s);
+    const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.max_tokens) +
+                             ", " + std::to_string(s.hidden) + "]";
+    if (recipe_info(r.recipes[i], s).packed && s.max_tokens != t.capacity() * s.groups)
+      plan::detail::invalid_plan("plan_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
+                                 "a multiple of " + std::to_string(s.groups) + ")");
+    if (!tensors.empty() && t.capacity() != tensors.front().capacity())
+      plan::detail::invalid_plan("plan_pool: " + what + " holds " + std::to_string(t.capacity()) +
+                                 " tokens per expert, the first tensor " + std::to_string(tensors.front().capacity()) +
+                                 ": a layer's tensors share one capacity");
+    tensors.push_back(std::move(t));
+  }
+  return plan::Layer(tensors, tensors.front().capacity());
+}
+
+inline plan::RoutingSampler sampler_of(const std::string& name) {
+  if (name == "multinomial") return plan::RoutingSampler::multinomial;
+  if (name == "per_token") return plan::RoutingSampler::per_token;
+  plan::detail::invalid_plan("plan_pool: unknown sampler '" + name + "' (multinomial, per_token)");
+}
+
+/// The count model: the measured vectors when there are any, else the Dirichlet router.
+inline std::unique_ptr<plan::CountModel> count_model_of(const PlanRequest& r, const plan::Layer& layer) {
+  if (r.capacity < 0) plan::detail::invalid_plan("plan_pool: capacity = " + std::to_string(r.capacity) + " is negative");
+  const std::int64_t capacity = r.capacity > 0 ? r.capacity : layer.capacity();
+  if (!r.counts.empty()) {
+    for (std::size_t i = 0; i < r.counts.size(); ++i)
+      for (std::size_t e = 0; e < r.counts[i].size(); ++e)
+        if (r.counts[i][e] < 0)
+          plan::detail::invalid_plan("plan_pool: counts[" + std::to_string(i) + "][" + std::to_string(e) + "] = " +
+                                     std::to_string(r.counts[i][e]) + " is negative");
+    return std::make_unique<plan::MeasuredCounts>(r.counts, capacity, "counts");
+  }
+  if (r.tokens < 1)
+    plan::detail::invalid_plan("plan_pool: tokens = " + std::to_string(r.tokens) +
+                               ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
+  plan::Routing routing;
+  routing.experts = layer.experts();
+  routing.top_k = r.top_k;
+  routing.tokens = r.tokens;
+  routing.alpha = r.alpha;
+  routing.capacity = capacity;
+  routing.sampler = sampler_of(r.sampler);
+  return std::make_unique<plan::DirichletRouting>(routing);
+}
+
+/// Samples the steps and sizes the pool. Throws std::invalid_argument for bad input.
+inline plan::PoolPlan plan_of(const PlanRequest& r) {
+  const plan::Layer layer = layer_of(r);
+  const std::unique_ptr<plan::CountModel> counts = count_model_of(r, layer);
+  const plan::Schedule schedule = plan::Schedule::parse(r.schedule, r.layers, r.microbatches);
+  return plan::plan_pool(layer, schedule, *counts, r.settings);
+}
+
+}  // namespace pagestash_torch

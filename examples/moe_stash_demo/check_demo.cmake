@@ -1,7 +1,8 @@
 # Runs the demo with small settings and checks what it reports (ctest: "example: moe_stash_demo ...").
 #   1. --json: every recipe and schedule restores every tensor bit for bit;
 #   2. a pool factor too small: overflow is reported, tensors stashed before it still match;
-#   3. bad flags exit with 2 and a message, never a crash.
+#   3. --overflow 1e-3: the planner's pool (its planned pages) holds the step, no overflow;
+#   4. bad flags exit with 2 and a message, never a crash.
 set(_small --layers 2 --microbatches 3 --tokens 256 --hidden 256 --experts 4 --page-kib 16)
 
 function(run_demo out_var)
@@ -53,10 +54,23 @@ if(forced_overflows EQUAL 0 OR forced_lost EQUAL 0)
   message(FATAL_ERROR "a pool factor of 0.5 should overflow: ${forced_overflows} overflows, ${forced_lost} lost")
 endif()
 
-foreach(_bad "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
+run_demo(_json --overflow 1e-3 --recipes bf16,nvfp4)
+results("${_json}" planned)
+if(NOT planned_overflows EQUAL 0 OR NOT planned_lost EQUAL 0)
+  message(FATAL_ERROR "--overflow 1e-3: the planner's pool overflowed (${planned_overflows})")
+endif()
+string(JSON _sizing GET "${_json}" results 0 sizing)
+string(JSON _pool GET "${_json}" results 0 pool_pages)
+string(JSON _planned GET "${_json}" results 0 planned_pages)
+if(NOT _sizing STREQUAL "plan" OR NOT _pool EQUAL _planned)
+  message(FATAL_ERROR "--overflow 1e-3: the pool (${_pool} pages, sized by ${_sizing}) is not the planner's (${_planned})")
+endif()
+
+foreach(_bad "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
   execute_process(COMMAND "${DEMO}" ${_bad} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
   if(NOT _rc EQUAL 2 OR NOT _err MATCHES "moe_stash_demo: ")
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")
   endif()
 endforeach()
-message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); bad flags exit 2")
+message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); the planned pool "
+               "(${_planned} pages) holds the step; bad flags exit 2")

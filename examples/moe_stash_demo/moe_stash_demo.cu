@@ -4,16 +4,20 @@
 // draws per-expert token counts; each layer's forward makes its saved activation in the
 // chosen recipe in an oversized [G, capacity, K] buffer (one static buffer, reused by every
 // layer), stashes the live rows into a page pool, and backward reloads them and checks
-// them bit for bit. The pool is sized from an eager step (every tensor fits) times a factor.
+// them bit for bit. The pool is sized from an eager step (every tensor fits) times a factor,
+// or, with --overflow P, by the pool planner (pagestash/plan.hpp) for a per-step overflow
+// probability P under the demo's own router; the planner's pool is printed either way.
 // Runs the CUDA executor when a GPU is present, the host reference executor otherwise.
 //
 //   moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
 //                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
-//                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10] [--spill-factor 0]
+//                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10 | --overflow P]
+//                  [--spill-factor 0]
 //                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
 //                  [--executor auto|host|cuda] [--json]
 
 #include <pagestash/pagestash.cuh>
+#include <pagestash/plan.hpp>
 #include <pagestash/reference/reference.cuh>
 
 #include <algorithm>
@@ -42,6 +46,7 @@ struct Options {
   int64_t tokens = 1024, hidden = 1024;
   int64_t capacity = 0;  ///< tokens per expert buffer; 0: from the capacity factor
   double capacity_factor = 2.0, pool_factor = 1.10, spill_factor = 0.0;
+  double overflow = 0.0;  ///< > 0: the pool is the planner's for this per-step overflow probability
   int64_t page_kib = 64;
   std::vector<std::string> schedules = {"lifo", "1f1b"};
   unsigned seed = 7;
@@ -108,6 +113,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--capacity") o.capacity = parse_number<int64_t>(flag, value);
     else if (flag == "--capacity-factor") o.capacity_factor = parse_number<double>(flag, value);
     else if (flag == "--pool-factor") o.pool_factor = parse_number<double>(flag, value);
+    else if (flag == "--overflow") o.overflow = parse_number<double>(flag, value);
     else if (flag == "--spill-factor") o.spill_factor = parse_number<double>(flag, value);
     else if (flag == "--page-kib") o.page_kib = parse_number<int64_t>(flag, value);
     else if (flag == "--schedule") o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
@@ -129,6 +135,7 @@ Options parse(int argc, char** argv) {
   if (o.hidden < 1) throw UsageError("--hidden must be positive");
   if (!(o.capacity_factor > 0)) throw UsageError("--capacity-factor must be positive");
   if (!(o.pool_factor >= 0) || !(o.spill_factor >= 0)) throw UsageError("--pool-factor and --spill-factor must be >= 0");
+  if (!(o.overflow >= 0 && o.overflow < 1)) throw UsageError("--overflow must be a probability in (0, 1)");
   if (o.page_kib < 1 || (o.page_kib & (o.page_kib - 1)) != 0) throw UsageError("--page-kib must be a power of two");
   if (o.executor != "auto" && o.executor != "host" && o.executor != "cuda")
     throw UsageError("--executor: 'auto', 'host' or 'cuda'");
@@ -214,6 +221,34 @@ std::vector<std::int32_t> route(const Options& o, int64_t capacity, std::mt19937
   return counts;
 }
 
+// ---- The planner's model of the step ----------------------------------------------------------
+
+/// The planner's pool for the overflow probability the demo sizes for (--overflow, or 1e-3
+/// to show next to the eager sizing).
+constexpr double shown_overflow = 1e-3;
+constexpr std::int64_t plan_samples = 20000;
+/// Count vectors drawn from route() for the planner, which draws each sampled stash's
+/// counts from them with replacement: the demo's router itself (a per-token Dirichlet(0.5)
+/// top-k), at the cost of drawing it only this many times.
+constexpr int router_draws = 4096;
+
+/// Uncapped count vectors of the demo's router, from a seed of their own (the step's draws
+/// are not among them). Each recipe's planner caps them at its capacity, as route() does.
+std::vector<std::vector<std::int32_t>> router_samples(const Options& o) {
+  std::mt19937 rng(o.seed ^ 0x9E3779B9u);
+  std::vector<std::vector<std::int32_t>> out;
+  int64_t dropped = 0;
+  for (int i = 0; i < router_draws; ++i) out.push_back(route(o, INT32_MAX, rng, dropped));
+  return out;
+}
+
+/// The stashes one layer holds at the peak of the demo's schedule: all microbatches under
+/// lifo; two under its 1F1B (a warm-up of two microbatches: the first of two stages).
+ps::plan::Schedule plan_schedule(const std::string& name, const Options& o) {
+  if (name == "lifo") return ps::plan::Schedule::forward_then_backward(o.layers, o.microbatches);
+  return ps::plan::Schedule::one_f_one_b(o.layers, o.microbatches, 2);
+}
+
 /// Activations: a cheap deterministic generator (splitmix64), never zero.
 std::vector<ps::BF16> activations(int64_t rows, int64_t hidden, const std::vector<std::int32_t>& counts,
                                   int64_t capacity, std::uint64_t seed) {
@@ -265,6 +300,10 @@ struct Result {
   int64_t host_pool_bytes = 0;      ///< host spill reserve
   int64_t peak_pool_bytes = 0;      ///< peak pages used x page size
   int64_t eager_peak_pages = 0, pool_pages = 0, peak_pages = 0;
+  ps::plan::QuantileEstimate planned;  ///< the planner's pool (pages) for `planned_for`
+  double planned_for = 0;              ///< its target overflow probability per step
+  double planned_overflow = 0;         ///< its overflow rate on the planner's samples
+  bool sized_by_plan = false;          ///< the measured step's pool is the planner's
   int64_t live_bytes = 0;           ///< moved by all stashes
   bool host_spill = false;
   int64_t overflows = 0;            ///< stashes or reloads that could not do their work
@@ -298,7 +337,8 @@ class Step {
  public:
   using Traits = ps::StashTraits<L>;
 
-  Step(const Options& o, bool cuda) : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host) {
+  Step(const Options& o, bool cuda, const std::vector<std::vector<std::int32_t>>& router)
+      : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host), router_(router) {
     shape_.hidden = o.hidden;
     shape_.groups = o.experts;
     const int64_t granule = shape_.token_granule();
@@ -354,8 +394,26 @@ class Step {
     }
     r.eager_peak_pages = observed.peak_pages_used;
 
-    // The measured step, on a pool sized from the eager one.
-    ps::PagePool pool(ps::size_pool(observed, o_.pool_factor, o_.spill_factor), space_);
+    // The planner's pool for the tensor the demo stashes (its layout and shape), the
+    // schedule's peak and the demo's router.
+    const ps::plan::Schedule plan_sched = plan_schedule(schedule_name, o_);
+    const ps::plan::Layer layer({ps::plan::SavedTensor::of<Traits>(shape_, r.recipe)}, shape_.max_tokens);
+    const ps::plan::MeasuredCounts router(router_, shape_.max_tokens, "the demo's router");
+    ps::plan::PlanSettings settings;
+    settings.page_bytes = o_.page_kib << 10;
+    settings.samples = plan_samples;
+    settings.seed = o_.seed;
+    settings.overflow = o_.overflow > 0 ? o_.overflow : shown_overflow;
+    const ps::plan::PoolPlan plan = ps::plan::plan_pool(layer, plan_sched, router, settings);
+    r.planned = plan.pool;
+    r.planned_for = settings.overflow;
+    r.planned_overflow = plan.overflow_at_pool;
+
+    // The measured step, on a pool sized from the eager one or by the planner.
+    ps::PoolConfig sized = ps::size_pool(observed, o_.pool_factor, o_.spill_factor);
+    r.sized_by_plan = o_.overflow > 0;
+    if (r.sized_by_plan) sized.device_pages = plan.pool.value;
+    ps::PagePool pool(sized, space_);
     Pass(*this, pool, r, true).run(events);
     const ps::PoolStats st = pool.stats();
     r.pool_pages = pool.config().device_pages;
@@ -376,6 +434,9 @@ class Step {
       peak_held = std::max(peak_held, held);
     }
     r.oversized_bytes = peak_held * per_tensor;
+    if (peak_held != plan.alive_stashes)  // the planner's schedule must be the one run here
+      throw std::logic_error("the planner's schedule holds " + std::to_string(plan.alive_stashes) + " stashes, the demo's " +
+                             std::to_string(peak_held));
     return r;
   }
 
@@ -473,12 +534,13 @@ class Step {
   std::unique_ptr<Buffer> counts_, source_;
   cudaStream_t stream_ = nullptr;
   std::vector<std::vector<std::int32_t>> routes_;
+  const std::vector<std::vector<std::int32_t>>& router_;
   int64_t dropped_ = 0;
 };
 
 template <class L>
-std::vector<Result> run_recipe(const Options& o, bool cuda) {
-  Step<L> step(o, cuda);
+std::vector<Result> run_recipe(const Options& o, bool cuda, const std::vector<std::vector<std::int32_t>>& router) {
+  Step<L> step(o, cuda, router);
   std::vector<Result> out;
   for (const auto& s : o.schedules) out.push_back(step.run(s));
   return out;
@@ -495,24 +557,32 @@ std::string mib(int64_t bytes) {
 double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 
 void print_table(const std::vector<Result>& results, const Options& o) {
-  std::printf("\n%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
-              "no-stash", "pool", "peak used", "saved", "pages", "spill", "ovfl", "stash", "reload", "parity");
-  std::printf("%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%", "",
-              "", "", "GB/s", "GB/s");
+  std::printf("\n%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
+              "no-stash", "pool", "peak used", "saved", "pages", "eager", "plan", "spill", "ovfl", "stash", "reload",
+              "parity");
+  std::printf("%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
+              "", "peak", "pages", "", "", "GB/s", "GB/s");
   for (const Result& r : results) {
     char parity[64];
     if (r.parity_bad == 0 && r.lost == 0) std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
     else std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)", r.parity_bad ? "FAIL" : "OK",
                        (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
-    std::printf("%-6s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
+    std::printf("%-6s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
                 r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(),
-                mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages, r.host_spill ? "yes" : "no",
+                mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages,
+                (long long)r.planned.value, r.host_spill ? "yes" : "no",
                 (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), parity);
   }
-  std::printf("\n%d layers x %d microbatches of %lld tokens, top-%d of %d experts, hidden %lld; pool = eager peak x %.2f "
-              "(+ host spill x %.2f), pages of %lld KiB.\n",
-              o.layers, o.microbatches, (long long)o.tokens, o.topk, o.experts, (long long)o.hidden, o.pool_factor,
+  char sizing[96];
+  if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the planner's for overflow <= %g per step", o.overflow);
+  else std::snprintf(sizing, sizeof sizing, "eager peak x %.2f", o.pool_factor);
+  std::printf("\n%d layers x %d microbatches of %lld tokens, top-%d of %d experts, hidden %lld; pool = %s "
+              "(+ host spill = eager peak x %.2f), pages of %lld KiB.\n",
+              o.layers, o.microbatches, (long long)o.tokens, o.topk, o.experts, (long long)o.hidden, sizing,
               o.spill_factor, (long long)o.page_kib);
+  std::printf("eager peak: the pages of an eager step (every tensor fits); plan: the pool planner's pages for overflow "
+              "<= %g per step (pagestash/plan.hpp: %lld sampled steps, counts from %d draws of the demo's router).\n",
+              o.overflow > 0 ? o.overflow : shown_overflow, (long long)plan_samples, router_draws);
   std::printf("no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
               "reserve; saved = 1 - pool / no-stash.\n");
   for (const Result& r : results) {
@@ -533,14 +603,18 @@ void print_json(const std::vector<Result>& results) {
                 "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %.3f, \"pool_pages\": %lld, "
                 "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"host_spill\": %s, \"overflows\": %lld, "
                 "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
-                "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s}",
+                "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
+                "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
+                "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f}",
                 i ? "," : "", r.recipe.c_str(), r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
                 (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
                 (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
                 (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false",
                 (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
                 gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
-                r.parity_bad == 0 ? "true" : "false");
+                r.parity_bad == 0 ? "true" : "false", r.sized_by_plan ? "plan" : "eager",
+                (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
+                r.planned_overflow);
   }
   std::printf("\n]}\n");
 }
@@ -560,7 +634,7 @@ int main(int argc, char** argv) {
     if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
     std::fprintf(stderr, "usage: moe_stash_demo [--shape deepseek-v3|qwen3-moe] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] [--experts N] "
                          "[--microbatches N] [--tokens N] [--topk N] [--hidden N] [--capacity-factor X | --capacity N] "
-                         "[--pool-factor X] [--spill-factor X] [--page-kib N] [--schedule lifo|1f1b|both] [--seed N] "
+                         "[--pool-factor X | --overflow P] [--spill-factor X] [--page-kib N] [--schedule lifo|1f1b|both] [--seed N] "
                          "[--executor auto|host|cuda] [--json]\n");
     return 2;
   }
@@ -575,13 +649,14 @@ int main(int argc, char** argv) {
                 cuda ? "GPU present" : "no GPU: the same algorithm, run on the CPU");
   std::vector<Result> results;
   try {
+    const std::vector<std::vector<std::int32_t>> router = router_samples(o);
     for (const auto& recipe : o.recipes) {
       if (!o.json) std::fprintf(stderr, "  %s: eager step, then the measured step ...\n", recipe.c_str());
       std::vector<Result> r;
-      if (recipe == "bf16") r = run_recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>(o, cuda);
-      if (recipe == "fp16") r = run_recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>>(o, cuda);
-      if (recipe == "mxfp8") r = run_recipe<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>>(o, cuda);
-      if (recipe == "nvfp4") r = run_recipe<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>>(o, cuda);
+      if (recipe == "bf16") r = run_recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>(o, cuda, router);
+      if (recipe == "fp16") r = run_recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>>(o, cuda, router);
+      if (recipe == "mxfp8") r = run_recipe<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>>(o, cuda, router);
+      if (recipe == "nvfp4") r = run_recipe<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>>(o, cuda, router);
       results.insert(results.end(), r.begin(), r.end());
     }
   } catch (const std::invalid_argument& e) {

@@ -74,6 +74,7 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
   PAGESTASH_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   ps::stash(ex, pool, view, record);   // after forward
   ps::reload(ex, pool, record, dest);  // in backward
+  ps::end_step(ex, pool);              // every page back, else `unbalanced` (a leak)
   ps::agree(ex, pool, comm);           // every rank's flags, all-reduced (max) in place
   ps::report(ex, pool, report);        // flags and counters into pinned memory
   PAGESTASH_CUDA_TRY(cudaStreamEndCapture(stream, &graph));

@@ -15,13 +15,13 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// Enqueues an in-place all-reduce (ncclMax over the 9 int32 words) of the pool's flags on
+/// Enqueues an in-place all-reduce (ncclMax over the 10 int32 words) of the pool's flags on
 /// the executor's stream, across the ranks of `comm`. Enqueue it after the step's
 /// operations on that stream (side streams joined with events), and report() after it.
 inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {
   if (pool.space() != MemorySpace::device)
     detail::invalid_call("agree", "the pool is in host memory; agree() all-reduces device flags");
-  detail::check_stream_device("agree", ex, pool);
+  detail::check_stream_device("agree", ex.stream, pool.device());
   constexpr std::size_t words = sizeof(PoolFlags) / sizeof(cuda::std::int32_t);
   const ncclResult_t r = ncclAllReduce(pool.flags(), pool.flags(), words, ncclInt32, ncclMax, comm, ex.stream);
   if (r != ncclSuccess) throw std::runtime_error(std::string("pagestash::agree: ncclAllReduce: ") + ncclGetErrorString(r));

@@ -23,7 +23,7 @@ namespace pagestash_torch {
 // ops_cuda.cu
 void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
               const RecordMemory& record, const Buffers& buffers, bool zero_tail);
-void reset_cuda(cudaStream_t stream, const PoolParts& pool);
+void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst);
 
 /// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
@@ -42,7 +42,7 @@ cudaStream_t stream_of(const at::Tensor&) {
 }
 void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
               const Buffers&, bool) {}
-void reset_cuda(cudaStream_t, const PoolParts&) {}
+void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolReport*) {}
 #endif
 
@@ -250,11 +250,22 @@ void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::T
   run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, shape_of(shape), Buffers{}, false);
 }
 
-void reset_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
-              std::int64_t page_bytes) {
+void pool_step_op(PoolStep step, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+                  std::int64_t page_bytes) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   on_executor(
-      control, [&] { run_reset(ps::host, pool); }, [&](cudaStream_t stream) { reset_cuda(stream, pool); });
+      control, [&] { run_pool_step(ps::host, pool, step); },
+      [&](cudaStream_t stream) { pool_step_cuda(stream, pool, step); });
+}
+
+void reset_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+              std::int64_t page_bytes) {
+  pool_step_op(PoolStep::reset, control, device_arena, host_arena, page_bytes);
+}
+
+void end_step_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+                 std::int64_t page_bytes) {
+  pool_step_op(PoolStep::end_step, control, device_arena, host_arena, page_bytes);
 }
 
 void report_op(const at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -468,6 +479,7 @@ TORCH_LIBRARY(pagestash, m) {
       "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
       "str recipe, int[] shape) -> ()");
   m.def("reset(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes) -> ()");
+  m.def("end_step(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes) -> ()");
   m.def("report(Tensor control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(a!) out) -> ()");
 }
 
@@ -476,6 +488,7 @@ TORCH_LIBRARY_IMPL(pagestash, CPU, m) {
   m.impl("reload", &reload_op);
   m.impl("discard", &discard_op);
   m.impl("reset", &reset_op);
+  m.impl("end_step", &end_step_op);
   m.impl("report", &report_op);
 }
 
@@ -485,6 +498,7 @@ TORCH_LIBRARY_IMPL(pagestash, CUDA, m) {
   m.impl("reload", &reload_op);
   m.impl("discard", &discard_op);
   m.impl("reset", &reset_op);
+  m.impl("end_step", &end_step_op);
   m.impl("report", &report_op);
 }
 #endif

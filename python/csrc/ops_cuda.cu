@@ -14,7 +14,9 @@ void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolP
   run(ps::on(stream), op, recipe, pool, s, record, buffers, zero_tail);
 }
 
-void reset_cuda(cudaStream_t stream, const PoolParts& pool) { run_reset(ps::on(stream), pool); }
+void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step) {
+  run_pool_step(ps::on(stream), pool, step);
+}
 
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst) {
   run_report(ps::on(stream), pool, dst);

@@ -246,10 +246,14 @@ void run(const Exec& exec, Op op, const std::string& recipe, const PoolParts& po
   });
 }
 
+/// What a step does to the pool alone.
+enum class PoolStep { reset, end_step };
+
 template <class Exec>
-void run_reset(const Exec& exec, const PoolParts& pool) {
+void run_pool_step(const Exec& exec, const PoolParts& pool, PoolStep step) {
   ps::PagePool p = attach_pool(pool, Exec::memory);
-  ps::reset(exec, p);
+  if (step == PoolStep::reset) ps::reset(exec, p);
+  else ps::end_step(exec, p);
 }
 
 template <class Exec>

@@ -10,6 +10,7 @@ its shape as [groups, tokens, hidden]; keyword arguments by these names work too
            scales=None, amax=None, zero_tail=False)
     discard(control, device_arena, host_arena, page_bytes, record, recipe, shape)
     reset(control, device_arena, host_arena, page_bytes)
+    end_step(control, device_arena, host_arena, page_bytes)
     report(control, device_arena, host_arena, page_bytes, out)
 
 The ops mutate only their arguments (the pool's and the record's memory, and reload's
@@ -47,6 +48,11 @@ def _reset_fake(control, device_arena, host_arena, page_bytes):
     return None
 
 
+@torch.library.register_fake("pagestash::end_step")
+def _end_step_fake(control, device_arena, host_arena, page_bytes):
+    return None
+
+
 @torch.library.register_fake("pagestash::report")
 def _report_fake(control, device_arena, host_arena, page_bytes, out):
     return None
@@ -60,6 +66,8 @@ _DOCS = {
               "the paged buffers' bytes outside the live rows are cleared.",
     "discard": "Returns the record's pages without copying.",
     "reset": "Frees every page and clears the flags and counters; records stashed before become stale.",
+    "end_step": "At the end of a step: counts the pages still held (pages_held_at_step_end) and raises the "
+                "unbalanced flag when there are any (a record neither reloaded nor discarded).",
     "report": "Writes the pool's flags and counters into out (uint8, pagestash._C.report_bytes()) in stream order.",
 }
 for _name, _doc in _DOCS.items():

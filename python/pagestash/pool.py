@@ -115,6 +115,13 @@ class PagePool:
         before are stale: reloading one raises the `stale` flag."""
         ops.reset(*self.state)
 
+    def end_step(self) -> None:
+        """At the end of a step, after its last reload or discard: raises the `unbalanced`
+        flag (misuse: a record of the step was neither reloaded nor discarded, its pages
+        leak) when any page is still held, and counts them (`pages_held_at_step_end` in
+        stats() and the report). Graph-capturable; call it before report() or agree()."""
+        ops.end_step(*self.state)
+
     def flag_dict(self) -> Dict[str, int]:
         """Each flag by name, read back (synchronises for a CUDA pool)."""
         return dict(zip(FLAG_NAMES, (int(x) for x in self.flags.cpu())))

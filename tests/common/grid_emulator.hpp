@@ -363,6 +363,15 @@ struct Emulator {
     emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::write_report(ctx.team, ref, dst); });
   }
   /// The reset kernel is one block: its body is reset_pool over the block's team.
+  void end_step(ps::PagePool& pool) const {
+    LaunchShape one = shape;
+    one.blocks = 1;
+    one.threads = 32;
+    one.slots = 1;
+    const ps::PoolRef ref = pool.ref();
+    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::check_balance(ctx.team, ref); });
+  }
+
   void reset(ps::PagePool& pool) const {
     LaunchShape one = shape;
     one.blocks = 1;

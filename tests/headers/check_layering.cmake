@@ -8,6 +8,7 @@
 set(_rules
   "^pagestash/detail/"            "detail"
   "^pagestash/formats/"           "detail|formats"
+  "^pagestash/cuda/"              "detail|cuda"
   "^pagestash/layouts/.*\\.hpp$"  "detail|formats|layouts"
   "^pagestash/layouts/.*\\.cuh$"  "detail|formats|layouts|cuda"
   "^pagestash/pool/"              "detail|cuda|pool"

@@ -305,7 +305,7 @@ class TestStrict:
         rec = pool.record(like=x, counts=torch.tensor([5, 6], dtype=torch.int32))
         rec.stash(x, torch.tensor([5, 6], dtype=torch.int32))
         rec.reload(torch.empty_like(x))
-        with pytest.raises(ps.PagingError, match="not_stashed: a reload or discard of a record that holds no pages"):
+        with pytest.raises(ps.PagingError, match="not_stashed: a reload of a record that holds no pages"):
             rec.reload(torch.empty_like(x))
 
     def test_as_docs_python_md_shows_it(self):

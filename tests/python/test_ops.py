@@ -140,7 +140,7 @@ def test_pool_invariants_overflow_and_reset():
     full = torch.full((E,), C, dtype=torch.int32)  # 64 KiB live: 16 pages, more than the pool
     rec = pool.record("fp16/capacity", ps.Shape(E, C, H))
     rec.stash(x, full)
-    assert rec.status()["state"] == "overflowed"
+    assert rec.status()["state"] == "overflowed" and rec.status()["error"] == "overflow"  # the flag's name
     assert pool.flag_dict()["overflow"] == 1 and pool.decide() == "rerun_without_paging"
     report = ps.decode_report(pool.report())
     assert report["overflows"] == 1 and report["decision"] == "rerun_without_paging"
@@ -155,6 +155,42 @@ def test_pool_invariants_overflow_and_reset():
     assert pool.stats()["device_pages_free"] == 6
     rec2.reload(torch.empty_like(x))  # nothing to reload: misuse, reported in the flags
     assert pool.flag_dict()["not_stashed"] == 1 and pool.decide() == "report_error"
+    assert rec2.status()["error"] == "not_stashed"
+
+
+def test_end_step_balances_a_clean_step_and_flags_a_leaked_record():
+    gen = torch.Generator().manual_seed(SEED)
+    E, C, H = 4, 64, 128
+    pool = make_pool(pages=32, page_bytes=4096)
+    x = torch.randn(E, C, H, generator=gen).to(torch.float16)
+    counts = torch.tensor([9, 0, 30, 5], dtype=torch.int32)
+    a, b = (pool.record("fp16/capacity", ps.Shape(E, C, H)) for _ in range(2))
+    a.stash(x, counts)
+    b.stash(x, counts)
+    a.reload(torch.empty_like(x))
+    b.discard()
+    pool.end_step()
+    assert pool.stats()["pages_held_at_step_end"] == 0 and pool.decide() == "keep"
+
+    a.stash(x, counts)
+    b.stash(x, counts)
+    a.reload(torch.empty_like(x))  # b is forgotten
+    pool.end_step()
+    held = b.status()["pages"]
+    report = ps.decode_report(pool.report())
+    assert held > 0 and report["pages_held_at_step_end"] == held
+    assert report["flags"]["unbalanced"] == 1 and report["flags"]["error"] == 1
+    assert pool.decide() == "report_error"
+    with pytest.raises(ps.PagingError, match="unbalanced: at the step's end"):
+        pool.check()
+
+
+def test_flag_names_and_meanings_are_the_librarys_one_table():
+    assert ps.FLAG_NAMES[:3] == ("overflow", "error", "host_spill") and len(set(ps.FLAG_NAMES)) == 10
+    assert tuple(ps.FLAG_MEANINGS) == ps.FLAG_NAMES and all(len(m) > 10 for m in ps.FLAG_MEANINGS.values())
+    assert "no room" in ps.FLAG_MEANINGS["overflow"]
+    err = ps.PagingError(["stale"], "report_error")
+    assert ps.FLAG_MEANINGS["stale"] in str(err)
 
 
 def test_host_spill_pages():
@@ -262,12 +298,12 @@ def opcheck_args(op):
         return base + (torch.full_like(data, 0x5A), torch.full_like(scales, 0x5A), torch.zeros_like(amax), True)
     if op == "discard":
         return base
-    if op == "reset":
+    if op in ("reset", "end_step"):
         return pool.state
     return pool.state + (torch.zeros(pool.report().numel(), dtype=torch.uint8),)
 
 
-@pytest.mark.parametrize("op", ["stash", "reload", "discard", "reset", "report"])
+@pytest.mark.parametrize("op", ["stash", "reload", "discard", "reset", "end_step", "report"])
 def test_opcheck(op):
     torch.library.opcheck(getattr(torch.ops.pagestash, op).default, opcheck_args(op))
 

@@ -10,6 +10,7 @@
 // than fit, capped by the most tiles the record's shape can need).
 
 #include <pagestash/cuda/error.hpp>
+#include <pagestash/cuda/stream.hpp>
 #include <pagestash/execution/host.hpp>
 #include <pagestash/execution/operation.hpp>
 #include <pagestash/stash/policy.hpp>
@@ -54,6 +55,11 @@ __global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolReport* ds
   write_report(BlockTeam<32, StashPolicy::block_scan>{}, pool, dst);
 }
 
+template <int Unused = 0>
+__global__ void __launch_bounds__(32) end_step_kernel(PoolRef pool) {
+  check_balance(BlockTeam<32, StashPolicy::block_scan>{}, pool);
+}
+
 /// Blocks of a launch on the current device (launch_blocks of the device's policy), for a
 /// record whose plans have at most `max_tiles` tiles. The device is queried once per kernel
 /// and device (the first launch), so that later launches pay no query.
@@ -89,19 +95,11 @@ int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
   });
 }
 
-/// Refuses, on the host, an operation whose stream belongs to another device than the pool.
-inline void check_stream_device(const char* op, const CudaExecutor& ex, const PagePool& pool) {
-  int device = 0;
-  PAGESTASH_CUDA_TRY(cudaStreamGetDevice(ex.stream, &device));
-  if (device != pool.device())
-    invalid_call(op, "the stream belongs to device " + std::to_string(device) + ", the pool lives on device " +
-                         std::to_string(pool.device()));
-}
-
 template <class Traits, Operation Op>
 void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
             StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
-  check_stream_device(Op == Operation::stash ? "stash" : (Op == Operation::reload ? "reload" : "discard"), ex, pool);
+  check_stream_device(Op == Operation::stash ? "stash" : (Op == Operation::reload ? "reload" : "discard"), ex.stream,
+                      pool.device());
   const int blocks = grid_for<Traits, Op>(ex, max_tiles);
   operation_kernel<Traits, Op>
       <<<blocks, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
@@ -142,8 +140,17 @@ void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst) {
   if (pool.space() != ex.memory) detail::invalid_call("report", "the pool is in host memory; use pagestash::host");
   if (dst == nullptr) detail::invalid_call("report", "dst is null");
-  detail::check_stream_device("report", ex, pool);
+  detail::check_stream_device("report", ex.stream, pool.device());
   detail::report_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref(), dst);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+}
+
+/// Enqueues the end-of-step balance check (see the host overload) on the executor's stream,
+/// after the step's last reload or discard and before report(). One small kernel; no sync.
+inline void end_step(const CudaExecutor& ex, PagePool& pool) {
+  if (pool.space() != ex.memory) detail::invalid_call("end_step", "the pool is in host memory; use pagestash::host");
+  detail::check_stream_device("end_step", ex.stream, pool.device());
+  detail::end_step_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 
@@ -151,7 +158,7 @@ inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst
 /// else may run on the pool meanwhile; records stashed before become stale.
 inline void reset(const CudaExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory) detail::invalid_call("reset", "the pool is in host memory; use pagestash::host");
-  detail::check_stream_device("reset", ex, pool);
+  detail::check_stream_device("reset", ex.stream, pool.device());
   detail::reset_kernel<><<<1, detail::StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }

@@ -16,6 +16,11 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
+/// Options of reload (either executor).
+struct ReloadOptions {
+  bool zero_tail = false;  ///< also clear the bytes of the paged buffers outside the live rows
+};
+
 struct HostExecutor {
   static constexpr MemorySpace memory = MemorySpace::host;
   unsigned threads = 1;  ///< CPU threads that copy tiles (the planning step runs on the caller's)

@@ -12,11 +12,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// Options of reload (either executor).
-struct ReloadOptions {
-  bool zero_tail = false;  ///< also clear the bytes of the paged buffers outside the live rows
-};
-
 namespace detail {
 
 /// log2 of the host executor's tile size on `pool`.
@@ -90,6 +85,14 @@ inline void report(const HostExecutor& ex, const PagePool& pool, PoolReport* dst
   if (pool.space() != ex.memory) detail::invalid_call("report", "the pool is in device memory; use pagestash::on(stream)");
   if (dst == nullptr) detail::invalid_call("report", "dst is null");
   detail::write_report(detail::SerialTeam{}, pool.ref(), dst);
+}
+
+/// Checks, at the end of a step, that every page came back (pool/free_list.hpp,
+/// check_balance): raises `unbalanced` if a record of the step still holds pages. Call it
+/// after the step's last reload or discard, before report().
+inline void end_step(const HostExecutor& ex, PagePool& pool) {
+  if (pool.space() != ex.memory) detail::invalid_call("end_step", "the pool is in device memory; use pagestash::on(stream)");
+  detail::check_balance(detail::SerialTeam{}, pool.ref());
 }
 
 /// Frees every page, clears the flags and statistics; records stashed before become stale.

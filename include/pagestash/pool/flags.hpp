@@ -29,7 +29,9 @@ PAGESTASH_NAMESPACE_BEGIN
   X(not_stashed, "a reload of a record that holds no pages (a double reload, or one after a discard)")             \
   X(stale, "a reload of a record stashed before the pool's reset")                                                  \
   X(refused_launch, "a launch on a record while another launch on it was in flight")                               \
-  X(foreign_record, "an operation with a record made for another pool")
+  X(foreign_record, "an operation with a record made for another pool")                                            \
+  X(unbalanced, "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded " \
+                "(a leak)")
 
 /// A kind of failure, as the index of its PoolFlags word; `none`: no failure. A record says
 /// with one of these why its last operation did nothing (RecordStatus::error).
@@ -69,8 +71,8 @@ inline constexpr const char* flag_meanings[] = {
 #undef PAGESTASH_FLAG_MEANING
 };
 inline constexpr int flag_count = sizeof(flag_names) / sizeof(flag_names[0]);
-static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t) && flag_count == 9,
-              "PoolFlags is 9 int32 words: its layout is documented API");
+static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t) && flag_count == 10,
+              "PoolFlags is 10 int32 words: its layout is documented API");
 
 inline const char* name_of(Flag kind) {
   return kind == Flag::none ? "none" : flag_names[static_cast<int>(kind)];
@@ -89,6 +91,7 @@ inline const char* name_of(Flag kind) {
   X(cuda::std::int64_t, reloads, "reloads and discards that returned pages")                        \
   X(cuda::std::int64_t, overflows, "operations that found no room, or the overflow flag set")       \
   X(cuda::std::int64_t, errors, "operations refused as misuse")                                     \
+  X(cuda::std::int64_t, pages_held_at_step_end, "pages still held when end_step last ran (0: balanced)") \
   X(cuda::std::int32_t, generation, "resets so far")
 
 /// The pool's counters: in the pool's memory (PoolCounters, pool/free_list.hpp), in a report

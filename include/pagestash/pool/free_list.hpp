@@ -208,6 +208,20 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
   unlock_pool(team, pool);
 }
 
+/// The end of a step, once every record of it was reloaded or discarded: counts the pages
+/// still held, and raises `unbalanced` (misuse: a record was forgotten, its pages leak) when
+/// there are any.
+template <class Team>
+PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) {
+  lock_pool(team, pool);
+  if (team.leader()) {
+    PoolCounts& n = pool.counters->counts;
+    n.pages_held_at_step_end = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
+    if (n.pages_held_at_step_end != 0) raise_error(pool, Flag::unbalanced);
+  }
+  unlock_pool(team, pool);
+}
+
 /// Every page free, flags and statistics cleared, generation bumped, the id kept; no
 /// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
 template <class Team>

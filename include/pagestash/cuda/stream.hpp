@@ -1,0 +1,26 @@
+#pragma once
+// The host check every operation on a stream makes first (the CUDA executor and nccl.cuh):
+// the stream belongs to the pool's device. Host code: compiles with a plain C++ compiler,
+// links cudart.
+
+#include <pagestash/cuda/error.hpp>
+#include <pagestash/detail/errors.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+PAGESTASH_NAMESPACE_BEGIN
+namespace detail {
+
+/// Refuses `op` when `stream` belongs to another device than `pool_device`.
+inline void check_stream_device(const char* op, cudaStream_t stream, int pool_device) {
+  int device = 0;
+  PAGESTASH_CUDA_TRY(cudaStreamGetDevice(stream, &device));
+  if (device != pool_device)
+    invalid_call(op, "the stream belongs to device " + std::to_string(device) + ", the pool lives on device " +
+                         std::to_string(pool_device));
+}
+
+}  // namespace detail
+PAGESTASH_NAMESPACE_END

@@ -334,7 +334,7 @@ constexpr std::size_t flag_words = ps::flag_count;
 
 py::dict flags_dict(ps::PoolFlags f) {
   py::dict d;
-  for (int k = 0; k < ps::flag_count; ++k) d[ps::flag_names[k]] = f[static_cast<ps::Flag>(k)];
+  for (int k = 0; k < ps::flag_count; ++k) d[ps::flag_names[k]] = f[ps::flag_at(k)];
   return d;
 }
 

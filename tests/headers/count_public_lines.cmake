@@ -1,6 +1,19 @@
 # Lines of the public headers: every pagestash header the umbrella pagestash.cuh (which
-# includes pagestash.hpp) pulls in, reference/ apart. Run with -P; -DBUDGET=N fails above N.
+# includes pagestash.hpp) pulls in, reference/ apart. Lines that are not blank, comments
+# included. Run with -P; -DBUDGET=N fails above N.
 cmake_minimum_required(VERSION 3.20)  # list(POP_FRONT), if(IN_LIST)
+
+# The lines of a file that are not blank, as a list (';' would split a line and '[' ']' join
+# lines in a CMake list: they are replaced first).
+function(read_lines file out)
+  file(READ "${file}" _content)
+  string(REPLACE ";" "," _content "${_content}")
+  string(REPLACE "[" "(" _content "${_content}")
+  string(REPLACE "]" ")" _content "${_content}")
+  string(REPLACE "\n" ";" _content "${_content}")
+  list(FILTER _content EXCLUDE REGEX "^[ \t]*$")
+  set(${out} "${_content}" PARENT_SCOPE)
+endfunction()
 set(_todo "pagestash/pagestash.cuh")
 set(_seen "")
 set(_lines 0)
@@ -10,7 +23,7 @@ while(_todo)
     continue()
   endif()
   list(APPEND _seen "${_header}")
-  file(STRINGS "${INCLUDE_ROOT}/${_header}" _text)
+  read_lines("${INCLUDE_ROOT}/${_header}" _text)
   list(LENGTH _text _n)
   math(EXPR _lines "${_lines} + ${_n}")
   foreach(_line IN LISTS _text)
@@ -22,7 +35,7 @@ endwhile()
 file(GLOB_RECURSE _reference "${INCLUDE_ROOT}/pagestash/reference/*")
 set(_reference_lines 0)
 foreach(_file IN LISTS _reference)
-  file(STRINGS "${_file}" _text)
+  read_lines("${_file}" _text)
   list(LENGTH _text _n)
   math(EXPR _reference_lines "${_reference_lines} + ${_n}")
 endforeach()

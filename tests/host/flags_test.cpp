@@ -89,7 +89,7 @@ void check_report_matches(const ps::PoolReport& r, const ps::PagePool& pool) {
   CHECK(reported.size() == 12);
 }
 
-TEST_CASE("end_step: a step whose records all came back is balanced; one left stashed raises unbalanced") {
+TEST_CASE("end_step: a step whose records all came back is balanced, one left stashed raises unbalanced") {
   for (bool emulated : {false, true}) {
     CAPTURE(emulated);
     const Ops ops{emulated};
@@ -168,8 +168,8 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
       check_report_matches(r, pool);
       CHECK(r.flags.overflow == overflow);
       int any_kind = 0;
-      for (int k = static_cast<int>(ps::Flag::bad_counts); k < ps::flag_count; ++k) {
-        const auto kind = static_cast<ps::Flag>(k);
+      for (int k = ps::word_of(ps::Flag::bad_counts); k < ps::flag_count; ++k) {
+        const ps::Flag kind = ps::flag_at(k);
         INFO(ps::name_of(kind));
         CHECK(r.flags[kind] == kinds[kind]);
         any_kind |= kinds[kind];

@@ -33,14 +33,19 @@ PAGESTASH_NAMESPACE_BEGIN
   X(unbalanced, "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded " \
                 "(a leak)")
 
-/// A kind of failure, as the index of its PoolFlags word; `none`: no failure. A record says
-/// with one of these why its last operation did nothing (RecordStatus::error).
+/// A kind of failure, one per PoolFlags word (word_of), and `none`: no failure, 0 as
+/// success is in CUDA's status codes. A record says with one of these why its last
+/// operation did nothing (RecordStatus::error).
 enum class Flag : cuda::std::int32_t {
-  none = -1,
+  none = 0,
 #define PAGESTASH_FLAG_ENUMERATOR(name, meaning) name,
   PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_ENUMERATOR)
 #undef PAGESTASH_FLAG_ENUMERATOR
 };
+
+/// The index of a kind's PoolFlags word, and the kind of a word.
+PAGESTASH_HOST_DEVICE constexpr int word_of(Flag kind) { return static_cast<int>(kind) - 1; }
+PAGESTASH_HOST_DEVICE constexpr Flag flag_at(int word) { return static_cast<Flag>(word + 1); }
 
 struct PoolFlags {
 #define PAGESTASH_FLAG_FIELD(name, meaning) cuda::std::int32_t name;
@@ -75,7 +80,7 @@ static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t) && fl
               "PoolFlags is 10 int32 words: its layout is documented API");
 
 inline const char* name_of(Flag kind) {
-  return kind == Flag::none ? "none" : flag_names[static_cast<int>(kind)];
+  return kind == Flag::none ? "none" : flag_names[word_of(kind)];
 }
 
 /// The pool's counters, one table: type, name, meaning. PoolCounts' fields and

@@ -184,7 +184,7 @@ PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
   PoolFlags f{};
   PAGESTASH_UNROLL
   for (int k = 0; k < flag_count; ++k) {
-    const auto kind = static_cast<Flag>(k);
+    const Flag kind = flag_at(k);
     f[kind] = device_atomic<cuda::std::int32_t>(pool.counters->flags[kind]).load(cuda::std::memory_order_relaxed);
   }
   return f;

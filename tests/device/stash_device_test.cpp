@@ -430,6 +430,43 @@ TEST_CASE("bad input is rejected on the host before any launch") {
   CHECK(rec.status().state == ps::RecordState::empty);
 }
 
+TEST_CASE("end_step on the device: a clean step is balanced, a record left stashed raises unbalanced") {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  const auto shape = sequence_shape<L>(false);
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::device);
+  auto a = ps::make_record<Tr>(pool, shape), b = ps::make_record<Tr>(pool, shape);
+  std::mt19937 rng(73);
+  Tensor<L, DeviceBackend> src(shape), dst(shape);
+  std::vector<std::int32_t> counts = random_counts(shape, rng);
+  counts[0] = static_cast<std::int32_t>(shape.max_tokens);  // at least one page
+  src.set(BufferRole::data, random_bytes(static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data)), rng));
+  src.set_counts(counts);
+  PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+
+  DeviceBackend::stash(pool, src.view, a);
+  DeviceBackend::stash(pool, src.view, b);
+  DeviceBackend::reload(pool, a, dst.view, false);
+  DeviceBackend::discard(pool, b);
+  end_step_on(cudaStreamPerThread, pool);
+  ps::PoolStats s = pool.stats();
+  CHECK(s.flags.unbalanced == 0);
+  CHECK(s.pages_held_at_step_end == 0);
+
+  DeviceBackend::stash(pool, src.view, a);
+  DeviceBackend::stash(pool, src.view, b);
+  DeviceBackend::reload(pool, a, dst.view, false);  // b is forgotten
+  end_step_on(cudaStreamPerThread, pool);
+  s = pool.stats();
+  CHECK(b.status().pages > 0);
+  CHECK(s.pages_held_at_step_end == b.status().pages);
+  CHECK(s.flags.unbalanced == 1);
+  CHECK(s.flags.error == 1);
+}
+
 TEST_CASE("attached device objects: the host knows no ids, and the kernels refuse a record of another pool") {
   using L = RuBf16;
   using Tr = ps::StashTraits<L>;

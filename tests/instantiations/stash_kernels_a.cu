@@ -3,6 +3,9 @@
 #include "stash_kernels.inl"
 
 void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) { pagestash::reset(pagestash::on(stream), pool); }
+void pagestash_test::end_step_on(cudaStream_t stream, pagestash::PagePool& pool) {
+  pagestash::end_step(pagestash::on(stream), pool);
+}
 
 namespace {
 __global__ void launch_id_kernel(std::uint64_t* out) { *out = pagestash::detail::grid_launch_id(); }

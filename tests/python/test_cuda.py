@@ -62,6 +62,22 @@ def test_cuda_moe_gradients_bit_identical_and_report_without_sync():
     assert report["stashes"] == 9 and report["reloads"] == 9 and report["decision"] == "keep"
 
 
+def test_cuda_end_step_flags_a_leaked_record_without_a_sync():
+    pool = ps.PagePool(device_pages=32, page_bytes=4096, device="cuda")
+    x = torch.randn(4, 64, 128, device="cuda").to(torch.float16)
+    counts = torch.tensor([64, 0, 30, 5], dtype=torch.int32, device="cuda")
+    a, b = (pool.record("fp16/capacity", ps.Shape(4, 64, 128)) for _ in range(2))
+    a.stash(x, counts)
+    b.stash(x, counts)
+    a.reload(torch.empty_like(x))
+    pool.end_step()  # enqueued: b still holds its pages
+    report = ps.decode_report(pool.report().cpu())
+    assert report["flags"]["unbalanced"] == 1 and report["pages_held_at_step_end"] == b.status()["pages"] > 0
+    b.discard()
+    pool.end_step()
+    assert ps.decode_report(pool.report().cpu())["pages_held_at_step_end"] == 0
+
+
 def test_cuda_pool_memory_is_pytorchs_and_tensors_elsewhere_are_refused():
     before = torch.cuda.memory_allocated()
     pool = ps.PagePool(device_pages=32, page_bytes=65536, device="cuda")

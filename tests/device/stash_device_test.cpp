@@ -430,14 +430,24 @@ TEST_CASE("bad input is rejected on the host before any launch") {
   CHECK(rec.status().state == ps::RecordState::empty);
 }
 
+namespace {
+
+/// Pages of 1 KiB for two of the largest stashes of `shape`.
+template <class Tr>
+ps::PoolConfig room_for_two(const ps::GroupedView<typename Tr::layout>& shape) {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  return cfg;
+}
+
+}  // namespace
+
 TEST_CASE("end_step on the device: a clean step is balanced, a record left stashed raises unbalanced") {
   using L = RuBf16;
   using Tr = ps::StashTraits<L>;
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1024;
   const auto shape = sequence_shape<L>(false);
-  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
-  ps::PagePool pool(cfg, ps::MemorySpace::device);
+  ps::PagePool pool(room_for_two<Tr>(shape), ps::MemorySpace::device);
   auto a = ps::make_record<Tr>(pool, shape), b = ps::make_record<Tr>(pool, shape);
   std::mt19937 rng(73);
   Tensor<L, DeviceBackend> src(shape), dst(shape);
@@ -470,10 +480,8 @@ TEST_CASE("end_step on the device: a clean step is balanced, a record left stash
 TEST_CASE("attached device objects: the host knows no ids, and the kernels refuse a record of another pool") {
   using L = RuBf16;
   using Tr = ps::StashTraits<L>;
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1024;
   const auto shape = sequence_shape<L>(false);
-  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  const ps::PoolConfig cfg = room_for_two<Tr>(shape);
   ps::PagePool pool_a(cfg, ps::MemorySpace::device), pool_b(cfg, ps::MemorySpace::device);
   CHECK(pool_a.id() != pool_b.id());
   auto rec_a = ps::make_record<Tr>(pool_a, shape);

@@ -16,7 +16,7 @@
 PAGESTASH_NAMESPACE_BEGIN
 
 /// The flags, one table: each word's name and meaning, in the words' order. PoolFlags'
-/// fields, the Flag enum (each word's index), flag_names and flag_meanings are made from it,
+/// fields, the Flag enum (a kind per word), flag_names and flag_meanings are made from it,
 /// so that C++ and Python (pagestash.FLAG_MEANINGS) name a kind of failure one way.
 #define PAGESTASH_POOL_FLAGS(X)                                                                                      \
   X(overflow, "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without "  \

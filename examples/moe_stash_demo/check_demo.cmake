@@ -1,5 +1,6 @@
 # Runs the demo with small settings and checks what it reports (ctest: "example: moe_stash_demo ...").
-#   1. --json: every recipe and schedule restores every tensor bit for bit;
+#   1. --json: every recipe and schedule restores every tensor bit for bit, and every page
+#      is back at the step's end (end_step), in every run below too;
 #   2. a pool factor too small: overflow is reported, tensors stashed before it still match;
 #   3. --overflow 1e-3: the planner's pool (its planned pages) holds the step, no overflow;
 #   4. bad flags exit with 2 and a message, never a crash.
@@ -25,6 +26,10 @@ function(results json prefix)
     string(JSON _ok GET "${json}" results ${_i} parity_ok)
     string(JSON _o GET "${json}" results ${_i} overflows)
     string(JSON _l GET "${json}" results ${_i} lost)
+    string(JSON _held GET "${json}" results ${_i} pages_held_at_step_end)
+    if(NOT _held EQUAL 0)
+      message(FATAL_ERROR "${prefix}: ${_recipe} result ${_i}: ${_held} pages not back at the step's end")
+    endif()
     if(NOT _parity STREQUAL "ON" AND NOT _parity STREQUAL "true")
       message(FATAL_ERROR "${prefix}: ${_recipe} result ${_i} lost parity")
     endif()

@@ -307,6 +307,7 @@ struct Result {
   int64_t live_bytes = 0;           ///< moved by all stashes
   bool host_spill = false;
   int64_t overflows = 0;            ///< stashes or reloads that could not do their work
+  int64_t pages_held_at_step_end = 0;  ///< pages not back at the step's end (end_step): 0, or a leak
   int64_t lost = 0;                 ///< tensors not restored because their stash overflowed
   int64_t parity_ok = 0, parity_bad = 0;
   double stash_seconds = 0, reload_seconds = 0;
@@ -423,6 +424,7 @@ class Step {
     r.peak_pool_bytes = st.peak_pages_used * pool.config().page_bytes;
     r.host_spill = st.host_spill;
     r.overflows = st.failures;
+    r.pages_held_at_step_end = st.pages_held_at_step_end;
     // Without stashing, every saved tensor keeps its full-shape buffers until its backward.
     int64_t per_tensor = 0;
     for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax})
@@ -462,6 +464,14 @@ class Step {
         } else {
           for (int l = s.o_.layers - 1; l >= 0; --l) backward(l, m);
         }
+      }
+      // The step's end: every record was reloaded, so every page must be back (a record
+      // forgotten would raise `unbalanced`).
+      if (s.cuda_) {
+        ps::end_step(ps::on(s.stream_), pool);
+        PAGESTASH_CUDA_TRY(cudaStreamSynchronize(s.stream_));
+      } else {
+        ps::end_step(ps::host, pool);
       }
     }
 
@@ -605,7 +615,7 @@ void print_json(const std::vector<Result>& results) {
                 "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
                 "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
                 "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
-                "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f}",
+                "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld}",
                 i ? "," : "", r.recipe.c_str(), r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
                 (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
                 (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
@@ -614,7 +624,7 @@ void print_json(const std::vector<Result>& results) {
                 gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
                 r.parity_bad == 0 ? "true" : "false", r.sized_by_plan ? "plan" : "eager",
                 (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
-                r.planned_overflow);
+                r.planned_overflow, (long long)r.pages_held_at_step_end);
   }
   std::printf("\n]}\n");
 }

@@ -8,6 +8,10 @@
 //   - `slots` blocks are resident at once (one team of T threads each); the B blocks start
 //     in a shuffled order, slot after slot, so there may be more blocks than resident ones
 //     and some start late (optionally after a random delay, or after a caller's hook);
+//   - an adversarial schedule (PreemptAtAtomics, LaunchShape::before_start) preempts
+//     threads at the library's device atomics and fences and holds blocks back until
+//     another launch has finished, so that block orders a GPU can produce and a plain run
+//     rarely does (a launch's blocks straddling another launch) are tried under many seeds;
 //   - the body reads the device policy of host code (stash/policy.hpp, StashPolicy: sm_90's
 //     tiles, claims and loads in flight), as a GPU's kernel reads its architecture's; B and
 //     T are the LaunchShape's.
@@ -135,6 +139,49 @@ class CostCounter {
   LaunchCost totals_;
   std::unordered_map<std::uintptr_t, std::int64_t> line_rmw_;
   std::atomic<std::int64_t> blocks_{0}, fences_{0}, barriers_{0};
+};
+
+/// Preemption at every device atomic and fence of the library's code (through its atomic
+/// observer): a thread yields or sleeps a few microseconds there, with a seeded chance, as a
+/// GPU deschedules a warp at any instruction, so that other blocks and launches run in
+/// between. One at a time (it is the process's observer, as CostCounter is).
+class PreemptAtAtomics {
+ public:
+  explicit PreemptAtAtomics(std::uint32_t seed, int percent = 30) : seed_(seed), percent_(percent) {
+    auto& slot = ps::detail::atomic_observer();
+    slot.context = this;
+    slot.observer.store(&PreemptAtAtomics::observe);
+  }
+  ~PreemptAtAtomics() {
+    auto& slot = ps::detail::atomic_observer();
+    slot.observer.store(nullptr);
+    slot.context = nullptr;
+  }
+  PreemptAtAtomics(const PreemptAtAtomics&) = delete;
+  PreemptAtAtomics& operator=(const PreemptAtAtomics&) = delete;
+
+ private:
+  static void observe(const void*, ps::detail::AtomicAccess, void* context) {
+    const auto* self = static_cast<const PreemptAtAtomics*>(context);
+    // Per thread: the seed, this thread and its count of accesses (splitmix64).
+    thread_local std::uint64_t state = 0;
+    thread_local std::uint32_t seeded_for = 0;
+    if (state == 0 || seeded_for != self->seed_) {
+      seeded_for = self->seed_;
+      state = (std::uint64_t{self->seed_} << 32) ^ std::hash<std::thread::id>{}(std::this_thread::get_id()) ^ 1;
+    }
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const int roll = static_cast<int>(z % 100);
+    if (roll >= self->percent_) return;
+    if (roll % 2 == 0) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds((z >> 8) % 40));
+  }
+
+  std::uint32_t seed_;
+  int percent_;
 };
 
 /// What the threads of one resident block share: the barrier and share()'s slot.

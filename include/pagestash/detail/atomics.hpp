@@ -69,6 +69,10 @@ class device_atomic {
     observe(AtomicAccess::rmw);
     return ref_.fetch_add(x, order);
   }
+  PAGESTASH_HOST_DEVICE T fetch_and(T x, cuda::std::memory_order order) const {
+    observe(AtomicAccess::rmw);
+    return ref_.fetch_and(x, order);
+  }
   PAGESTASH_HOST_DEVICE T exchange(T x, cuda::std::memory_order order) const {
     observe(AtomicAccess::rmw);
     return ref_.exchange(x, order);

@@ -5,20 +5,27 @@
 // tests' grid emulator runs the same body on host threads, several blocks of several warps.
 //
 // The launch protocol, over the record's LaunchWords:
-//   arrival  each block's leader tries to take the record for this launch (compare-exchange
-//            owner: 0 -> the launch's id, GridContext::launch). The block that takes it
-//            plans; a block that finds its own launch there joins; a block that finds
-//            another launch refuses (counted in `refused`, the error flag raised, the pool's
-//            error count once per launch) and leaves: never a hang, never a mix of two.
-//   verdict  the planner runs begin_* and publishes copy / skip; the others poll for it
-//            (relaxed loads, one acquire fence after).
+//   arrival  a launch's fate is decided once, by its first block to arrive, in one
+//            compare-exchange of `arrival` (the newest launch to arrive, whether it was
+//            refused, whether the record is held): a record that is free (or held by a
+//            launch from before a pool reset) is taken, else the launch is refused. Every
+//            later block of the launch reads that decision, whatever happened in between:
+//            it joins if its launch holds the record, and refuses otherwise (counted in
+//            `refused`; the error flag raised, the pool's error count once per launch).
+//            A block whose launch is older than the newest to arrive was decided by then
+//            too. So a launch is done or refused as a whole under every block order: never
+//            a hang, never a mix of two. This assumes launch ids grow (GridContext::launch):
+//            a launch older than one already seen is refused.
+//   verdict  the block that took the record resets the launch words, publishes `owner`,
+//            runs begin_* and publishes copy / skip; the others wait for `owner`, then
+//            poll for the verdict (relaxed loads, one acquire fence after each wait).
 //   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
 //            or a grid smaller than the device, leaves no tail); a block reads the counter
 //            before it adds to it, so that late blocks of a small plan leave without a
 //            read-modify-write. Each warp moves a run of consecutive tiles of its block's
 //            chunk, carrying its item along.
 //   finish   the last block out (finished == blocks - 1) completes the operation
-//            (end_reload returns the pages), clears the words and releases `owner`.
+//            (end_reload returns the pages) and releases the record (`arrival`'s held bit).
 // Per block that is two read-modify-writes on the launch's line (arrival, finish) and one
 // per claim; the grid is sized so that few blocks carry them (stash/policy.hpp).
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
@@ -50,24 +57,77 @@ struct GridContext {
   cuda::std::uint64_t launch;
 };
 
+/// A block of launch `me` refused: counted, and the pool's error raised (counted once per
+/// launch when `first`).
+PAGESTASH_HOST_DEVICE inline Arrival refuse_block(const PoolRef& pool, LaunchWords& words, bool first) {
+  device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
+  raise_error(pool, Flag::refused_launch, first);
+  return Arrival::refused;
+}
+
 /// A block's leader takes part in the launch on `words` (see the top of this file).
 template <class Context>
 PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, LaunchWords& words) {
-  cuda::std::uint64_t owner = 0;
-  // Relaxed on failure: a joining block synchronises with the planner through the verdict
-  // (docs/design.md, "Memory ordering").
-  if (device_atomic<cuda::std::uint64_t>(words.owner)
-          .compare_exchange_strong(owner, ctx.launch, cuda::std::memory_order_acquire, cuda::std::memory_order_relaxed))
+  using u64 = cuda::std::uint64_t;
+  const u64 me = ctx.launch;
+  const device_atomic<u64> arrival(words.arrival), owner(words.owner);
+  const device_atomic<u64> last_refused(words.last_refused);
+  const auto is_me = [me](u64 o) { return o == me; };
+  u64 w = arrival.load(poll_order);
+  for (;;) {
+    const u64 newest = w >> launch_id_shift;
+    const bool held = (w & launch_held) != 0, refused = (w & launch_refused) != 0;
+    if (newest == me && !refused && held) {
+      // A block of this launch took the record: join once it has published itself (after
+      // resetting the words).
+      spin_until(owner, is_me);
+      acquire_fence();
+      return Arrival::joined;
+    }
+    if (newest == me && refused) return refuse_block(pool, words, false);
+    if (newest >= me) {
+      // Decided before this block came: this launch holds the record only if it took it
+      // and a newer one was refused since (which published `owner` first); else it was
+      // refused, or never arrived before the newer one (or reused an id: not held).
+      if (held && refused && owner.load(poll_order) == me) {
+        acquire_fence();
+        return Arrival::joined;
+      }
+      return refuse_block(pool, words, last_refused.exchange(me, cuda::std::memory_order_relaxed) != me);
+    }
+    // The first block of this launch. A refusal is installed only once the holder's id is
+    // in `owner` (its taker publishes it right after taking), so that the holder's later
+    // blocks find it there.
+    if (held && !refused) {
+      while (owner.load(poll_order) != newest && arrival.load(poll_order) == w) spin_pause();
+      if (owner.load(poll_order) != newest) {
+        w = arrival.load(poll_order);
+        continue;
+      }
+    }
+    bool take = !held;
+    if (held) {
+      acquire_fence();  // the holder's `generation`, written before its `owner`
+      const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.counters->counts.generation);
+      take = generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
+    }
+    const u64 decided = me << launch_id_shift | launch_held | (take ? cuda::std::uint64_t{0} : launch_refused);
+    if (!arrival.compare_exchange_strong(w, decided, poll_order, poll_order)) continue;
+    if (!take) {
+      last_refused.store(me, cuda::std::memory_order_relaxed);
+      return refuse_block(pool, words, true);
+    }
+    // Taken: the previous holder released the record (or a reset left it held).
+    acquire_fence();
+    words.verdict = verdict_pending;
+    words.finished = 0;
+    words.next_tile = 0;
+    device_atomic<cuda::std::int32_t>(words.generation)
+        .store(device_atomic<cuda::std::int32_t>(pool.counters->counts.generation).load(cuda::std::memory_order_relaxed),
+               cuda::std::memory_order_relaxed);
+    owner.store(me, cuda::std::memory_order_release);
     return Arrival::planner;
-  if (owner == ctx.launch) return Arrival::joined;
-  device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
-  // The pool counts the refused launch once, by the first of its blocks to get here (two
-  // launches refused at the same time may count one more).
-  const bool first = device_atomic<cuda::std::uint64_t>(words.last_refused).exchange(ctx.launch,
-                                                                                     cuda::std::memory_order_relaxed) !=
-                     ctx.launch;
-  raise_error(pool, Flag::refused_launch, first);
-  return Arrival::refused;
+  }
 }
 
 /// One launch of operation Op on `rec`, as thread (ctx.block, ctx.team.rank()) runs it.
@@ -130,12 +190,10 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
            ctx.blocks - 1;
   if (!team.share(last)) return;
   if (Op == Operation::reload && verdict == verdict_copy) end_reload(team, pool, rec);
-  if (team.leader()) {
-    words.verdict = verdict_pending;
-    words.finished = 0;
-    words.next_tile = 0;
-    device_atomic<cuda::std::uint64_t>(words.owner).store(0, cuda::std::memory_order_release);
-  }
+  // Released: the next launch's compare-exchange reads this and acquires.
+  if (team.leader())
+    device_atomic<cuda::std::uint64_t>(words.arrival)
+        .fetch_and(~launch_held, cuda::std::memory_order_release);
 }
 
 }  // namespace detail

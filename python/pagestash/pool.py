@@ -7,7 +7,7 @@ keep them together, check the flags and read them back.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -115,11 +115,24 @@ class PagePool:
         before are stale: reloading one raises the `stale` flag."""
         ops.reset(*self.state)
 
-    def end_step(self) -> None:
+    def end_step(self, streams: Sequence["torch.cuda.Stream"] = ()) -> None:
         """At the end of a step, after its last reload or discard: raises the `unbalanced`
         flag (misuse: a record of the step was neither reloaded nor discarded, its pages
         leak) when any page is still held, and counts them (`pages_held_at_step_end` in
-        stats() and the report). Graph-capturable; call it before report() or agree()."""
+        stats() and the report). Graph-capturable; call it before report() or agree().
+
+        It counts what is held when it runs on the current stream: every other stream that
+        reloaded or discarded in this step goes in `streams`, and the current stream waits
+        for what each has enqueued so far (no host sync), so that its work is counted.
+        Enqueue the next step's first stash after it."""
+        streams = list(streams)
+        if streams and self.device.type != "cuda":
+            raise ValueError(f"end_step: streams are for a CUDA pool; this pool is on {self.device}")
+        if streams:
+            current = torch.cuda.current_stream(self.device)
+            for s in streams:
+                if s != current:
+                    current.wait_stream(s)
         ops.end_step(*self.state)
 
     def flag_dict(self) -> Dict[str, int]:

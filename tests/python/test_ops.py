@@ -183,6 +183,8 @@ def test_end_step_balances_a_clean_step_and_flags_a_leaked_record():
     assert pool.decide() == "report_error"
     with pytest.raises(ps.PagingError, match="unbalanced: at the step's end"):
         pool.check()
+    with pytest.raises(ValueError, match="streams are for a CUDA pool"):
+        pool.end_step(streams=[object()])
 
 
 def test_flag_names_and_meanings_are_the_librarys_one_table():

@@ -231,14 +231,16 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())
     pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
   if (team.leader()) {
+    // Every word but the id, which is never written: an operation that overlaps the reset
+    // (misuse) sees the pool's own id, never a false foreign_record.
     PoolCounters& c = *pool.counters;
-    const cuda::std::int32_t generation = c.counts.generation + 1;
-    const cuda::std::uint64_t id = c.id;
-    c = PoolCounters{};
-    c.counts.generation = generation;
-    c.id = id;
-    c.counts.device_pages_free = pool.device_pages;
-    c.counts.host_pages_free = pool.host_pages;
+    PoolCounts counts{};
+    counts.generation = c.counts.generation + 1;
+    counts.device_pages_free = pool.device_pages;
+    counts.host_pages_free = pool.host_pages;
+    c.flags = PoolFlags{};
+    c.lock = 0;
+    c.counts = counts;
   }
   team.sync();
 }

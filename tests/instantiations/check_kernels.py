@@ -137,15 +137,23 @@ def main():
         invalidations = [a for a, ins in instructions if "CCTL.IVALL" in ins]
         sleeps = [a for a, ins in instructions if "NANOSLEEP" in ins]
         exits = [a for a, ins in instructions if re.search(r"\bEXIT\b", ins)]
-        # A spin loop: a backward branch whose range sleeps and holds no EXIT (the branches
-        # back from out-of-line code after the kernel's body span an EXIT: not loops).
-        spin_loops = []
+        # A spin loop: the innermost loop around a sleep, i.e. the shortest backward branch
+        # whose range holds that sleep and no EXIT (the branches back from out-of-line code
+        # after the kernel's body span an EXIT: not loops). An outer loop around a spin loop
+        # (the arrival's retry when another block changed the word) runs once per change,
+        # not once per poll: a fence there is not a fence per poll.
+        loops = []
         for a, ins in instructions:
             b = re.search(r"\bBRA(?:\.\w+)* (?:\w+, )?0x([0-9a-f]+)", ins)
             if b and int(b.group(1), 16) <= a:
                 lo = int(b.group(1), 16)
-                if any(lo <= z <= a for z in sleeps) and not any(lo <= e <= a for e in exits):
-                    spin_loops.append((lo, a))
+                if not any(lo <= e <= a for e in exits):
+                    loops.append((lo, a))
+        spin_loops = set()
+        for z in sleeps:
+            around = [(lo, hi) for lo, hi in loops if lo <= z <= hi]
+            if around:
+                spin_loops.add(min(around, key=lambda r: r[1] - r[0]))
         k["cctl"] = len(invalidations)
         k["cctl_in_spin"] = sum(1 for c in invalidations if any(lo <= c <= hi for lo, hi in spin_loops))
         k["spin_loops"] = len(spin_loops)

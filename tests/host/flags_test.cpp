@@ -553,11 +553,13 @@ TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, ke
   }
 }
 
-/// A record's memory, its error blanked: all that a step refusing it may change.
+/// A record's memory, its error and launch words blanked: all that a step refusing it may
+/// change (a launch leaves its id in the launch words; the record must be free after it).
 std::vector<unsigned char> bytes_but_error(const ps::StashRecord<Tr>& rec) {
   const auto* at = reinterpret_cast<const unsigned char*>(rec.ref().header);
   std::vector<unsigned char> b(at, at + rec.bytes());
   std::fill_n(b.begin() + offsetof(ps::RecordHeader, summary) + offsetof(ps::RecordSummary, error), sizeof(ps::Flag), 0);
+  std::fill_n(b.begin() + offsetof(ps::RecordHeader, launch), sizeof(ps::LaunchWords), 0);
   return b;
 }
 
@@ -659,6 +661,7 @@ TEST_CASE("foreign record: pool A's record over pool B's memory is refused by ev
         ++refused;
         CHECK(rec.status().error == ps::Flag::foreign_record);
         CHECK(bytes_but_error(rec) == rec_before);
+        CHECK_FALSE(rec.status().launch_in_flight);
         CHECK(dst.data == poisoned);
         check_refused_foreign(b_before, pool_b, refused);
         check_page_invariant<Tr>(pool_b, held_b, {0});

@@ -5,17 +5,17 @@
 // tests' grid emulator runs the same body on host threads, several blocks of several warps.
 //
 // The launch protocol, over the record's LaunchWords:
-//   arrival  a launch's fate is decided once, by its first block to arrive, in one
-//            compare-exchange of `arrival` (the newest launch to arrive, whether it was
-//            refused, whether the record is held): a record that is free (or held by a
-//            launch from before a pool reset) is taken, else the launch is refused. Every
-//            later block of the launch reads that decision, whatever happened in between:
-//            it joins if its launch holds the record, and refuses otherwise (counted in
-//            `refused`; the error flag raised, the pool's error count once per launch).
-//            A block whose launch is older than the newest to arrive was decided by then
-//            too. So a launch is done or refused as a whole under every block order: never
-//            a hang, never a mix of two. This assumes launch ids grow (GridContext::launch):
-//            a launch older than one already seen is refused.
+//   arrival  a launch's fate is decided once, by the first of its blocks to find it
+//            undecided, in one compare-exchange of `arrival` (the newest launch to arrive,
+//            whether it was refused, whether the record is held): a record that is free
+//            (or held by a launch from before a pool reset) is taken, else the launch is
+//            refused. Every later block of the launch finds that decision, whatever
+//            happened in between: it joins when its launch holds the record (`owner`), and
+//            refuses when its launch is the refused one in `arrival` or among the refused
+//            launches remembered before it (counted in `refused`; the error flag raised,
+//            the pool's error count once per launch). So a launch is done or refused as a
+//            whole under every block order, never a hang, never a mix of two. Launch ids
+//            need only be unique (GridContext::launch), not ordered.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
 //            runs begin_* and publishes copy / skip; the others wait for `owner`, then
 //            poll for the verdict (relaxed loads, one acquire fence after each wait).
@@ -57,12 +57,21 @@ struct GridContext {
   cuda::std::uint64_t launch;
 };
 
-/// A block of launch `me` refused: counted, and the pool's error raised (counted once per
-/// launch when `first`).
+/// A refused block: counted, and the pool's error raised (counted once per launch: by the
+/// block that decided the refusal, `first`).
 PAGESTASH_HOST_DEVICE inline Arrival refuse_block(const PoolRef& pool, LaunchWords& words, bool first) {
   device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
   raise_error(pool, Flag::refused_launch, first);
   return Arrival::refused;
+}
+
+/// Whether launch `id` is among the refused launches the words remember.
+PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint64_t id) {
+  bool found = false;
+  PAGESTASH_UNROLL
+  for (int k = 0; k < LaunchWords::remembered_launches; ++k)
+    found = found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(cuda::std::memory_order_relaxed) == id;
+  return found;
 }
 
 /// A block's leader takes part in the launch on `words` (see the top of this file).
@@ -71,60 +80,41 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   using u64 = cuda::std::uint64_t;
   const u64 me = ctx.launch;
   const device_atomic<u64> arrival(words.arrival), owner(words.owner);
-  const device_atomic<u64> last_refused(words.last_refused);
-  const auto is_me = [me](u64 o) { return o == me; };
+  const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.counters->counts.generation);
   u64 w = arrival.load(poll_order);
   for (;;) {
     const u64 newest = w >> launch_id_shift;
     const bool held = (w & launch_held) != 0, refused = (w & launch_refused) != 0;
-    if (newest == me && !refused && held) {
-      // A block of this launch took the record: join once it has published itself (after
-      // resetting the words).
-      spin_until(owner, is_me);
-      acquire_fence();
-      return Arrival::joined;
+    if (refused && newest == me) return refuse_block(pool, words, false);
+    if (held && !refused && owner.load(poll_order) != newest) {
+      // The newest launch took the record and publishes its id right after: wait for it,
+      // or for the word to move on.
+      const u64 seen = w;
+      while (owner.load(poll_order) != newest && (w = arrival.load(poll_order)) == seen) spin_pause();
+      if (w != seen) continue;
     }
-    if (newest == me && refused) return refuse_block(pool, words, false);
-    if (newest >= me) {
-      // Decided before this block came: this launch holds the record only if it took it
-      // and a newer one was refused since (which published `owner` first); else it was
-      // refused, or never arrived before the newer one (or reused an id: not held).
-      if (held && refused && owner.load(poll_order) == me) {
-        acquire_fence();
-        return Arrival::joined;
-      }
-      return refuse_block(pool, words, last_refused.exchange(me, cuda::std::memory_order_relaxed) != me);
+    acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
+    if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
+    if (remembered(words, me)) return refuse_block(pool, words, false);
+    // This launch's fate is not decided yet: take the record if nothing holds it (or a
+    // launch from before a pool reset), else refuse the launch. The word then names this
+    // launch; the refused launch it named is remembered first.
+    const bool take =
+        !held || generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
+    if (refused) {
+      const cuda::std::uint32_t slot = device_atomic<cuda::std::uint32_t>(words.next_remembered)
+                                           .fetch_add(1, cuda::std::memory_order_relaxed);
+      device_atomic<u64>(words.remembered[slot % LaunchWords::remembered_launches])
+          .store(newest, cuda::std::memory_order_relaxed);
     }
-    // The first block of this launch. A refusal is installed only once the holder's id is
-    // in `owner` (its taker publishes it right after taking), so that the holder's later
-    // blocks find it there.
-    if (held && !refused) {
-      while (owner.load(poll_order) != newest && arrival.load(poll_order) == w) spin_pause();
-      if (owner.load(poll_order) != newest) {
-        w = arrival.load(poll_order);
-        continue;
-      }
-    }
-    bool take = !held;
-    if (held) {
-      acquire_fence();  // the holder's `generation`, written before its `owner`
-      const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.counters->counts.generation);
-      take = generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
-    }
-    const u64 decided = me << launch_id_shift | launch_held | (take ? cuda::std::uint64_t{0} : launch_refused);
-    if (!arrival.compare_exchange_strong(w, decided, poll_order, poll_order)) continue;
-    if (!take) {
-      last_refused.store(me, cuda::std::memory_order_relaxed);
-      return refuse_block(pool, words, true);
-    }
+    const u64 decided = me << launch_id_shift | launch_held | (take ? u64{0} : launch_refused);
+    if (!arrival.compare_exchange_strong(w, decided, cuda::std::memory_order_acq_rel, poll_order)) continue;
+    if (!take) return refuse_block(pool, words, true);
     // Taken: the previous holder released the record (or a reset left it held).
-    acquire_fence();
     words.verdict = verdict_pending;
     words.finished = 0;
     words.next_tile = 0;
-    device_atomic<cuda::std::int32_t>(words.generation)
-        .store(device_atomic<cuda::std::int32_t>(pool.counters->counts.generation).load(cuda::std::memory_order_relaxed),
-               cuda::std::memory_order_relaxed);
+    generation.store(now.load(cuda::std::memory_order_relaxed), cuda::std::memory_order_relaxed);
     owner.store(me, cuda::std::memory_order_release);
     return Arrival::planner;
   }

@@ -28,31 +28,35 @@ enum class RecordState : cuda::std::int32_t {
 
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
 /// (blocks waiting for the verdict poll it while the planner writes the header). `arrival`
-/// decides each launch's fate once, with its first block to arrive: it holds the newest
-/// launch to arrive (its id), whether that launch was refused, and whether a launch holds
-/// the record (execution/operation.hpp has the protocol). The launch that takes the record
-/// publishes its id in `owner`, plans and publishes `verdict`; blocks claim tiles from
-/// `next_tile`; the last block to finish releases the record. A launch that arrives while
-/// another holds the record is refused as a whole: each of its blocks counts itself in
-/// `refused`, the pool's error flag (refused_launch) is raised, and it does nothing, so
-/// that an overlapping or never-finished launch is reported, never a hang. Padded rather
-/// than over-aligned: caller memory need only be 16-byte aligned (the words are on their own
+/// holds the newest launch to arrive (its id), whether it was refused, and whether a launch
+/// holds the record; `remembered` the launches refused before it, so that a refused
+/// launch's later blocks still find it refused after the word moves on
+/// (execution/operation.hpp has the protocol). The launch that takes the record publishes
+/// its id in `owner`, plans and publishes `verdict`; blocks claim tiles from `next_tile`;
+/// the last block to finish releases the record. A launch that arrives while another holds
+/// the record is refused as a whole: each of its blocks counts itself in `refused`, the
+/// pool's error flag (refused_launch) is raised, and it does nothing, so that an
+/// overlapping or never-finished launch is reported, never a hang. Padded rather than
+/// over-aligned: caller memory need only be 16-byte aligned (the words are on their own
 /// line when it is 128-byte aligned).
 struct LaunchWords {
-  cuda::std::uint64_t arrival;       ///< newest launch id << 2 | refused (2) | held (1)
-  cuda::std::uint64_t owner;         ///< the id of the launch that holds (or last held) the record
-  cuda::std::uint64_t last_refused;  ///< the id of the last launch refused (to count it once)
-  cuda::std::int64_t next_tile;      ///< the first tile no block has claimed yet
+  static constexpr int remembered_launches = 8;
+  cuda::std::uint64_t arrival;  ///< newest launch id << 2 | refused (2) | held (1)
+  cuda::std::uint64_t owner;    ///< the id of the launch that holds (or last held) the record
+  cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
   cuda::std::int32_t verdict;
   cuda::std::int32_t finished;
   cuda::std::int32_t refused;
   cuda::std::int32_t generation;  ///< the pool's generation when `owner` took the record
-  unsigned char padding[80];
+  cuda::std::uint32_t next_remembered;
+  cuda::std::uint32_t unused;
+  cuda::std::uint64_t remembered[remembered_launches];  ///< ids of launches refused before the newest
+  unsigned char padding[16];
 };
+static_assert(sizeof(LaunchWords) == 128);
 /// The bits of LaunchWords::arrival below the launch id.
 inline constexpr cuda::std::uint64_t launch_held = 1, launch_refused = 2;
 inline constexpr int launch_id_shift = 2;
-static_assert(sizeof(LaunchWords) == 128);
 
 /// What a record's last operation left: the part of its header that status() reads back.
 struct RecordSummary {

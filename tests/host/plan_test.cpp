@@ -641,3 +641,122 @@ TEST_CASE("a step's overflow is the planner's under every schedule: fresh steps 
   SUBCASE("NVFP4 columnwise, compact scales") { check_schedules_replay<Small>(128); }
   SUBCASE("BF16 rowwise") { check_schedules_replay<Rows>(64); }
 }
+
+// ---- Correlated routing -----------------------------------------------------------------
+
+namespace {
+
+/// A router whose steps are correlated, apart from the planner's code: expert e's weight in
+/// a stash is a gamma(c alpha) drawn once per step plus a gamma((1 - c) alpha) of the stash;
+/// each token picks top_k distinct experts by those weights (std::discrete_distribution,
+/// as examples/moe_stash_demo routes); counts capped at the capacity.
+struct CorrelatedRouter {
+  plan::Routing r;
+  std::mt19937 rng;
+  CorrelatedRouter(const plan::Routing& routing, unsigned seed) : r(routing), rng(seed) {}
+  void step(std::vector<std::vector<std::int32_t>>& stashes) {
+    std::vector<double> shared(static_cast<std::size_t>(r.experts), 0.0);
+    if (r.correlation > 0)
+      for (double& x : shared) x = std::gamma_distribution<double>(r.correlation * r.alpha)(rng);
+    for (auto& counts : stashes) {
+      std::vector<double> w = shared;
+      if (r.correlation < 1)
+        for (double& x : w) x += std::gamma_distribution<double>((1 - r.correlation) * r.alpha)(rng);
+      counts.assign(w.size(), 0);
+      for (std::int64_t t = 0; t < r.tokens; ++t) {
+        std::vector<double> left = w;
+        for (int k = 0; k < r.top_k; ++k) {
+          const auto e = std::discrete_distribution<std::size_t>(left.begin(), left.end())(rng);
+          left[e] = 0;
+          ++counts[e];
+        }
+      }
+      for (auto& c : counts) c = std::min<std::int32_t>(c, static_cast<std::int32_t>(r.capacity));
+    }
+  }
+};
+
+#if defined(__SANITIZE_ADDRESS__) || defined(PAGESTASH_PLAN_TEST_LEAN)
+constexpr int correlated_steps = 600;
+#else
+constexpr int correlated_steps = 1500;
+#endif
+
+}  // namespace
+
+TEST_CASE("correlated routing: the Dirichlet correlation knob against a router whose steps are correlated") {
+  const SmallLayer<Rows> s(64, 0.7);
+  plan::Routing routing = s.routing;
+  routing.sampler = plan::RoutingSampler::per_token;
+  const int layers = 2, microbatches = 4;
+  const plan::Schedule schedule = plan::Schedule::one_f_one_b(layers, microbatches, 2);
+  const auto order = test_order("1f1b", layers, microbatches, 2, 1);
+  plan::PlanSettings settings;
+  settings.page_bytes = 1024;
+  settings.samples = 20000;
+  settings.seed = 5;
+  settings.overflow = 0.1;
+  for (double correlation : {0.7, 0.0}) {
+    CAPTURE(correlation);
+    routing.correlation = correlation;
+    const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, plan::DirichletRouting(routing), settings);
+    std::int64_t pages = p.pool.value;
+    while (p.peaks.overflow_probability(pages) < 0.05) --pages;
+    const double planned = p.peaks.overflow_probability(pages);
+    CorrelatedRouter router(s.routing, 2024);  // correlation 0.7, always
+    const int overflowed = replay_overflows(s.shape, s.layer, order, layers, microbatches, pages, settings.page_bytes,
+                                            correlated_steps, [&](auto& step) { router.step(step); });
+    if (correlation > 0) check_frequency(overflowed, correlated_steps, planned, settings.samples);
+    else CHECK(overflowed > 2 * planned * correlated_steps);  // independent stashes: far too small a pool
+  }
+}
+
+TEST_CASE("measured whole steps keep their correlation; the interval covers the file's error (bootstrap over steps)") {
+  const SmallLayer<Rows> s(64, 0.7);
+  const int layers = 2, microbatches = 2;
+  const plan::Schedule schedule = plan::Schedule::one_f_one_b(layers, microbatches, 2);
+  CorrelatedRouter router(s.routing, 77);
+  std::vector<std::vector<std::int32_t>> step(static_cast<std::size_t>(layers * microbatches));
+  std::ostringstream whole, flat;
+  for (int i = 0; i < 150; ++i) {  // a short measurement: its own error is as large as Monte Carlo's
+    router.step(step);
+    whole << "step " << i << "\n";
+    for (const auto& v : step) {
+      for (std::int32_t c : v) (whole << c << " "), (flat << c << " ");
+      whole << "# a vector\n";
+      flat << "\n";
+    }
+  }
+  std::istringstream whole_in(whole.str()), flat_in(flat.str());
+  const auto steps = plan::MeasuredCounts::parse(whole_in, 4, s.routing.capacity, "whole");
+  const auto vectors = plan::MeasuredCounts::parse(flat_in, 4, s.routing.capacity, "flat");
+  REQUIRE(steps.steps() == 150);
+  plan::PlanSettings settings;
+  settings.page_bytes = 256;  // fine pages: the peaks spread over many sizes
+  settings.samples = 20000;
+  settings.overflow = 0.05;
+  const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, steps, settings);
+  const plan::PoolPlan independent = plan::plan_pool(s.layer, schedule, vectors, settings);
+  CHECK(p.bootstrap_replicates == 200);
+  CHECK(p.pool_interval.high - p.pool_interval.low > static_cast<double>(p.pool.high - p.pool.low));  // the file's error counts
+
+  // The true pool: the same quantile of many fresh steps of the router.
+  std::vector<std::int64_t> fresh;
+  std::vector<plan::StepDraw> held;
+  for (int i = 0; i < 20000; ++i) {
+    router.step(step);
+    fresh.push_back(plan::detail::walk_step(schedule, held, [&](std::int64_t stash) {
+                      return plan::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
+                    }).bytes.pages);
+  }
+  std::sort(fresh.begin(), fresh.end());
+  const auto truth = static_cast<double>(plan::quantile_value(fresh, 1 - settings.overflow));
+  CAPTURE(truth);
+  CAPTURE(p.pool.value);
+  CAPTURE(p.pool_interval.low);
+  CAPTURE(p.pool_interval.high);
+  CAPTURE(independent.pool.value);
+  CHECK(p.pool_interval.low <= truth);
+  CHECK(truth <= p.pool_interval.high);
+  CHECK(independent.pool.value < p.pool.value);  // vectors drawn apart lose the step's hot experts
+}

@@ -70,7 +70,7 @@ def test_plan_for_the_example_block_as_docs_python_md_shows_it():
              ("bf16/capacity", ps.Shape(experts, capacity, ffn)),  # the first GEMM's output
              ("bf16/capacity", ps.Shape(experts, capacity, ffn))]  # its SiLU
     plan = ps.plan_pool(saved, tokens=tokens, top_k=1, alpha=1.0,  # its router: Dirichlet(1), top-1
-                        overflow=1e-3, page_bytes=4096, seed=1)
+                        layers=1, microbatches=1, overflow=1e-3, page_bytes=4096, seed=1)
     print(plan)
     pool = plan.pool(device="cpu")  # a PagePool of plan.device_pages pages of plan.page_bytes
     # [plan_pool]

@@ -22,7 +22,7 @@ int main() {
   routing.capacity = layer.capacity();
   const plan::DirichletRouting counts(routing);
 
-  // 4 MoE layers on this rank, 8 microbatches, 4 pipeline stages: 16 stashes alive at the peak.
+  // 4 MoE layers on this rank, 8 microbatches, 4 pipeline stages: 16 stashes held at each of 5 peaks.
   const plan::Schedule schedule = plan::Schedule::one_f_one_b(/*layers=*/4, /*microbatches=*/8, /*stages=*/4);
 
   plan::PlanSettings settings;  // 64 KiB pages, 20000 sampled steps, seed 1

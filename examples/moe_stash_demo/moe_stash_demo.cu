@@ -399,7 +399,8 @@ class Step {
     // schedule's peak and the demo's router.
     const ps::plan::Schedule plan_sched = plan_schedule(schedule_name, o_);
     const ps::plan::Layer layer({ps::plan::SavedTensor::of<Traits>(shape_, r.recipe)}, shape_.max_tokens);
-    const ps::plan::MeasuredCounts router(router_, shape_.max_tokens, "the demo's router");
+    // route() does not cap: its counts are capped at each recipe's capacity here.
+    const ps::plan::MeasuredCounts router(router_, shape_.max_tokens, "the demo's router", ps::plan::Excess::cap);
     ps::plan::PlanSettings settings;
     settings.page_bytes = o_.page_kib << 10;
     settings.samples = plan_samples;

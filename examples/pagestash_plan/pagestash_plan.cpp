@@ -5,9 +5,10 @@
 //   pagestash_plan [--shape deepseek-v3|qwen3-moe] [--hidden N --experts N --top-k N --tokens N]
 //                  [--recipe bf16|fp16|mxfp8|nvfp4] [--placement capacity-padded|packed|packed-padded]
 //                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
-//                  [--layers 4] [--microbatches 8] [--alpha 1 | --counts FILE] [--routing multinomial|per-token]
-//                  [--capacity-factor 2] [--overflow 1e-3] [--page-bytes 65536] [--host-pages 0]
-//                  [--samples 20000] [--seed 1] [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
+//                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
+//                  [--routing multinomial|per-token] [--capacity-factor 2] [--overflow 1e-3]
+//                  [--page-bytes 65536] [--host-pages 0] [--samples 20000] [--bootstrap 200] [--seed 1]
+//                  [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
 //                  [--plot FILE.png] [--json]
 
 #include <pagestash/plan.hpp>
@@ -20,6 +21,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #ifndef PAGESTASH_PLAN_PLOT_SCRIPT
@@ -43,15 +45,20 @@ const char* const usage =
     "  --placement capacity-padded|packed|packed-padded   (default capacity-padded)\n"
     "  --scales swizzled|compact      block-scale arrangement of mxfp8/nvfp4 (default swizzled)\n"
     "  --ffn-hidden N                 also save the second expert GEMM's input, of hidden N\n"
-    "  --schedule lifo|1f1b:P[:V]|list:a,b,c   stashes alive at the peak (default lifo)\n"
+    "  --schedule lifo|1f1b:P[:V]|list:a,b,c   the step's order of stashes and reloads (default lifo)\n"
     "  --layers N --microbatches N    MoE layers on the rank, microbatches per step (default 4, 8)\n"
     "  --alpha A                      router popularity ~ Dirichlet(A) over the experts (default 1)\n"
-    "  --counts FILE                  measured counts instead: one line per step and layer\n"
+    "  --correlation C                share C in [0, 1] of the popularity common to a step's stashes\n"
+    "                                 (default 0: independent stashes; docs/planning.md)\n"
+    "  --counts FILE                  measured counts instead: one vector per line, per layer and\n"
+    "                                 microbatch; 'step' lines group whole steps (docs/planning.md)\n"
+    "  --cap-counts                   cap measured counts above the capacity (default: refuse them)\n"
     "  --routing multinomial|per-token   how the Dirichlet router routes (default multinomial)\n"
     "  --capacity-factor X            tokens per expert buffer / mean (default 2)\n"
     "  --overflow P                   target probability that a step overflows (default 1e-3)\n"
     "  --page-bytes N --host-pages N  page size (default 65536), host spill pages (default 0)\n"
     "  --samples N --seed N           Monte Carlo steps (default 20000) and seed (default 1)\n"
+    "  --bootstrap N                  replicates of the bootstrap over measured steps (default 200)\n"
     "  --warmup-factors a,b,...       warm-up x factor sizings to compare\n"
     "                                 (default 1,1.02,1.1,1.25,1.5)\n"
     "  --points N                     points of the overflow curve (default 24)\n"
@@ -64,9 +71,10 @@ struct Options {
   std::string recipe = "mxfp8", placement = "capacity-padded", scales = "swizzled";
   std::int64_t ffn_hidden = 0;
   std::string schedule = "lifo";
-  std::int32_t layers = 4, microbatches = 8;
-  double alpha = 1.0;
+  std::int32_t layers = plan::default_layers, microbatches = plan::default_microbatches;
+  double alpha = 1.0, correlation = 0.0;
   std::string counts_file, routing = "multinomial";
+  bool cap_counts = false;
   double capacity_factor = 2.0;
   plan::PlanSettings settings;
   std::vector<double> warmup_factors = {1.0, 1.02, 1.1, 1.25, 1.5};
@@ -79,7 +87,16 @@ template <class T>
 T number(const std::string& flag, const std::string& value) {
   std::istringstream in(value);
   T x{};
+  // An unsigned read takes "-1" as 2^64 - 1: a sign is no unsigned number.
+  if (value.find('-') != std::string::npos && std::is_unsigned_v<T>) throw UsageError(flag + ": '" + value + "' is negative");
   if (!(in >> x) || !in.eof()) throw UsageError(flag + ": '" + value + "' is not a number");
+  return x;
+}
+
+template <class T>
+T at_least(const std::string& flag, const std::string& value, T least) {
+  const T x = number<T>(flag, value);
+  if (x < least) throw UsageError(flag + " " + value + ": must be at least " + std::to_string(least));
   return x;
 }
 
@@ -101,8 +118,8 @@ Options parse(int argc, char** argv) {
       std::fputs(usage, stdout);
       std::exit(0);
     }
-    if (flag == "--json") {
-      o.json = true;
+    if (flag == "--json" || flag == "--cap-counts") {
+      (flag == "--json" ? o.json : o.cap_counts) = true;
       continue;
     }
     if (i + 1 >= argc) throw UsageError(flag + ": missing value (or unknown flag)");
@@ -112,18 +129,19 @@ Options parse(int argc, char** argv) {
       if (value == "deepseek-v3") o.hidden = 7168, o.experts = 32, o.top_k = 8, o.tokens = 512;  // 256 experts at EP 8
       else if (value == "qwen3-moe") o.hidden = 2048, o.experts = 128, o.top_k = 8, o.tokens = 2048;
       else throw UsageError("--shape: unknown shape '" + value + "' (deepseek-v3, qwen3-moe)");
-    } else if (flag == "--hidden") o.hidden = number<std::int64_t>(flag, value);
-    else if (flag == "--experts") o.experts = number<std::int32_t>(flag, value);
-    else if (flag == "--top-k") o.top_k = number<std::int32_t>(flag, value);
-    else if (flag == "--tokens") o.tokens = number<std::int64_t>(flag, value);
+    } else if (flag == "--hidden") o.hidden = at_least<std::int64_t>(flag, value, 1);
+    else if (flag == "--experts") o.experts = at_least<std::int32_t>(flag, value, 1);
+    else if (flag == "--top-k") o.top_k = at_least<std::int32_t>(flag, value, 1);
+    else if (flag == "--tokens") o.tokens = at_least<std::int64_t>(flag, value, 1);
     else if (flag == "--recipe") o.recipe = value;
     else if (flag == "--placement") o.placement = value;
     else if (flag == "--scales") o.scales = value;
     else if (flag == "--ffn-hidden") o.ffn_hidden = number<std::int64_t>(flag, value);
     else if (flag == "--schedule") o.schedule = value;
-    else if (flag == "--layers") o.layers = number<std::int32_t>(flag, value);
-    else if (flag == "--microbatches") o.microbatches = number<std::int32_t>(flag, value);
+    else if (flag == "--layers") o.layers = at_least<std::int32_t>(flag, value, 1);
+    else if (flag == "--microbatches") o.microbatches = at_least<std::int32_t>(flag, value, 1);
     else if (flag == "--alpha") o.alpha = number<double>(flag, value);
+    else if (flag == "--correlation") o.correlation = number<double>(flag, value);
     else if (flag == "--counts") o.counts_file = value;
     else if (flag == "--routing") o.routing = value;
     else if (flag == "--capacity-factor") o.capacity_factor = number<double>(flag, value);
@@ -132,6 +150,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--host-pages") o.settings.host_pages = number<std::int64_t>(flag, value);
     else if (flag == "--samples") o.settings.samples = number<std::int64_t>(flag, value);
     else if (flag == "--seed") o.settings.seed = number<std::uint64_t>(flag, value);
+    else if (flag == "--bootstrap") o.settings.bootstrap = at_least<std::int64_t>(flag, value, 0);
     else if (flag == "--warmup-factors") o.warmup_factors = numbers(flag, value);
     else if (flag == "--points") o.points = number<std::int32_t>(flag, value);
     else if (flag == "--plot") o.plot = value;
@@ -140,6 +159,9 @@ Options parse(int argc, char** argv) {
   if (o.routing != "multinomial" && o.routing != "per-token")
     throw UsageError("--routing: '" + o.routing + "' (multinomial, per-token)");
   if (o.points < 2) throw UsageError("--points must be at least 2");
+  if (!(o.correlation >= 0 && o.correlation <= 1)) throw UsageError("--correlation must be in [0, 1]");
+  if (!o.counts_file.empty() && o.correlation > 0)
+    throw UsageError("--correlation models the Dirichlet router; measured --counts keep their own (whole steps)");
   return o;
 }
 
@@ -162,13 +184,17 @@ void print_text(const Report& r) {
   for (const auto& t : r.layer.tensors())
     std::printf("  saves %s: hidden %lld, %.2f MiB at full shape\n", t.name().c_str(), (long long)t.hidden(),
                 mib(double(t.full_bytes())));
-  std::printf("schedule %s: %lld stashes alive at the peak; counts: %s\n", p.schedule.c_str(), (long long)p.alive_stashes,
-              p.counts.c_str());
+  std::printf("schedule %s: %lld stashes held at each of %lld peaks of a step; counts: %s\n", p.schedule.c_str(),
+              (long long)p.alive_stashes, (long long)p.peak_moments, p.counts.c_str());
   std::printf("%lld sampled steps (seed %llu), pages of %lld bytes\n\n", (long long)p.peaks.samples(),
               (unsigned long long)p.settings.seed, (long long)page);
-  std::printf("pool for overflow <= %g per step: %lld pages = %.1f MiB (%.0f%% CI %lld..%lld%s)\n", p.settings.overflow,
-              (long long)p.pool.value, mib(double(p.pool_bytes())), 100 * p.settings.confidence, (long long)p.pool.low,
-              (long long)p.pool.high, p.pool.high_bounded ? "" : ", upper end unbounded: sample more");
+  std::printf("pool for overflow <= %g per step: %lld pages = %.1f MiB (%.0f%% CI %.0f..%.0f%s)\n", p.settings.overflow,
+              (long long)p.pool.value, mib(double(p.pool_bytes())), 100 * p.settings.confidence, p.pool_interval.low,
+              p.pool_interval.high, p.pool.high_bounded ? "" : ", upper end unbounded: sample more");
+  if (p.bootstrap_replicates > 0)
+    std::printf("  the interval: Monte Carlo %lld..%lld, bootstrap over the measured steps %.0f..%.0f (%lld replicates)\n",
+                (long long)p.pool.low, (long long)p.pool.high, p.bootstrap_interval.low, p.bootstrap_interval.high,
+                (long long)p.bootstrap_replicates);
   std::printf("  device %lld pages (%.1f MiB), host %lld pages\n", (long long)p.device_pages, mib(double(p.device_bytes())),
               (long long)p.host_pages);
   std::printf("  its overflow probability on the samples: %.5f (%.0f%% CI %.5f..%.5f)\n", p.overflow_at_pool,
@@ -220,10 +246,13 @@ std::string to_json(const Report& r) {
       << ", \"full_bytes\": " << t.full_bytes() << "}";
   }
   j << "],\n  \"schedule\": " << json_string(p.schedule) << ", \"alive_stashes\": " << p.alive_stashes
+    << ", \"peak_moments\": " << p.peak_moments
     << ", \"counts\": " << json_string(p.counts) << ",\n  \"samples\": " << p.peaks.samples() << ", \"seed\": " << p.settings.seed
     << ", \"page_bytes\": " << p.settings.page_bytes << ", \"overflow_target\": " << p.settings.overflow
     << ", \"confidence\": " << p.settings.confidence << ",\n  \"pool_pages\": " << p.pool.value
-    << ", \"pool_pages_ci\": [" << p.pool.low << ", " << p.pool.high << "], \"pool_ci_bounded\": ["
+    << ", \"pool_pages_ci\": [" << p.pool_interval.low << ", " << p.pool_interval.high << "], \"pool_pages_ci_monte_carlo\": ["
+    << p.pool.low << ", " << p.pool.high << "], \"bootstrap_replicates\": " << p.bootstrap_replicates
+    << ", \"pool_ci_bounded\": ["
     << (p.pool.low_bounded ? "true" : "false") << ", " << (p.pool.high_bounded ? "true" : "false") << "]"
     << ", \"pool_bytes\": " << p.pool_bytes() << ", \"device_pages\": " << p.device_pages
     << ", \"host_pages\": " << p.host_pages << ", \"device_bytes\": " << p.device_bytes()
@@ -261,7 +290,8 @@ Report run(const Options& o) {
   const plan::Schedule schedule = plan::Schedule::parse(o.schedule, o.layers, o.microbatches);
   std::unique_ptr<plan::CountModel> counts;
   if (!o.counts_file.empty()) {
-    counts = std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::read(o.counts_file, o.experts, layer.capacity()));
+    counts = std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::read(
+        o.counts_file, o.experts, layer.capacity(), o.cap_counts ? plan::Excess::cap : plan::Excess::refuse));
   } else {
     plan::Routing routing;
     routing.experts = o.experts;
@@ -270,6 +300,7 @@ Report run(const Options& o) {
     routing.alpha = o.alpha;
     routing.capacity = layer.capacity();
     routing.sampler = o.routing == "per-token" ? plan::RoutingSampler::per_token : plan::RoutingSampler::multinomial;
+    routing.correlation = o.correlation;
     counts = std::make_unique<plan::DirichletRouting>(routing);
   }
   plan::PoolPlan p = plan::plan_pool(layer, schedule, *counts, o.settings);

@@ -405,10 +405,12 @@ std::string decide_py(const std::vector<std::int32_t>& words) {
 /// a dict of plain numbers. `shapes` are [groups, tokens, hidden], one per recipe.
 py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector<std::vector<std::int64_t>>& shapes,
                       const std::string& schedule, std::int32_t layers, std::int32_t microbatches, std::int64_t tokens,
-                      std::int32_t top_k, double alpha, const std::string& sampler, std::int64_t capacity,
-                      const std::vector<std::vector<std::int32_t>>& counts, std::int64_t page_bytes,
+                      std::int32_t top_k, double alpha, double correlation, const std::string& sampler,
+                      std::int64_t capacity, const std::vector<std::vector<std::int32_t>>& counts,
+                      const std::vector<std::vector<std::vector<std::int32_t>>>& count_steps,
+                      const std::string& counts_file, bool cap_counts, std::int64_t page_bytes,
                       std::int64_t host_pages, std::int64_t samples, std::uint64_t seed, double overflow,
-                      double confidence, std::int32_t curve_points) {
+                      double confidence, std::int64_t bootstrap, std::int32_t curve_points) {
   PlanRequest r;
   r.recipes = recipes;
   for (const auto& s : shapes) r.shapes.push_back(shape_of(s));
@@ -419,8 +421,13 @@ py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector
   r.top_k = top_k;
   r.alpha = alpha;
   r.sampler = sampler;
+  r.correlation = correlation;
   r.capacity = capacity;
   r.counts = counts;
+  r.count_steps = count_steps;
+  r.counts_file = counts_file;
+  r.cap_counts = cap_counts;
+  r.settings.bootstrap = bootstrap;
   r.settings.page_bytes = page_bytes;
   r.settings.host_pages = host_pages;
   r.settings.samples = samples;
@@ -434,8 +441,12 @@ py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector
   }();
   py::dict d;
   d["pages"] = p.pool.value;
-  d["pages_low"] = p.pool.low;
-  d["pages_high"] = p.pool.high;
+  d["pages_low"] = static_cast<std::int64_t>(p.pool_interval.low);
+  d["pages_high"] = static_cast<std::int64_t>(p.pool_interval.high);
+  d["pages_low_monte_carlo"] = p.pool.low;
+  d["pages_high_monte_carlo"] = p.pool.high;
+  d["bootstrap_replicates"] = p.bootstrap_replicates;
+  d["peak_moments"] = p.peak_moments;
   d["pages_high_bounded"] = p.pool.high_bounded;
   d["page_bytes"] = p.settings.page_bytes;
   d["device_pages"] = p.device_pages;
@@ -523,9 +534,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
   m.def("plan_pool", &plan_pool_py, "The pool planner (pagestash/plan.hpp) for a layer of the recipes",
         py::arg("recipes"), py::arg("shapes"), py::arg("schedule"), py::arg("layers"), py::arg("microbatches"),
-        py::arg("tokens"), py::arg("top_k"), py::arg("alpha"), py::arg("sampler"), py::arg("capacity"),
-        py::arg("counts"), py::arg("page_bytes"), py::arg("host_pages"), py::arg("samples"), py::arg("seed"),
-        py::arg("overflow"), py::arg("confidence"), py::arg("curve_points"));
+        py::arg("tokens"), py::arg("top_k"), py::arg("alpha"), py::arg("correlation"), py::arg("sampler"),
+        py::arg("capacity"), py::arg("counts"), py::arg("count_steps"), py::arg("counts_file"), py::arg("cap_counts"),
+        py::arg("page_bytes"), py::arg("host_pages"), py::arg("samples"), py::arg("seed"), py::arg("overflow"),
+        py::arg("confidence"), py::arg("bootstrap"), py::arg("curve_points"));
+  {  // plan_pool's defaults, the command's (pagestash_plan): one set for both
+    const plan::PlanSettings defaults;
+    py::dict d;
+    d["layers"] = plan::default_layers;
+    d["microbatches"] = plan::default_microbatches;
+    d["overflow"] = defaults.overflow;
+    d["page_bytes"] = defaults.page_bytes;
+    d["samples"] = defaults.samples;
+    d["seed"] = defaults.seed;
+    d["confidence"] = defaults.confidence;
+    d["bootstrap"] = defaults.bootstrap;
+    m.attr("plan_defaults") = d;
+  }
 #ifdef PAGESTASH_TORCH_CUDA
   m.attr("with_cuda") = true;
 #else

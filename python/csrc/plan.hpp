@@ -22,14 +22,20 @@ struct PlanRequest {
   std::vector<std::string> recipes;
   std::vector<Shape> shapes;  ///< one per recipe
   std::string schedule = "lifo";
-  std::int32_t layers = 1, microbatches = 1;
+  std::int32_t layers = plan::default_layers, microbatches = plan::default_microbatches;
   // The router, when `counts` is empty.
   std::int64_t tokens = 0;
   std::int32_t top_k = 1;
   double alpha = 1.0;
   std::string sampler = "multinomial";
+  double correlation = 0;
   std::int64_t capacity = 0;  ///< tokens an expert keeps; 0: what the layer's tensors hold
-  std::vector<std::vector<std::int32_t>> counts;  ///< measured count vectors, one per (step, layer)
+  // Measured counts, the first given: a file (MeasuredCounts::read), whole steps
+  // ([step][stash][expert]), or independent vectors.
+  std::string counts_file;
+  std::vector<std::vector<std::vector<std::int32_t>>> count_steps;
+  std::vector<std::vector<std::int32_t>> counts;
+  bool cap_counts = false;  ///< cap counts above the capacity (else refused)
   plan::PlanSettings settings;
 };
 
@@ -52,6 +58,9 @@ inline plan::Layer layer_of(const PlanRequest& r) {
   std::vector<plan::SavedTensor> tensors;
   for (std::size_t i = 0; i < r.recipes.size(); ++i) {
     const Shape& s = r.shapes[i];
+    if (s.groups < 1)
+      plan::detail::invalid_plan("plan_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
+                                 std::to_string(s.groups) + " must be at least 1");
     plan::SavedTensor t = saved_tensor(r.recipes[i], s);
     const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.max_tokens) +
                              ", " + std::to_string(s.hidden) + "]";
@@ -77,14 +86,16 @@ inline plan::RoutingSampler sampler_of(const std::string& name) {
 inline std::unique_ptr<plan::CountModel> count_model_of(const PlanRequest& r, const plan::Layer& layer) {
   if (r.capacity < 0) plan::detail::invalid_plan("plan_pool: capacity = " + std::to_string(r.capacity) + " is negative");
   const std::int64_t capacity = r.capacity > 0 ? r.capacity : layer.capacity();
-  if (!r.counts.empty()) {
-    for (std::size_t i = 0; i < r.counts.size(); ++i)
-      for (std::size_t e = 0; e < r.counts[i].size(); ++e)
-        if (r.counts[i][e] < 0)
-          plan::detail::invalid_plan("plan_pool: counts[" + std::to_string(i) + "][" + std::to_string(e) + "] = " +
-                                     std::to_string(r.counts[i][e]) + " is negative");
-    return std::make_unique<plan::MeasuredCounts>(r.counts, capacity, "counts");
-  }
+  const plan::Excess excess = r.cap_counts ? plan::Excess::cap : plan::Excess::refuse;
+  const bool measured = !r.counts_file.empty() || !r.count_steps.empty() || !r.counts.empty();
+  if (measured && r.correlation > 0)
+    plan::detail::invalid_plan("plan_pool: correlation models the Dirichlet router; measured counts keep their own "
+                               "(give them as whole steps)");
+  if (!r.counts_file.empty())
+    return std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
+  if (!r.count_steps.empty())
+    return std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
+  if (!r.counts.empty()) return std::make_unique<plan::MeasuredCounts>(r.counts, capacity, "counts", excess);
   if (r.tokens < 1)
     plan::detail::invalid_plan("plan_pool: tokens = " + std::to_string(r.tokens) +
                                ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
@@ -95,6 +106,7 @@ inline std::unique_ptr<plan::CountModel> count_model_of(const PlanRequest& r, co
   routing.alpha = r.alpha;
   routing.capacity = capacity;
   routing.sampler = sampler_of(r.sampler);
+  routing.correlation = r.correlation;
   return std::make_unique<plan::DirichletRouting>(routing);
 }
 

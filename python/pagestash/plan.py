@@ -5,6 +5,8 @@ exact pages, computed by the library's own work plan for the package's recipes."
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -31,13 +33,16 @@ class CurvePoint:
 @dataclass(frozen=True)
 class PoolPlan:
     """What plan_pool found. `pages` (device + host) is the smallest pool whose sampled
-    overflow rate is at most the target; `pages_interval` its confidence interval (the
-    upper end is the largest sample when too few lie above it: `pages_interval_bounded`
-    False, sample more)."""
+    overflow rate is at most the target; `pages_interval` its confidence interval: the
+    Monte Carlo error and, with measured counts, the file's own sampling error (a bootstrap
+    over its steps; `pages_interval_monte_carlo` without it). The upper end is the largest
+    sample when too few lie above it: `pages_interval_bounded` False, sample more."""
 
     pages: int
     pages_interval: Tuple[int, int]
     pages_interval_bounded: bool
+    pages_interval_monte_carlo: Tuple[int, int]
+    bootstrap_replicates: int  #: 0: no bootstrap (a Dirichlet router)
     page_bytes: int
     device_pages: int  #: pages - host_pages
     host_pages: int
@@ -47,7 +52,8 @@ class PoolPlan:
     overflow_probability: float  #: the planned pool's overflow rate on the sampled steps
     overflow_interval: Tuple[float, float]
     curve: List[CurvePoint]  #: overflow rate against pool size, from the smallest sampled peak to the largest
-    alive_stashes: int  #: (layer, microbatch) stashes held at the schedule's peak
+    alive_stashes: int  #: (layer, microbatch) stashes held at once at the schedule's peaks
+    peak_moments: int  #: moments of a step holding them (a step overflows if any does)
     schedule: str
     count_model: str
     samples: int
@@ -83,38 +89,65 @@ def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Saved]:
     return out
 
 
-def _count_lists(counts) -> List[List[int]]:
+def _integer(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"pagestash.plan_pool: {where} = {value!r} is not an integer (counts are whole tokens)")
+    return int(value)
+
+
+def _measured(counts):
+    """counts as (independent vectors, whole steps, file): one of them given."""
+    if isinstance(counts, (str, os.PathLike)):
+        return [], [], os.fspath(counts)
     if isinstance(counts, torch.Tensor):
-        if counts.dim() != 2 or counts.dtype.is_floating_point or counts.dtype.is_complex:
-            raise ValueError(f"pagestash.plan_pool: counts must be an integer [vectors, experts] tensor, not "
-                             f"{list(counts.shape)} of {counts.dtype}")
-        return counts.cpu().tolist()
-    rows = [list(map(int, row)) for row in counts]
+        if counts.dim() not in (2, 3) or counts.dtype.is_floating_point or counts.dtype.is_complex:
+            raise ValueError(f"pagestash.plan_pool: counts must be an integer [vectors, experts] or "
+                             f"[steps, stashes, experts] tensor, not {list(counts.shape)} of {counts.dtype}")
+        rows = counts.cpu().tolist()
+        return (rows, [], "") if counts.dim() == 2 else ([], rows, "")
+    rows = list(counts)
     if not rows:
         raise ValueError("pagestash.plan_pool: counts has no count vectors")
-    return rows
+    steps = all(isinstance(r, (list, tuple)) and r and isinstance(r[0], (list, tuple)) for r in rows)
+    if steps:
+        return [], [[[_integer(x, f"counts[{s}][{i}][{e}]") for e, x in enumerate(v)] for i, v in enumerate(step)]
+                    for s, step in enumerate(rows)], ""
+    return [[_integer(x, f"counts[{i}][{e}]") for e, x in enumerate(row)] for i, row in enumerate(rows)], [], ""
 
 
-def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", layers: int = 1,
-              microbatches: int = 1, tokens: Optional[int] = None, top_k: int = 1, alpha: float = 1.0,
-              counts=None, capacity: Optional[int] = None, sampler: str = "multinomial",
-              overflow: float = 1e-3, page_bytes: int = 64 << 10, host_pages: int = 0, samples: int = 20000,
-              seed: int = 1, confidence: float = 0.95, curve_points: int = 24) -> PoolPlan:
+#: The command's defaults (pagestash_plan), from the C++ planner: one set for both.
+DEFAULTS = dict(_C.plan_defaults)
+
+
+def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", layers: Optional[int] = None,
+              microbatches: Optional[int] = None, tokens: Optional[int] = None, top_k: int = 1, alpha: float = 1.0,
+              correlation: float = 0.0, counts=None, cap_counts: bool = False, capacity: Optional[int] = None,
+              sampler: str = "multinomial", overflow: float = DEFAULTS["overflow"],
+              page_bytes: int = DEFAULTS["page_bytes"], host_pages: int = 0, samples: int = DEFAULTS["samples"],
+              seed: int = DEFAULTS["seed"], confidence: float = DEFAULTS["confidence"],
+              bootstrap: int = DEFAULTS["bootstrap"], curve_points: int = 24) -> PoolPlan:
     """Sizes a PagePool for a target per-step overflow probability.
 
     - `saved`: what one MoE layer saves for backward, as (recipe, Shape) pairs, e.g.
       `[("bf16/capacity", Shape(experts, capacity, hidden)), ...]`. The tensors share the
       layer's routing (one count per expert) and must hold the same tokens per expert.
-    - `schedule`: 'lifo' (every forward, then every backward: layers x microbatches stashes
-      alive), '1f1b:P' (P pipeline stages), '1f1b:P:V' (interleaved) or 'list:a,b,...'
-      (microbatches held per layer); `layers` are the MoE layers on this rank.
+    - `schedule`: the order of a step's stashes and reloads: 'lifo' (every forward, then
+      every backward), '1f1b:P' (P pipeline stages, Megatron-LM's order on the first stage),
+      '1f1b:P:V' (interleaved) or 'list:a,b,...' (microbatches held per layer); `layers`
+      are the MoE layers on this rank, `microbatches` per step (defaults 4 and 8, the
+      command's: `DEFAULTS`). A step overflows if the pool is short at any moment of it.
     - the router, one draw per stash: `tokens` per microbatch, each to `top_k` experts,
       expert popularity from Dirichlet(`alpha`) (smaller: more uneven), every count capped
-      at `capacity` (default: what the tensors hold); `sampler` 'multinomial' (fast) or
-      'per_token' (exact, slower). Or `counts`: count vectors measured in training (a list
-      of lists or an integer [vectors, experts] tensor), drawn with replacement.
+      at `capacity` (default: what the tensors hold); `correlation` in [0, 1], the share of
+      the popularity a step's stashes have in common (0: independent); `sampler`
+      'multinomial' (fast) or 'per_token' (exact, slower). Or `counts` measured in training:
+      whole steps ([steps, layers x microbatches, experts] nested lists or tensor; stash
+      index microbatch * layers + layer), a step drawn at a time; independent vectors
+      ([vectors, experts]), one drawn per stash; or a file path (docs/planning.md's format).
+      Counts above the capacity are refused unless `cap_counts`.
     - `overflow`: the target probability that a step overflows; `samples` steps are drawn
-      from `seed`; `page_bytes` and `host_pages` as PagePool takes them.
+      from `seed`; `bootstrap` replicates over measured steps widen the interval by the
+      file's error; `page_bytes` and `host_pages` as PagePool takes them.
 
     Returns a PoolPlan; `plan.pool(device)` makes the PagePool. Raises ValueError naming
     what is wrong for a bad argument (an unknown recipe, a shape the recipe cannot hold,
@@ -124,15 +157,21 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
         raise ValueError("pagestash.plan_pool: give the router (tokens=, top_k=, alpha=) or measured counts=")
     if seed < 0:
         raise ValueError(f"pagestash.plan_pool: seed = {seed} must not be negative")
+    vectors, steps, path = ([], [], "") if counts is None else _measured(counts)
+    layers = DEFAULTS["layers"] if layers is None else layers
+    microbatches = DEFAULTS["microbatches"] if microbatches is None else microbatches
     d = _C.plan_pool(recipes=[r for r, _ in pairs], shapes=[list(s) for _, s in pairs], schedule=schedule,
                      layers=int(layers), microbatches=int(microbatches), tokens=0 if tokens is None else int(tokens),
-                     top_k=int(top_k), alpha=float(alpha), sampler=sampler,
-                     capacity=0 if capacity is None else int(capacity),
-                     counts=[] if counts is None else _count_lists(counts), page_bytes=int(page_bytes),
+                     top_k=int(top_k), alpha=float(alpha), correlation=float(correlation), sampler=sampler,
+                     capacity=0 if capacity is None else int(capacity), counts=vectors, count_steps=steps,
+                     counts_file=path, cap_counts=bool(cap_counts), page_bytes=int(page_bytes),
                      host_pages=int(host_pages), samples=int(samples), seed=int(seed), overflow=float(overflow),
-                     confidence=float(confidence), curve_points=int(curve_points))
+                     confidence=float(confidence), bootstrap=int(bootstrap), curve_points=int(curve_points))
     return PoolPlan(pages=d["pages"], pages_interval=(d["pages_low"], d["pages_high"]),
-                    pages_interval_bounded=d["pages_high_bounded"], page_bytes=d["page_bytes"],
+                    pages_interval_bounded=d["pages_high_bounded"],
+                    pages_interval_monte_carlo=(d["pages_low_monte_carlo"], d["pages_high_monte_carlo"]),
+                    bootstrap_replicates=d["bootstrap_replicates"], peak_moments=d["peak_moments"],
+                    page_bytes=d["page_bytes"],
                     device_pages=d["device_pages"], host_pages=d["host_pages"], bytes=d["bytes"],
                     full_bytes=d["full_bytes"], saved_fraction=d["saved_fraction"],
                     overflow_probability=d["overflow_probability"],

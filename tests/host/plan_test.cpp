@@ -14,6 +14,8 @@
 #include "../common/stash_sequence.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -314,8 +316,8 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
 }
 
 TEST_CASE("measured counts: the reader parses whitespace and commas, skips comments, rejects bad lines") {
-  std::istringstream in("1 2 3 4\n# a comment\n\n5,6,7,8\n 9, 10 ,11\t12\n300 0 0 0\n");
-  const plan::MeasuredCounts m = plan::MeasuredCounts::parse(in, 4, 100, "steps.txt");
+  std::istringstream in("1 2 3 4\n# a comment\n\n5,6,7,8  # a trailing comment\n 9, 10 ,11\t12\n300 0 0 0\n");
+  const plan::MeasuredCounts m = plan::MeasuredCounts::parse(in, 4, 100, "steps.txt", plan::Excess::cap);
   REQUIRE(m.lines().size() == 4);
   CHECK(m.lines()[1] == std::vector<std::int32_t>{5, 6, 7, 8});
   CHECK(m.lines()[2] == std::vector<std::int32_t>{9, 10, 11, 12});
@@ -338,6 +340,28 @@ TEST_CASE("measured counts: the reader parses whitespace and commas, skips comme
   CHECK(parse_error("1 -2 3 4\n") == "pagestash::plan: f:1: count -2 is outside [0, 2^31)");
   CHECK(parse_error("1 2 3 4.5\n") == "pagestash::plan: f:1: '4.5' is not an integer");
   CHECK(parse_error("# nothing\n") == "pagestash::plan: f: no count vectors");
+  CHECK(parse_error("1 2 3 4 # four\n1 2 3 4\n0 0 101 0\n").find("f:3: count 101 of expert 2 exceeds the capacity 100") !=
+        std::string::npos);  // refused unless capped: a capacity other than training's
+  CHECK(parse_error("1 2 3 4\nstep\n1 2 3 4\n").find("f:2: a step after count vectors outside any (from line 1)") !=
+        std::string::npos);
+  CHECK(parse_error("step\n1 2 3 4\n1 2 3 4\nstep 2\n1 2 3 4\n").find("step 2 has 1 count vectors, step 1 2") !=
+        std::string::npos);
+  CHECK(parse_error("step\nstep\n1 2 3 4\n").find("f:2: the step before has no count vectors") != std::string::npos);
+  CHECK(error_of([] { plan::MeasuredCounts({{1, 2}, {3, 200}}, 100, "v"); }).find("v: vector 2, expert 1: count 200 exceeds") !=
+        std::string::npos);
+  // Whole steps: a step's vectors by stash index, drawn together.
+  std::istringstream steps_in("step 0\n1 0 0 0\n2 0 0 0\nstep 1 # the second\n3 0 0 0\n4 0 0 0\n");
+  const plan::MeasuredCounts steps = plan::MeasuredCounts::parse(steps_in, 4, 100, "s");
+  CHECK(steps.steps() == 2);
+  CHECK(steps.stashes_per_step() == 2);
+  plan::StepState state;
+  for (int i = 0; i < 20; ++i) {
+    steps.start_step(rng, state);
+    std::vector<std::int32_t> second;
+    steps.draw_stash(rng, state, 0, c);
+    steps.draw_stash(rng, state, 1, second);
+    CHECK(second[0] == c[0] + 1);  // the same measured step
+  }
   CHECK(error_of([] { plan::MeasuredCounts::read("/nonexistent/counts.txt", 4, 10); })
             .find("cannot open counts file") != std::string::npos);
 }
@@ -349,13 +373,20 @@ TEST_CASE("schedules: stashes alive at the peak") {
   // Interleaved: min(v p + p - 1, v M) = 11 chunk-microbatches of 2 layers each.
   const plan::Schedule v2 = plan::Schedule::parse("1f1b:4:2", 4, 8);
   CHECK(v2.alive_stashes() == 22);
-  CHECK(v2.microbatches_per_layer() == std::vector<std::int64_t>{6, 6, 5, 5});
+  CHECK(v2.microbatches_per_layer() == std::vector<std::int64_t>{7, 7, 4, 4});  // chunk 0's group of 4, then 3 more
   CHECK(plan::Schedule::parse("1f1b:4:2", 4, 1).alive_stashes() == 4);
   CHECK(plan::Schedule::parse("list:3,2,1", 4, 8).alive_stashes() == 6);
+  // The peaks of a step: one under lifo, M - P + 1 under 1F1B.
+  CHECK(plan::Schedule::parse("lifo", 4, 8).peak_moments() == 1);
+  CHECK(plan::Schedule::parse("1f1b:4", 4, 8).peak_moments() == 5);
+  CHECK(plan::Schedule::parse("1f1b:4", 4, 3).peak_moments() == 1);
+  CHECK(plan::Schedule::parse("1f1b:4:2", 4, 8).events().size() == 2 * 4 * 8);
+  CHECK(error_of([] { plan::Schedule::parse("1f1b:4:", 4, 8); }).find("'' is not a number") != std::string::npos);
+  CHECK(error_of([] { plan::Schedule::parse("list:0,0", 4, 8); }).find("list:0,0 holds no stash") != std::string::npos);
   CHECK(error_of([] { plan::Schedule::parse("1f1b:4:3", 4, 8); }).find("divisible") != std::string::npos);
   CHECK(error_of([] { plan::Schedule::parse("1f1b:x", 4, 8); }).find("'x' is not a number") != std::string::npos);
   CHECK(error_of([] { plan::Schedule::parse("gpipe", 4, 8); }).find("unknown schedule") != std::string::npos);
-  CHECK(error_of([] { plan::Schedule::parse("list:1,-1", 4, 8); }).find("negative") != std::string::npos);
+  CHECK(error_of([] { plan::Schedule::parse("list:1,-1", 4, 8); }).find("list entry 1 = -1 is outside") != std::string::npos);
 }
 
 TEST_CASE("statistics: quantiles and their intervals on distributions with known answers") {
@@ -411,4 +442,321 @@ TEST_CASE("statistics: quantiles and their intervals on distributions with known
   CHECK(warm[1].median_pages == 1002);
   CHECK(warm[1].overflow_at_median == 0);
   CHECK(warm[0].mean_overflow == doctest::Approx(0.4995).epsilon(0.01));
+}
+
+// ---- A step is the schedule's whole event sequence -------------------------------------
+
+namespace {
+
+/// The events of a step as the test orders them, apart from plan::Schedule: lifo, or
+/// Megatron-LM's 1F1B on its first stage written from its virtual-microbatch formulas
+/// (chunk (k mod p v) / p, microbatch (k / p v) p + k mod p; M a multiple of p), a forward
+/// stashing its chunk's layers in order, a backward reloading them in reverse.
+std::vector<plan::StashEvent> test_order(const std::string& kind, int layers, int m, int p = 1, int v = 1) {
+  std::vector<plan::StashEvent> out;
+  const int per_chunk = layers / v;
+  const auto pass = [&](int mb, int chunk, bool forward) {
+    for (int i = 0; i < per_chunk; ++i) {
+      const int l = chunk * per_chunk + (forward ? i : per_chunk - 1 - i);
+      out.push_back({forward, l, mb});
+    }
+  };
+  if (kind == "lifo") {
+    for (int mb = 0; mb < m; ++mb) pass(mb, 0, true);
+    for (int mb = m - 1; mb >= 0; --mb) pass(mb, 0, false);
+    return out;
+  }
+  const int total = m * v;
+  const auto run = [&](int k, bool forward) {
+    const int chunk = (k % (p * v)) / p;
+    pass((k / (p * v)) * p + k % p, forward ? chunk : v - 1 - chunk, forward);
+  };
+  const int warmup = v == 1 ? std::min(p - 1, m) : (m == p ? total : std::min((p - 1) * 2 + (v - 1) * p, total));
+  for (int k = 0; k < warmup; ++k) run(k, true);
+  for (int k = 0; k + warmup < total; ++k) {
+    run(k + warmup, true);
+    run(k, false);
+  }
+  for (int k = total - warmup; k < total; ++k) run(k, false);
+  return out;
+}
+
+/// Fresh steps through the host executor into a pool of `pool_pages`, in `order`: a record
+/// per (layer, microbatch), stashed and reloaded as the order says; a step overflows if any
+/// stash finds the pool short. `draw` fills a step's count vectors (by stash index
+/// microbatch * layers + layer). Also checks, step by step, that the executor overflows
+/// exactly when the pages held (the planner's per-stash pages) exceed the pool.
+template <class L>
+int replay_overflows(const ps::GroupedView<L>& shape, const plan::Layer& layer, const std::vector<plan::StashEvent>& order,
+                     int layers, int microbatches, std::int64_t pool_pages, std::int64_t page_bytes, int steps,
+                     const std::function<void(std::vector<std::vector<std::int32_t>>&)>& draw) {
+  using Traits = ps::StashTraits<L>;
+  ps::PoolConfig config;
+  config.page_bytes = page_bytes;
+  config.device_pages = pool_pages;
+  ps::PagePool pool(config, ps::MemorySpace::host);
+  const auto stashes = static_cast<std::size_t>(layers * microbatches);
+  std::vector<ps::StashRecord<Traits>> records;
+  for (std::size_t i = 0; i < stashes; ++i) records.push_back(ps::make_record<Traits>(pool, shape));
+  const std::vector<std::int32_t> zero(static_cast<std::size_t>(shape.groups), 0);
+  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, zero), dst(shape.max_tokens, shape.hidden, shape.groups, zero);
+  std::mt19937 bytes_rng(5);
+  for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
+    const auto n = static_cast<std::size_t>(shape.buffer_bytes(role));
+    if (n > 0) std::memcpy(src.bytes(role), random_buffer(n, bytes_rng).data(), n);
+  }
+  std::vector<std::vector<std::int32_t>> counts(stashes);
+  std::vector<std::int64_t> pages(stashes);
+  int overflowed = 0, agreed = 0;
+  for (int step = 0; step < steps; ++step) {
+    ps::reset(ps::host, pool);
+    draw(counts);
+    std::int64_t held = 0, peak = 0;
+    for (const plan::StashEvent& e : order) {
+      const auto i = static_cast<std::size_t>(e.microbatch * layers + e.layer);
+      if (e.stash) {
+        src.counts = counts[i];
+        src.view.counts = src.counts.data();
+        ps::stash(ps::host, pool, src.view, records[i]);
+        pages[i] = layer.measure(counts[i], page_bytes).pages;
+        peak = std::max(peak, held += pages[i]);
+      } else {
+        dst.counts = counts[i];
+        dst.view.counts = dst.counts.data();
+        ps::reload(ps::host, pool, records[i], dst.view, ps::ReloadOptions{false});
+        held -= pages[i];
+      }
+    }
+    const bool overflow = pool.stats().overflow;
+    overflowed += overflow ? 1 : 0;
+    agreed += overflow == (peak > pool_pages) ? 1 : 0;
+  }
+  CHECK(agreed == steps);
+  return overflowed;
+}
+
+/// |observed - planned| within 4 standard errors of the two binomial estimates.
+void check_frequency(int overflowed, int steps, double planned, std::int64_t samples) {
+  const double observed = static_cast<double>(overflowed) / steps;
+  const double sigma = std::sqrt(planned * (1 - planned) * (1.0 / steps + 1.0 / static_cast<double>(samples)));
+  CAPTURE(planned);
+  CAPTURE(observed);
+  CHECK(std::abs(observed - planned) <= 4 * sigma + 1e-12);
+}
+
+using Rows = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
+
+/// A layout's small layer (4 experts, top-2 of 96 tokens, capacity factor 1.5) and its router.
+template <class L>
+struct SmallLayer {
+  ps::GroupedView<L> shape;
+  plan::Routing routing;
+  plan::Layer layer;
+  explicit SmallLayer(std::int64_t hidden, double correlation = 0)
+      : shape(ps::make_view<L>().with_hidden(hidden).with_groups(4)), routing(make_routing(shape, correlation)),
+        layer({plan::SavedTensor::of<ps::StashTraits<L>>(shape)}, routing.capacity) {
+    shape = shape.with_max_tokens(routing.capacity);
+  }
+  static plan::Routing make_routing(const ps::GroupedView<L>& shape, double correlation) {
+    plan::Routing r;
+    r.experts = 4;
+    r.top_k = 2;
+    r.tokens = 96;
+    r.alpha = 1.0;
+    r.correlation = correlation;
+    r.capacity = plan::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
+                                    plan::Layer::capacity_multiple({plan::SavedTensor::of<ps::StashTraits<L>>(shape)}));
+    return r;
+  }
+};
+
+template <class L>
+void check_schedules_replay(std::int64_t hidden) {
+  const SmallLayer<L> s(hidden);
+  const plan::DirichletRouting counts(s.routing);
+  // Lean under sanitizers (ASan runs every ctest): the same checks, fewer steps.
+#if defined(__SANITIZE_ADDRESS__) || defined(PAGESTASH_PLAN_TEST_LEAN)
+  const int steps = 800;
+#else
+  const int steps = 2000;
+#endif
+  struct Case {
+    const char* schedule;
+    int layers, microbatches, p, v;
+  };
+  for (const Case& c : {Case{"lifo", 2, 3, 1, 1}, Case{"1f1b:2", 2, 6, 2, 1}, Case{"1f1b:2:2", 2, 4, 2, 2}}) {
+    const std::string name = c.schedule;
+    CAPTURE(name);
+    const plan::Schedule schedule = plan::Schedule::parse(c.schedule, c.layers, c.microbatches);
+    const std::string kind = std::string(c.schedule) == "lifo" ? "lifo" : "1f1b";
+    const std::vector<plan::StashEvent> order = test_order(kind, c.layers, c.microbatches, c.p, c.v);
+    plan::PlanSettings settings;
+    settings.page_bytes = 1024;
+    settings.samples = 20000;
+    settings.seed = 11;
+    settings.overflow = 0.1;
+    const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, counts, settings);
+    // The pages are whole: near the 0.1 quantile, the largest pool overflowing in at least
+    // 5% of the sampled steps, enough overflows to compare.
+    std::int64_t pages = p.pool.value;
+    while (p.peaks.overflow_probability(pages) < 0.05) --pages;
+    const double planned = p.peaks.overflow_probability(pages);
+    CAPTURE(pages);
+    std::mt19937_64 rng(987654321);
+    const int overflowed = replay_overflows(s.shape, s.layer, order, c.layers, c.microbatches, pages,
+                                            settings.page_bytes, steps, [&](auto& step) {
+                                              for (auto& v : step) counts.draw(rng, v);
+                                            });
+    check_frequency(overflowed, steps, planned, settings.samples);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("schedules: the events are Megatron-LM's order (1F1B, interleaved) and lifo's, every stash reloaded once") {
+  struct Case {
+    const char* schedule;
+    int layers, microbatches, p, v;
+  };
+  for (const Case& c : {Case{"lifo", 3, 5, 1, 1}, Case{"1f1b:4", 4, 8, 4, 1}, Case{"1f1b:4", 2, 3, 4, 1},
+                        Case{"1f1b:4:2", 4, 8, 4, 2}, Case{"1f1b:2:3", 6, 4, 2, 3}, Case{"1f1b:3:2", 2, 3, 3, 2}}) {
+    const std::string name = c.schedule;
+    CAPTURE(name);
+    CAPTURE(c.microbatches);
+    const plan::Schedule s = plan::Schedule::parse(c.schedule, c.layers, c.microbatches);
+    const auto expected = test_order(std::string(c.schedule) == "lifo" ? "lifo" : "1f1b", c.layers, c.microbatches, c.p, c.v);
+    REQUIRE(s.events().size() == expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      CAPTURE(i);
+      CHECK(s.events()[i].stash == expected[i].stash);
+      CHECK(s.events()[i].layer == expected[i].layer);
+      CHECK(s.events()[i].microbatch == expected[i].microbatch);
+    }
+  }
+}
+
+TEST_CASE("a step's overflow is the planner's under every schedule: fresh steps replayed through the host executor") {
+  // Per-step: with M > P (1F1B) and interleaved, a step holds P microbatches at several
+  // moments; a planner that sized one window would see 2 to 3 times fewer overflows.
+  SUBCASE("NVFP4 columnwise, compact scales") { check_schedules_replay<Small>(128); }
+  SUBCASE("BF16 rowwise") { check_schedules_replay<Rows>(64); }
+}
+
+// ---- Correlated routing -----------------------------------------------------------------
+
+namespace {
+
+/// A router whose steps are correlated, apart from the planner's code: expert e's weight in
+/// a stash is a gamma(c alpha) drawn once per step plus a gamma((1 - c) alpha) of the stash;
+/// each token picks top_k distinct experts by those weights (std::discrete_distribution,
+/// as examples/moe_stash_demo routes); counts capped at the capacity.
+struct CorrelatedRouter {
+  plan::Routing r;
+  std::mt19937 rng;
+  CorrelatedRouter(const plan::Routing& routing, unsigned seed) : r(routing), rng(seed) {}
+  void step(std::vector<std::vector<std::int32_t>>& stashes) {
+    std::vector<double> shared(static_cast<std::size_t>(r.experts), 0.0);
+    if (r.correlation > 0)
+      for (double& x : shared) x = std::gamma_distribution<double>(r.correlation * r.alpha)(rng);
+    for (auto& counts : stashes) {
+      std::vector<double> w = shared;
+      if (r.correlation < 1)
+        for (double& x : w) x += std::gamma_distribution<double>((1 - r.correlation) * r.alpha)(rng);
+      counts.assign(w.size(), 0);
+      for (std::int64_t t = 0; t < r.tokens; ++t) {
+        std::vector<double> left = w;
+        for (int k = 0; k < r.top_k; ++k) {
+          const auto e = std::discrete_distribution<std::size_t>(left.begin(), left.end())(rng);
+          left[e] = 0;
+          ++counts[e];
+        }
+      }
+      for (auto& c : counts) c = std::min<std::int32_t>(c, static_cast<std::int32_t>(r.capacity));
+    }
+  }
+};
+
+#if defined(__SANITIZE_ADDRESS__) || defined(PAGESTASH_PLAN_TEST_LEAN)
+constexpr int correlated_steps = 600;
+#else
+constexpr int correlated_steps = 1500;
+#endif
+
+}  // namespace
+
+TEST_CASE("correlated routing: the Dirichlet correlation knob against a router whose steps are correlated") {
+  const SmallLayer<Rows> s(64, 0.7);
+  plan::Routing routing = s.routing;
+  routing.sampler = plan::RoutingSampler::per_token;
+  const int layers = 2, microbatches = 4;
+  const plan::Schedule schedule = plan::Schedule::one_f_one_b(layers, microbatches, 2);
+  const auto order = test_order("1f1b", layers, microbatches, 2, 1);
+  plan::PlanSettings settings;
+  settings.page_bytes = 1024;
+  settings.samples = 20000;
+  settings.seed = 5;
+  settings.overflow = 0.1;
+  for (double correlation : {0.7, 0.0}) {
+    CAPTURE(correlation);
+    routing.correlation = correlation;
+    const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, plan::DirichletRouting(routing), settings);
+    std::int64_t pages = p.pool.value;
+    while (p.peaks.overflow_probability(pages) < 0.05) --pages;
+    const double planned = p.peaks.overflow_probability(pages);
+    CorrelatedRouter router(s.routing, 2024);  // correlation 0.7, always
+    const int overflowed = replay_overflows(s.shape, s.layer, order, layers, microbatches, pages, settings.page_bytes,
+                                            correlated_steps, [&](auto& step) { router.step(step); });
+    if (correlation > 0) check_frequency(overflowed, correlated_steps, planned, settings.samples);
+    else CHECK(overflowed > 2 * planned * correlated_steps);  // independent stashes: far too small a pool
+  }
+}
+
+TEST_CASE("measured whole steps keep their correlation; the interval covers the file's error (bootstrap over steps)") {
+  const SmallLayer<Rows> s(64, 0.7);
+  const int layers = 2, microbatches = 2;
+  const plan::Schedule schedule = plan::Schedule::one_f_one_b(layers, microbatches, 2);
+  CorrelatedRouter router(s.routing, 77);
+  std::vector<std::vector<std::int32_t>> step(static_cast<std::size_t>(layers * microbatches));
+  std::ostringstream whole, flat;
+  for (int i = 0; i < 150; ++i) {  // a short measurement: its own error is as large as Monte Carlo's
+    router.step(step);
+    whole << "step " << i << "\n";
+    for (const auto& v : step) {
+      for (std::int32_t c : v) (whole << c << " "), (flat << c << " ");
+      whole << "# a vector\n";
+      flat << "\n";
+    }
+  }
+  std::istringstream whole_in(whole.str()), flat_in(flat.str());
+  const auto steps = plan::MeasuredCounts::parse(whole_in, 4, s.routing.capacity, "whole");
+  const auto vectors = plan::MeasuredCounts::parse(flat_in, 4, s.routing.capacity, "flat");
+  REQUIRE(steps.steps() == 150);
+  plan::PlanSettings settings;
+  settings.page_bytes = 256;  // fine pages: the peaks spread over many sizes
+  settings.samples = 20000;
+  settings.overflow = 0.05;
+  const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, steps, settings);
+  const plan::PoolPlan independent = plan::plan_pool(s.layer, schedule, vectors, settings);
+  CHECK(p.bootstrap_replicates == 200);
+  CHECK(p.pool_interval.high - p.pool_interval.low > static_cast<double>(p.pool.high - p.pool.low));  // the file's error counts
+
+  // The true pool: the same quantile of many fresh steps of the router.
+  std::vector<std::int64_t> fresh;
+  std::vector<plan::StepDraw> held;
+  for (int i = 0; i < 20000; ++i) {
+    router.step(step);
+    fresh.push_back(plan::detail::walk_step(schedule, held, [&](std::int64_t stash) {
+                      return plan::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
+                    }).bytes.pages);
+  }
+  std::sort(fresh.begin(), fresh.end());
+  const auto truth = static_cast<double>(plan::quantile_value(fresh, 1 - settings.overflow));
+  CAPTURE(truth);
+  CAPTURE(p.pool.value);
+  CAPTURE(p.pool_interval.low);
+  CAPTURE(p.pool_interval.high);
+  CAPTURE(independent.pool.value);
+  CHECK(p.pool_interval.low <= truth);
+  CHECK(truth <= p.pool_interval.high);
+  CHECK(independent.pool.value < p.pool.value);  // vectors drawn apart lose the step's hot experts
 }

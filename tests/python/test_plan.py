@@ -70,7 +70,7 @@ def test_plan_for_the_example_block_as_docs_python_md_shows_it():
              ("bf16/capacity", ps.Shape(experts, capacity, ffn)),  # the first GEMM's output
              ("bf16/capacity", ps.Shape(experts, capacity, ffn))]  # its SiLU
     plan = ps.plan_pool(saved, tokens=tokens, top_k=1, alpha=1.0,  # its router: Dirichlet(1), top-1
-                        overflow=1e-3, page_bytes=4096, seed=1)
+                        layers=1, microbatches=1, overflow=1e-3, page_bytes=4096, seed=1)
     print(plan)
     pool = plan.pool(device="cpu")  # a PagePool of plan.device_pages pages of plan.page_bytes
     # [plan_pool]
@@ -95,10 +95,72 @@ def test_a_fixed_seed_reproduces_the_plan():
 def test_counts_as_a_tensor_are_a_measured_count_model():
     saved = [("bf16/capacity", ps.Shape(4, 64, 128))]
     measured = torch.tensor([[64, 0, 10, 3], [0, 64, 64, 64], [100, 1, 2, 3]], dtype=torch.int32)
-    plan = ps.plan_pool(saved, counts=measured, overflow=0.01, page_bytes=4096, samples=3000)
+    one_stash = dict(layers=1, microbatches=1, page_bytes=4096)
+    plan = ps.plan_pool(saved, counts=measured, cap_counts=True, overflow=0.01, samples=3000, **one_stash)
     assert "3 measured count vectors" in plan.count_model
-    one = ps.plan_pool(saved, counts=[[0, 64, 64, 64]], page_bytes=4096, samples=10)
+    one = ps.plan_pool(saved, counts=[[0, 64, 64, 64]], samples=10, **one_stash)
     assert plan.pages == one.pages  # the largest vector's pages; 100 is capped at the capacity 64
+    with pytest.raises(ValueError, match="vector 3, expert 0: count 100 exceeds the capacity 64"):
+        ps.plan_pool(saved, counts=measured, page_bytes=4096, samples=10)  # refused unless capped
+
+
+def test_defaults_are_the_commands():
+    assert ps.plan.DEFAULTS["layers"] == 4 and ps.plan.DEFAULTS["microbatches"] == 8  # pagestash_plan --help's
+    plan = ps.plan_pool([("bf16/capacity", ps.Shape(4, 64, 128))], tokens=64, top_k=2, samples=10)
+    assert plan.alive_stashes == 4 * 8 and plan.schedule == "lifo" and plan.peak_moments == 1
+
+
+def correlated_steps(gen, steps, stashes, experts, tokens, capacity):
+    """A router whose steps are correlated: a step's load (its tokens, from a quarter to all
+    of `tokens`) is shared by every stash of it, spread uniformly over the experts."""
+    out = []
+    for _ in range(steps):
+        load = int(torch.randint(tokens // 4, tokens + 1, (1,), generator=gen))
+        step = []
+        for _ in range(stashes):
+            picks = torch.randint(0, experts, (load,), generator=gen)
+            step.append(torch.bincount(picks, minlength=experts).clamp(max=capacity).tolist())
+        out.append(step)
+    return out
+
+
+def test_whole_steps_keep_their_correlation_and_widen_the_interval(tmp_path):
+    """Measured whole steps are drawn a step at a time: a router whose load is shared by a
+    step's stashes needs a larger pool than its vectors drawn independently, and the interval includes the
+    file's own error (bootstrap over its steps). The same steps from a file plan the same."""
+    experts, tokens, capacity = 8, 64, 32
+    saved = [("bf16/capacity", ps.Shape(experts, capacity, 128))]
+    gen = torch.Generator().manual_seed(SEED)
+    steps = correlated_steps(gen, 60, 2 * 3, experts, tokens, capacity)
+    args = dict(layers=2, microbatches=3, overflow=0.2, page_bytes=1024, samples=4000)
+    whole = ps.plan_pool(saved, counts=steps, **args)
+    flat = ps.plan_pool(saved, counts=[v for step in steps for v in step], **args)
+    assert "60 measured steps of 6 count vectors" in whole.count_model
+    assert whole.bootstrap_replicates == 200
+    assert whole.pages > flat.pages  # the correlation kept: a heavy step is heavy in every stash
+    mc_low, mc_high = whole.pages_interval_monte_carlo
+    low, high = whole.pages_interval
+    assert low <= mc_low <= mc_high <= high and high - low > mc_high - mc_low
+    path = tmp_path / "steps.txt"
+    path.write_text("".join(f"step {i}\n" + "".join(" ".join(map(str, v)) + "  # a vector\n" for v in step)
+                            for i, step in enumerate(steps)))
+    assert ps.plan_pool(saved, counts=str(path), **args).pages == whole.pages
+    with pytest.raises(ValueError, match="a measured step holds 6 count vectors, a step of the schedule 8"):
+        ps.plan_pool(saved, counts=steps, layers=2, microbatches=4, samples=10)
+
+
+def test_correlation_raises_the_pool_and_keeps_each_stash_dirichlet():
+    saved = [("bf16/capacity", ps.Shape(8, 64, 128))]
+    args = dict(tokens=256, top_k=2, alpha=1.0, layers=2, microbatches=4, overflow=0.01, page_bytes=1024,
+                samples=4000)
+    independent = ps.plan_pool(saved, **args)
+    correlated = ps.plan_pool(saved, correlation=0.8, **args)
+    assert "correlation 0.8" in correlated.count_model
+    assert correlated.pages > independent.pages
+    # One stash alone does not see the correlation: the same distribution of pages.
+    one = dict(args, layers=1, microbatches=1, samples=20000)
+    a, b = ps.plan_pool(saved, **one), ps.plan_pool(saved, correlation=0.8, **one)
+    assert abs(a.mean_pages - b.mean_pages) < 0.02 * a.mean_pages
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -112,9 +174,18 @@ def test_counts_as_a_tensor_are_a_measured_count_model():
     (dict(tokens=None), "give the router"),
     (dict(counts=[[1, 2, 3]]), "3 counts|experts"),
     (dict(counts=[[1, 2, -3, 4]]), "negative"),
+    (dict(counts=[[1, 2.5, 3, 4]]), r"counts\[0\]\[1\] = 2.5 is not an integer"),
+    (dict(counts=[[1, 2, 3, 4.0]]), r"counts\[0\]\[3\] = 4.0 is not an integer"),
+    (dict(counts=[[1, 2, 3, 65]]), "count 65 exceeds the capacity 64"),
+    (dict(counts="/nonexistent/counts.txt"), "cannot open counts file"),
+    (dict(counts=[[1, 2, 3, 4]], correlation=0.5), "correlation models the Dirichlet router"),
     (dict(counts=torch.ones(2, 4)), "integer"),
     (dict(schedule="zigzag"), "unknown schedule 'zigzag'"),
     (dict(schedule="1f1b:x"), "not a number"),
+    (dict(schedule="1f1b:4:"), "'' is not a number"),
+    (dict(schedule="list:0,0"), "list:0,0 holds no stash"),
+    (dict(correlation=1.5), "correlation"),
+    (dict(saved=[("bf16/capacity", ps.Shape(0, 64, 128))]), r"saved\[0\]: Shape.groups \(experts\) = 0"),
     (dict(layers=0), "layers = 0"),
     (dict(overflow=0.0), "overflow must be in"),
     (dict(overflow=1.5), "overflow must be in"),

@@ -1,8 +1,10 @@
 #pragma once
-// The pool planner: a Monte Carlo over sampled steps. Each step draws the counts of every
-// stash alive at the schedule's peak and sums their exact pages (the library's work plan,
-// plan/saved_tensor.hpp); the pool for a target per-step overflow probability is the
-// empirical quantile of those peaks, with its order-statistic confidence interval.
+// The pool planner: a Monte Carlo over sampled steps. A step is the schedule's whole event
+// sequence: each stash draws its counts and takes their exact pages (the library's work
+// plan, plan/saved_tensor.hpp), each reload gives them back, and the step's peak is the most
+// pages held at any moment. The pool for a target per-step overflow probability is the
+// empirical quantile of those peaks, with its order-statistic confidence interval, widened
+// by a bootstrap over the measured steps when the counts are measured.
 
 #include <pagestash/plan/count_model.hpp>
 #include <pagestash/plan/layer.hpp>
@@ -12,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +29,9 @@ struct PlanSettings {
   std::uint64_t seed = 1;
   double overflow = 1e-3;    ///< target probability that a step overflows the pool
   double confidence = 0.95;  ///< of the intervals
+  /// With measured counts: replicates of the bootstrap over the measured steps (each a
+  /// resample of the file and `samples` steps from it) for the pool's interval; 0: none.
+  std::int64_t bootstrap = 200;
 };
 
 /// One point of the curve of overflow probability against pool size.
@@ -119,9 +125,15 @@ struct PoolPlan {
   PlanSettings settings;
   std::string schedule;
   std::string counts;  ///< the count model, described
-  std::int64_t alive_stashes = 0;
+  std::int64_t alive_stashes = 0;  ///< the most stashes held at once
+  std::int64_t peak_moments = 0;   ///< moments of the step the held stashes peak (Schedule::peak_moments)
   PeakDistribution peaks{{0}};
-  QuantileEstimate pool;      ///< pages of the pool (device + host) for the target
+  QuantileEstimate pool;      ///< pages of the pool (device + host) for the target; its interval: Monte Carlo error
+  /// The interval the plan reports: pool's, widened to the bootstrap's percentile interval
+  /// over the measured steps (the file's own sampling error) when the counts are measured.
+  Interval pool_interval;
+  std::int64_t bootstrap_replicates = 0;  ///< 0: no bootstrap (a Dirichlet router, or settings.bootstrap = 0)
+  Interval bootstrap_interval;            ///< the replicates' pools' percentile interval
   std::int64_t device_pages = 0;  ///< pool.value - host pages (at least 0)
   std::int64_t host_pages = 0;
   double overflow_at_pool = 0;  ///< the planned pool's empirical overflow probability
@@ -152,53 +164,148 @@ inline void check_settings(const PlanSettings& s) {
   if (s.samples < 1) invalid_plan("samples must be at least 1");
   if (!(s.overflow > 0 && s.overflow < 1)) invalid_plan("overflow must be in (0, 1)");
   if (!(s.confidence > 0 && s.confidence < 1)) invalid_plan("confidence must be in (0, 1)");
+  if (s.bootstrap < 0) invalid_plan("bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
 }
 }  // namespace detail
 
-/// The pages of one sampled step: the alive stashes' counts drawn from `counts` by `rng`.
+/// One sampled step: at its peak (the first moment the most pages are held), the held
+/// stashes' bytes and the tokens they dropped.
 struct StepDraw {
   TensorBytes bytes;
   std::int64_t dropped_tokens = 0;
 };
-inline StepDraw draw_step(const Layer& layer, std::int64_t alive_stashes, const CountModel& counts,
-                          std::int64_t page_bytes, std::mt19937_64& rng) {
-  StepDraw step;
-  std::vector<std::int32_t> c;
-  for (std::int64_t s = 0; s < alive_stashes; ++s) {
-    step.dropped_tokens += counts.draw(rng, c);
-    step.bytes += layer.measure(c, page_bytes);
+
+namespace detail {
+/// Walks the schedule's events: `take(stash)` gives a stash's bytes and dropped tokens as it
+/// is stashed; returns the step at its peak.
+template <class Take>
+StepDraw walk_step(const Schedule& schedule, std::vector<StepDraw>& held, Take&& take) {
+  held.resize(static_cast<std::size_t>(schedule.stashes()));
+  StepDraw now, peak;
+  peak.bytes.pages = -1;
+  for (const StashEvent& e : schedule.events()) {
+    const std::int64_t i = schedule.stash_index(e);
+    StepDraw& h = held[static_cast<std::size_t>(i)];
+    if (e.stash) {
+      h = take(i);
+      now.bytes += h.bytes;
+      now.dropped_tokens += h.dropped_tokens;
+      if (now.bytes.pages > peak.bytes.pages) peak = now;
+    } else {
+      now.bytes.pages -= h.bytes.pages;
+      now.bytes.stream_bytes -= h.bytes.stream_bytes;
+      now.bytes.live_bytes -= h.bytes.live_bytes;
+      now.dropped_tokens -= h.dropped_tokens;
+    }
   }
-  return step;
+  return peak;
+}
+
+inline void check_fits(const Layer& layer, const Schedule& schedule, const CountModel& counts) {
+  if (counts.experts() != layer.experts())
+    invalid_plan("plan_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
+                 std::to_string(layer.experts()));
+  if (counts.capacity() > layer.capacity())
+    invalid_plan("plan_pool: the count model's capacity " + std::to_string(counts.capacity()) + " exceeds the layer's " +
+                 std::to_string(layer.capacity()));
+  if (counts.stashes_per_step() != 0 && counts.stashes_per_step() != schedule.stashes())
+    invalid_plan("plan_pool: a measured step holds " + std::to_string(counts.stashes_per_step()) +
+                 " count vectors, a step of the schedule " + std::to_string(schedule.stashes()) + " (" +
+                 std::to_string(schedule.layers()) + " layers x " + std::to_string(schedule.microbatches()) +
+                 " microbatches)");
+}
+
+/// Measured counts: every vector's bytes once, then steps by lookup.
+struct MeasuredPages {
+  std::vector<StepDraw> per_line;
+  MeasuredPages(const MeasuredCounts& m, const Layer& layer, std::int64_t page_bytes) {
+    std::vector<std::int32_t> c;
+    for (std::size_t l = 0; l < m.lines().size(); ++l) {
+      const std::int64_t dropped = m.counts_of(static_cast<std::int64_t>(l), c);
+      per_line.push_back({layer.measure(c, page_bytes), dropped});
+    }
+  }
+};
+
+/// The bootstrap over the measured steps: each replicate resamples the file's units (steps,
+/// or vectors) with replacement and sizes the pool from `samples` steps drawn from the
+/// resample; the replicates' pools' percentile interval at `confidence`.
+inline Interval bootstrap_pool(const Schedule& schedule, const MeasuredCounts& m, const MeasuredPages& pages,
+                               const PlanSettings& s) {
+  std::mt19937_64 rng(s.seed ^ 0x9e3779b97f4a7c15ULL);  // a stream apart from the plan's own
+  std::vector<std::int64_t> pools, units(static_cast<std::size_t>(m.units())), peaks(static_cast<std::size_t>(s.samples));
+  std::vector<StepDraw> held;
+  for (std::int64_t b = 0; b < s.bootstrap; ++b) {
+    for (auto& u : units) u = m.draw_unit(rng);
+    for (auto& peak : peaks) {
+      const std::int64_t unit = units[std::uniform_int_distribution<std::size_t>(0, units.size() - 1)(rng)];
+      peak = walk_step(schedule, held, [&](std::int64_t stash) {
+               return pages.per_line[static_cast<std::size_t>(m.line_of(rng, unit, stash, units))];
+             }).bytes.pages;
+    }
+    std::sort(peaks.begin(), peaks.end());
+    pools.push_back(quantile_value(peaks, 1 - s.overflow));
+  }
+  std::sort(pools.begin(), pools.end());
+  const double tail = (1 - s.confidence) / 2;
+  const auto at = [&](double level) {
+    const auto rank = static_cast<std::size_t>(std::clamp<double>(std::ceil(level * static_cast<double>(pools.size())), 1,
+                                                                  static_cast<double>(pools.size())));
+    return static_cast<double>(pools[rank - 1]);
+  };
+  return {at(tail), at(1 - tail)};
+}
+}  // namespace detail
+
+/// One sampled step of the schedule, its counts drawn from `counts` by `rng`.
+inline StepDraw draw_step(const Layer& layer, const Schedule& schedule, const CountModel& counts,
+                          std::int64_t page_bytes, std::mt19937_64& rng) {
+  StepState step;
+  counts.start_step(rng, step);
+  std::vector<StepDraw> held;
+  std::vector<std::int32_t> c;
+  return detail::walk_step(schedule, held, [&](std::int64_t stash) {
+    const std::int64_t dropped = counts.draw_stash(rng, step, stash, c);
+    return StepDraw{layer.measure(c, page_bytes), dropped};
+  });
 }
 
 /// Samples settings.samples steps and sizes the pool for settings.overflow. Throws
-/// std::invalid_argument for settings or a count model that do not fit the layer.
+/// std::invalid_argument for settings or a count model that do not fit the layer or the
+/// schedule.
 inline PoolPlan plan_pool(const Layer& layer, const Schedule& schedule, const CountModel& counts,
                           const PlanSettings& settings = {}) {
   detail::check_settings(settings);
-  if (counts.experts() != layer.experts())
-    detail::invalid_plan("plan_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
-                         std::to_string(layer.experts()));
-  if (counts.capacity() > layer.capacity())
-    detail::invalid_plan("plan_pool: the count model's capacity " + std::to_string(counts.capacity()) +
-                         " exceeds the layer's " + std::to_string(layer.capacity()));
+  detail::check_fits(layer, schedule, counts);
   PoolPlan plan;
   plan.settings = settings;
   plan.schedule = schedule.name();
   plan.counts = counts.describe();
   plan.alive_stashes = schedule.alive_stashes();
+  plan.peak_moments = schedule.peak_moments();
   plan.full_bytes = plan.alive_stashes * layer.full_bytes();
+  const auto* measured = dynamic_cast<const MeasuredCounts*>(&counts);
+  std::unique_ptr<detail::MeasuredPages> lookup;
+  if (measured) lookup = std::make_unique<detail::MeasuredPages>(*measured, layer, settings.page_bytes);
   std::mt19937_64 rng(settings.seed);
   std::vector<std::int64_t> peaks;
   peaks.reserve(static_cast<std::size_t>(settings.samples));
+  std::vector<StepDraw> held;
+  std::vector<std::int32_t> c;
+  StepState step;
   double pages = 0, stream = 0, live = 0, dropped = 0;
   for (std::int64_t i = 0; i < settings.samples; ++i) {
-    const StepDraw step = draw_step(layer, plan.alive_stashes, counts, settings.page_bytes, rng);
-    peaks.push_back(step.bytes.pages);
-    pages += static_cast<double>(step.bytes.pages);
-    stream += static_cast<double>(step.bytes.stream_bytes);
-    live += static_cast<double>(step.bytes.live_bytes);
-    dropped += static_cast<double>(step.dropped_tokens);
+    counts.start_step(rng, step);
+    const StepDraw peak = detail::walk_step(schedule, held, [&](std::int64_t stash) {
+      if (lookup) return lookup->per_line[static_cast<std::size_t>(measured->line_of(rng, step, stash))];
+      const std::int64_t d = counts.draw_stash(rng, step, stash, c);
+      return StepDraw{layer.measure(c, settings.page_bytes), d};
+    });
+    peaks.push_back(peak.bytes.pages);
+    pages += static_cast<double>(peak.bytes.pages);
+    stream += static_cast<double>(peak.bytes.stream_bytes);
+    live += static_cast<double>(peak.bytes.live_bytes);
+    dropped += static_cast<double>(peak.dropped_tokens);
   }
   const auto n = static_cast<double>(settings.samples);
   plan.mean_pages = pages / n;
@@ -207,6 +314,13 @@ inline PoolPlan plan_pool(const Layer& layer, const Schedule& schedule, const Co
   plan.mean_dropped_tokens = dropped / n;
   plan.peaks = PeakDistribution(std::move(peaks));
   plan.pool = plan.peaks.pool_for(settings.overflow, settings.confidence);
+  plan.pool_interval = {static_cast<double>(plan.pool.low), static_cast<double>(plan.pool.high)};
+  if (measured && settings.bootstrap > 0) {
+    plan.bootstrap_replicates = settings.bootstrap;
+    plan.bootstrap_interval = detail::bootstrap_pool(schedule, *measured, *lookup, settings);
+    plan.pool_interval.low = std::min(plan.pool_interval.low, plan.bootstrap_interval.low);
+    plan.pool_interval.high = std::max(plan.pool_interval.high, plan.bootstrap_interval.high);
+  }
   plan.host_pages = std::min(settings.host_pages, plan.pool.value);
   plan.device_pages = plan.pool.value - plan.host_pages;
   plan.overflow_at_pool = plan.peaks.overflow_probability(plan.pool.value);

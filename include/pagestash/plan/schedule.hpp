@@ -1,6 +1,7 @@
 #pragma once
-// Schedule: how many (layer, microbatch) stashes one rank holds at once at the peak of a
-// step. Each stash holds its own routing's counts; the pool must hold them all together.
+// Schedule: the order of one rank's stashes and reloads over a training step. Every
+// forward of a (layer, microbatch) stashes its saved tensors, every backward reloads them;
+// the pool must hold, at every moment of the step, the stashes stashed and not yet reloaded.
 
 #include <pagestash/plan/saved_tensor.hpp>
 
@@ -8,30 +9,47 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
 namespace plan {
 
+/// The command's and Python's defaults: MoE layers on the rank, microbatches per step.
+inline constexpr std::int32_t default_layers = 4;
+inline constexpr std::int32_t default_microbatches = 8;
+
+/// One event of a step: a (layer, microbatch) stash or its reload.
+struct StashEvent {
+  bool stash = true;  ///< false: the reload
+  std::int32_t layer = 0;
+  std::int32_t microbatch = 0;
+};
+
 class Schedule {
  public:
-  /// Every microbatch's forward, then every backward (no pipeline): all layers x
-  /// microbatches are alive at the peak.
+  /// Every microbatch's forward, then every backward in reverse (no pipeline): every layer
+  /// x microbatch is held at the one peak.
   static Schedule forward_then_backward(std::int32_t layers, std::int32_t microbatches) {
     check_positive("layers", layers);
     check_positive("microbatches", microbatches);
-    return Schedule("lifo", std::vector<std::int64_t>(static_cast<std::size_t>(layers), microbatches));
+    Schedule s("lifo", layers, microbatches);
+    for (std::int32_t m = 0; m < microbatches; ++m) s.forward(m, 0, layers);
+    for (std::int32_t m = microbatches; m-- > 0;) s.backward(m, 0, layers);
+    s.summarise();
+    return s;
   }
 
-  /// 1F1B over `stages` pipeline stages on the rank of the first stage (the one holding
-  /// most), `layers` being the MoE layers of that rank (all its virtual chunks together).
-  ///  - v = 1: the first stage runs `stages` forwards before its first backward, then
-  ///    alternates: min(stages, microbatches) microbatches alive, each for all its layers.
-  ///  - v > 1 (interleaved, Megatron's schedule): the rank holds v chunks of layers / v
-  ///    layers; its warm-up runs (v - 1) * p + 2 * (p - 1) chunk forwards, and the first
-  ///    steady forward one more, before the first backward: min(v * p + p - 1, v * M)
-  ///    chunk-microbatches alive, i.e. layers * (p + (p - 1) / v) layer-microbatches, the
-  ///    (1 + (p - 1) / (p v)) x p of the Megatron-LM paper (Narayanan et al., 2021).
+  /// 1F1B over `stages` pipeline stages, in Megatron-LM's order, on the rank of the first
+  /// stage (the one holding most); `layers` are that rank's MoE layers (all its virtual
+  /// chunks together), a forward stashes them in order and a backward reloads them in reverse.
+  ///  - v = 1: min(p - 1, M) warm-up forwards, then forward / backward pairs, then the
+  ///    remaining backwards: min(p, M) microbatches held at each of max(1, M - p + 1) peaks.
+  ///  - v > 1 (interleaved): v chunks of layers / v layers; the chunk-microbatches run in
+  ///    Megatron's table (groups of p microbatches, chunk by chunk; backwards in reverse
+  ///    chunk order), with (v - 1) p + 2 (p - 1) warm-up forwards (all of them when M = p),
+  ///    then pairs: min(v p + p - 1, v M) chunk-microbatches held at a peak, the (1 + (p -
+  ///    1) / (p v)) x p of Narayanan et al. (2021).
   static Schedule one_f_one_b(std::int32_t layers, std::int32_t microbatches, std::int32_t stages,
                               std::int32_t virtual_stages = 1) {
     check_positive("layers", layers);
@@ -41,35 +59,62 @@ class Schedule {
     const std::int64_t p = stages, v = virtual_stages, m = microbatches;
     std::ostringstream name;
     name << "1f1b:" << p;
-    if (v == 1) return Schedule(name.str(), std::vector<std::int64_t>(static_cast<std::size_t>(layers), std::min(p, m)));
-    name << ":" << v;
+    if (v > 1) name << ":" << v;
     if (layers % virtual_stages != 0)
       detail::invalid_plan("1F1B with " + std::to_string(virtual_stages) + " virtual stages needs layers (" +
                            std::to_string(layers) + ") divisible by them");
-    const std::int64_t chunk_microbatches = std::min(v * p + p - 1, v * m);
-    // Chunk c's layers hold the chunk-microbatches of that chunk: spread in order over chunks
-    // (the warm-up runs chunk 0's microbatches first), as equal as the count allows.
-    std::vector<std::int64_t> alive;
-    const std::int64_t per_chunk = layers / v;
-    for (std::int64_t c = 0; c < v; ++c) {
-      const std::int64_t of_chunk = chunk_microbatches / v + (c < chunk_microbatches % v ? 1 : 0);
-      alive.insert(alive.end(), static_cast<std::size_t>(per_chunk), of_chunk);
+    Schedule s(name.str(), layers, microbatches);
+    // Megatron's table of (microbatch, chunk) for the forwards, groups of p microbatches.
+    std::vector<std::pair<std::int32_t, std::int32_t>> table;
+    for (std::int64_t first = 0; first < m; first += p) {
+      const std::int64_t last = first + p >= m ? m : first + p;
+      for (std::int64_t c = 0; c < v; ++c)
+        for (std::int64_t mb = first; mb < last; ++mb) table.emplace_back(static_cast<std::int32_t>(mb), static_cast<std::int32_t>(c));
     }
-    return Schedule(name.str(), alive);
+    const auto total = static_cast<std::int64_t>(table.size());
+    const std::int64_t warmup = v == 1 ? std::min(p - 1, m) : (m == p ? total : std::min((p - 1) * 2 + (v - 1) * p, total));
+    const std::int32_t per_chunk = layers / virtual_stages;
+    const auto run = [&](std::int64_t k, bool forward) {
+      const auto [mb, chunk] = table[static_cast<std::size_t>(k)];
+      const std::int32_t c = forward ? chunk : virtual_stages - 1 - chunk;
+      if (forward) s.forward(mb, c * per_chunk, per_chunk);
+      else s.backward(mb, c * per_chunk, per_chunk);
+    };
+    for (std::int64_t k = 0; k < warmup; ++k) run(k, true);
+    for (std::int64_t k = 0; k + warmup < total; ++k) {
+      run(k + warmup, true);
+      run(k, false);
+    }
+    for (std::int64_t k = total - warmup; k < total; ++k) run(k, false);
+    s.summarise();
+    return s;
   }
 
-  /// An explicit list: entry i is how many microbatches' stashes layer i holds at the peak.
+  /// An explicit list: entry i is how many microbatches' stashes layer i holds at the one
+  /// peak (every stash, then every reload in reverse).
   static Schedule explicit_list(std::vector<std::int64_t> microbatches_per_layer) {
     if (microbatches_per_layer.empty()) detail::invalid_plan("Schedule: the list is empty");
     std::ostringstream name;
     name << "list:";
+    std::int64_t most = 0, sum = 0;
     for (std::size_t i = 0; i < microbatches_per_layer.size(); ++i) {
-      if (microbatches_per_layer[i] < 0)
-        detail::invalid_plan("Schedule: entry " + std::to_string(i) + " is negative (" +
-                             std::to_string(microbatches_per_layer[i]) + ")");
-      name << (i ? "," : "") << microbatches_per_layer[i];
+      const std::int64_t n = microbatches_per_layer[i];
+      if (n < 0 || n > INT32_MAX)
+        detail::invalid_plan("Schedule: list entry " + std::to_string(i) + " = " + std::to_string(n) +
+                             " is outside [0, 2^31)");
+      name << (i ? "," : "") << n;
+      most = std::max(most, n);
+      sum += n;
     }
-    return Schedule(name.str(), std::move(microbatches_per_layer));
+    if (sum == 0) detail::invalid_plan("Schedule: " + name.str() + " holds no stash (a pool needs at least one page)");
+    if (microbatches_per_layer.size() > INT32_MAX) detail::invalid_plan("Schedule: the list is too long");
+    Schedule s(name.str(), static_cast<std::int32_t>(microbatches_per_layer.size()), static_cast<std::int32_t>(most));
+    for (std::int32_t m = 0; m < most; ++m)
+      for (std::size_t l = 0; l < microbatches_per_layer.size(); ++l)
+        if (m < microbatches_per_layer[l]) s.events_.push_back({true, static_cast<std::int32_t>(l), m});
+    for (std::size_t i = s.events_.size(); i-- > 0;) s.events_.push_back({false, s.events_[i].layer, s.events_[i].microbatch});
+    s.summarise();
+    return s;
   }
 
   /// Parses "lifo", "1f1b:P", "1f1b:P:V" or "list:a,b,c" (layers and microbatches apply to
@@ -78,9 +123,10 @@ class Schedule {
     if (s == "lifo") return forward_then_backward(layers, microbatches);
     const auto numbers = [&](const std::string& list, char sep) {
       std::vector<std::int64_t> out;
-      std::stringstream in(list);
-      std::string item;
-      while (std::getline(in, item, sep)) {
+      std::size_t begin = 0;
+      for (;;) {  // every field, the empty last one of "1f1b:4:" too
+        const std::size_t end = list.find(sep, begin);
+        const std::string item = list.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
         std::size_t used = 0;
         long long value = 0;
         try {
@@ -88,14 +134,16 @@ class Schedule {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (item.empty() || used != item.size()) detail::invalid_plan("schedule '" + s + "': '" + item + "' is not a number");
+        if (item.empty() || used != item.size())
+          detail::invalid_plan("schedule '" + s + "': '" + item + "' is not a number");
         out.push_back(value);
+        if (end == std::string::npos) return out;
+        begin = end + 1;
       }
-      return out;
     };
     if (s.rfind("1f1b:", 0) == 0) {
       const std::vector<std::int64_t> pv = numbers(s.substr(5), ':');
-      if (pv.empty() || pv.size() > 2 || pv[0] > INT32_MAX || (pv.size() == 2 && pv[1] > INT32_MAX))
+      if (pv.size() > 2 || pv[0] > INT32_MAX || pv[0] < INT32_MIN || (pv.size() == 2 && (pv[1] > INT32_MAX || pv[1] < INT32_MIN)))
         detail::invalid_plan("schedule '" + s + "': expected 1f1b:P or 1f1b:P:V");
       return one_f_one_b(layers, microbatches, static_cast<std::int32_t>(pv[0]),
                          pv.size() == 2 ? static_cast<std::int32_t>(pv[1]) : 1);
@@ -105,21 +153,55 @@ class Schedule {
   }
 
   const std::string& name() const { return name_; }
-  /// Per layer: the microbatches whose stashes it holds at the peak.
+  std::int32_t layers() const { return layers_; }
+  std::int32_t microbatches() const { return microbatches_; }
+  /// The step's stashes and reloads, in order.
+  const std::vector<StashEvent>& events() const { return events_; }
+  /// Stash (layer, microbatch)'s index in a step: microbatch * layers + layer.
+  std::int64_t stash_index(const StashEvent& e) const { return std::int64_t{e.microbatch} * layers_ + e.layer; }
+  /// Indices a step's stashes take: layers x microbatches (a measured step's count vectors).
+  std::int64_t stashes() const { return std::int64_t{layers_} * microbatches_; }
+  /// The most stashes held at once.
+  std::int64_t alive_stashes() const { return alive_; }
+  /// The moments the held stashes peak (a stash followed by a reload or the step's end):
+  /// the step overflows if the pool is short at any of them.
+  std::int64_t peak_moments() const { return moments_; }
+  /// Per layer: the microbatches it holds at the first moment the most stashes are held.
   const std::vector<std::int64_t>& microbatches_per_layer() const { return per_layer_; }
-  /// The stashes alive at the peak (the sum over layers).
-  std::int64_t alive_stashes() const {
-    std::int64_t n = 0;
-    for (std::int64_t m : per_layer_) n += m;
-    return n;
-  }
 
  private:
-  Schedule(std::string name, std::vector<std::int64_t> per_layer) : name_(std::move(name)), per_layer_(std::move(per_layer)) {}
+  Schedule(std::string name, std::int32_t layers, std::int32_t microbatches)
+      : name_(std::move(name)), layers_(layers), microbatches_(microbatches) {}
   static void check_positive(const char* what, std::int64_t n) {
     if (n < 1) detail::invalid_plan(std::string("Schedule: ") + what + " = " + std::to_string(n) + " must be at least 1");
   }
+  void forward(std::int32_t microbatch, std::int32_t first_layer, std::int32_t layers) {
+    for (std::int32_t l = first_layer; l < first_layer + layers; ++l) events_.push_back({true, l, microbatch});
+  }
+  void backward(std::int32_t microbatch, std::int32_t first_layer, std::int32_t layers) {
+    for (std::int32_t l = first_layer + layers; l-- > first_layer;) events_.push_back({false, l, microbatch});
+  }
+  void summarise() {
+    std::vector<char> held(static_cast<std::size_t>(stashes()), 0);
+    std::int64_t now = 0;
+    alive_ = moments_ = 0;
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      const StashEvent& e = events_[i];
+      held[static_cast<std::size_t>(stash_index(e))] = e.stash;
+      now += e.stash ? 1 : -1;
+      if (e.stash && (i + 1 == events_.size() || !events_[i + 1].stash)) ++moments_;
+      if (now > alive_) {
+        alive_ = now;
+        per_layer_.assign(static_cast<std::size_t>(layers_), 0);
+        for (std::int64_t k = 0; k < stashes(); ++k) per_layer_[static_cast<std::size_t>(k % layers_)] += held[static_cast<std::size_t>(k)];
+      }
+    }
+  }
+
   std::string name_;
+  std::int32_t layers_ = 0, microbatches_ = 0;
+  std::vector<StashEvent> events_;
+  std::int64_t alive_ = 0, moments_ = 0;
   std::vector<std::int64_t> per_layer_;
 };
 

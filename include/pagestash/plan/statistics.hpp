@@ -79,6 +79,13 @@ struct QuantileEstimate {
   bool high_bounded = true;    ///< false: too few samples above (high = the maximum): sample more
 };
 
+/// The smallest of `sorted` (ascending, not empty) with at least `level` of them at or below it.
+inline std::int64_t quantile_value(const std::vector<std::int64_t>& sorted, double level) {
+  const auto n = static_cast<std::int64_t>(sorted.size());
+  const auto rank = static_cast<std::int64_t>(std::ceil(level * static_cast<double>(n) - 1e-9));
+  return sorted[static_cast<std::size_t>(std::clamp<std::int64_t>(rank, 1, n) - 1)];
+}
+
 /// The `level` quantile of `sorted` (ascending) and its distribution-free interval: with B
 /// ~ Binomial(n, level) the samples at or below the true quantile, [X_(l), X_(u)] covers it
 /// with probability >= P(l <= B < u) >= confidence, l the largest rank with P(B < l) <=
@@ -90,8 +97,7 @@ inline QuantileEstimate quantile_estimate(const std::vector<std::int64_t>& sorte
   const auto n = static_cast<std::int64_t>(sorted.size());
   const auto at = [&](std::int64_t rank) { return sorted[static_cast<std::size_t>(rank - 1)]; };  // 1-based
   QuantileEstimate q;
-  const auto rank = static_cast<std::int64_t>(std::ceil(level * static_cast<double>(n) - 1e-9));
-  q.value = at(std::clamp<std::int64_t>(rank, 1, n));
+  q.value = quantile_value(sorted, level);
   const std::vector<double> cdf = binomial_cdf(n, level);
   const double tail = (1 - confidence) / 2;
   const auto below = [&](std::int64_t r) { return r <= 0 ? 0.0 : cdf[static_cast<std::size_t>(r - 1)]; };  // P(B < r)

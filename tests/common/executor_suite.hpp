@@ -413,4 +413,76 @@ void end_step_balance() {
   CHECK(s.flags.error == 1);
 }
 
+// ---- Refused before a launch, and in memory ---------------------------------------------
+
+/// A stash the host checks refuse (a record of another pool) throws before anything runs
+/// and leaves both records empty; `more(pool, view, rec)` adds the backend's own refusals
+/// (the CUDA executor's: a null stream, a pool of the other memory space).
+template <class Backend, class More>
+void refused_before_launch(More&& more) {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 8;
+  ps::PagePool pool(cfg, Backend::space), other(cfg, Backend::space);
+  const auto shape = sequence_shape<L>(false);
+  Tensor<L, Backend> t(shape);
+  t.set_counts(std::vector<std::int32_t>(static_cast<std::size_t>(shape.groups), 8));  // one count a group
+  auto rec = ps::make_record<Tr>(pool, shape);
+  auto theirs = ps::make_record<Tr>(other, shape);
+  CHECK_THROWS_WITH_AS(Backend::stash(pool, t.view, theirs), doctest::Contains("another pool"), std::invalid_argument);
+  more(pool, t.view, rec);
+  CHECK(rec.status().state == ps::RecordState::empty);
+  CHECK(theirs.status().state == ps::RecordState::empty);
+  CHECK(pool.stats().errors == 0);
+}
+
+/// Pool A's record used with pool B where the host cannot tell (attached device objects
+/// carry no ids): `refuse(pool_b, src, dst, rec_a)` runs a stash, a reload (zero_tail) and a
+/// discard of A's record on B past the host checks. The steps refuse it in memory: B
+/// counts three errors and changes nothing else, A's record and the destination stay as
+/// they were, and the record still reloads on A.
+template <class Backend, class Refuse>
+void foreign_record_refused(Refuse&& refuse) {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  const ps::PoolConfig cfg = room_for_two<Tr>(shape);
+  ps::PagePool pool_a(cfg, Backend::space), pool_b(cfg, Backend::space);
+  CHECK(pool_a.id() != pool_b.id());
+  auto rec_a = ps::make_record<Tr>(pool_a, shape);
+  std::mt19937 rng(71);
+  Tensor<L, Backend> src(shape), dst(shape);
+  const std::vector<std::int32_t> counts = random_counts(shape, rng);
+  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
+  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
+  const std::vector<std::uint8_t> poisoned = random_bytes(source.size(), rng);
+  src.set(BufferRole::data, source);
+  dst.set(BufferRole::data, poisoned);
+  src.set_counts(counts);
+  Backend::stash(pool_a, src.view, rec_a);
+  REQUIRE(rec_a.status().state == ps::RecordState::stashed);
+  const std::vector<std::int32_t> held = rec_a.page_ids();
+
+  refuse(pool_b, src.view, dst.view, rec_a);
+  const ps::PoolStats s = pool_b.stats();
+  CHECK(s.flags.foreign_record == 1);
+  CHECK(s.flags.error == 1);
+  CHECK(s.errors == 3);
+  CHECK(s.stashes == 0);
+  CHECK(s.reloads == 0);
+  CHECK(s.device_pages_free == cfg.device_pages);
+  CHECK(free_pages_are_all_ids(pool_b));
+  CHECK(rec_a.status().error == ps::Flag::foreign_record);
+  CHECK(rec_a.status().state == ps::RecordState::stashed);
+  CHECK(rec_a.page_ids() == held);
+  CHECK(dst.bytes(BufferRole::data) == poisoned);
+
+  // A's record is intact: it reloads on its own pool.
+  Backend::reload(pool_a, rec_a, dst.view, false);
+  CHECK(dst.bytes(BufferRole::data) == expected_reload<Tr>(shape, BufferRole::data, counts, source, poisoned, false));
+  CHECK(pool_a.stats().flags.error == 0);
+}
+
 }  // namespace pagestash_test::suite

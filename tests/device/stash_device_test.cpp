@@ -178,75 +178,34 @@ TEST_CASE("end_step on the device: a clean step is balanced, a record left stash
 // ---- GPU only (docs/design.md, "Tests and build") --------------------------------------
 
 TEST_CASE("bad input is rejected on the host before any launch") {
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1024;
-  cfg.device_pages = 8;
-  ps::PagePool device_pool(cfg, ps::MemorySpace::device), host_pool(cfg, ps::MemorySpace::host);
-  const auto shape = sequence_shape<RuBf16>(false);
-  Tensor<RuBf16, DeviceBackend> t(shape);
-  t.set_counts(std::vector<std::int32_t>(static_cast<std::size_t>(shape.groups), 8));  // one count a group
-  auto rec = ps::make_record<ps::StashTraits<RuBf16>>(device_pool, shape);
-  CHECK_THROWS_WITH_AS(ps::stash(ps::host, device_pool, t.view, rec), doctest::Contains("device memory"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(stash_on(nullptr, device_pool, t.view, rec), doctest::Contains("null"), std::invalid_argument);
-  auto host_rec = ps::make_record<ps::StashTraits<RuBf16>>(host_pool, shape);
-  CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, host_pool, t.view, host_rec), doctest::Contains("host memory"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, device_pool, t.view, host_rec),
-                       doctest::Contains("another pool"), std::invalid_argument);
-  CHECK(rec.status().state == ps::RecordState::empty);
+  suite::refused_before_launch<DeviceBackend>([](ps::PagePool& device_pool, const auto& view, auto& rec) {
+    using Tr = typename std::remove_reference_t<decltype(rec)>::traits;
+    CHECK_THROWS_WITH_AS(ps::stash(ps::host, device_pool, view, rec), doctest::Contains("device memory"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(stash_on(nullptr, device_pool, view, rec), doctest::Contains("null"), std::invalid_argument);
+    ps::PagePool host_pool(device_pool.config(), ps::MemorySpace::host);
+    auto host_rec = ps::make_record<Tr>(host_pool, rec.shape());
+    CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, host_pool, view, host_rec), doctest::Contains("host memory"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, device_pool, view, host_rec),
+                         doctest::Contains("another pool"), std::invalid_argument);
+  });
 }
 
 TEST_CASE("attached device objects: the host knows no ids, and the kernels refuse a record of another pool") {
-  using L = RuBf16;
-  using Tr = ps::StashTraits<L>;
-  const auto shape = sequence_shape<L>(false);
-  const ps::PoolConfig cfg = suite::room_for_two<Tr>(shape);
-  ps::PagePool pool_a(cfg, ps::MemorySpace::device), pool_b(cfg, ps::MemorySpace::device);
-  CHECK(pool_a.id() != pool_b.id());
-  auto rec_a = ps::make_record<Tr>(pool_a, shape);
-  std::mt19937 rng(71);
-  Tensor<L, DeviceBackend> src(shape), dst(shape);
-  const std::vector<std::int32_t> counts = random_counts(shape, rng);
-  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
-  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
-  const std::vector<std::uint8_t> poisoned = random_bytes(source.size(), rng);
-  src.set(BufferRole::data, source);
-  dst.set(BufferRole::data, poisoned);
-  src.set_counts(counts);
-  DeviceBackend::stash(pool_a, src.view, rec_a);
-  REQUIRE(rec_a.status().state == ps::RecordState::stashed);
-  const std::vector<std::int32_t> held = rec_a.page_ids();
-
-  // Per call, as a framework makes them: attach reads no device memory, so no ids.
-  ps::PagePool b = ps::PagePool::attach(cfg, ps::MemorySpace::device,
-                                        ps::PoolMemory{pool_b.ref().counters, pool_b.ref().device_arena, nullptr});
-  CHECK(b.id() == 0);
-  auto on_b = ps::StashRecord<Tr>::attach(b, shape, rec_a.ref().header);
-  CHECK(on_b.pool_id() == 0);
-  CHECK(ps::make_record<Tr>(b, shape).pool_id() == pool_b.id());  // made: reads the id once
-  DeviceBackend::stash(b, src.view, on_b);
-  DeviceBackend::reload(b, on_b, dst.view, true);
-  DeviceBackend::discard(b, on_b);
-  const ps::PoolStats s = pool_b.stats();
-  CHECK(s.flags.foreign_record == 1);
-  CHECK(s.flags.error == 1);
-  CHECK(s.errors == 3);
-  CHECK(s.stashes == 0);
-  CHECK(s.reloads == 0);
-  CHECK(s.device_pages_free == cfg.device_pages);
-  std::vector<std::int32_t> free = ps::free_pages(pool_b);
-  std::sort(free.begin(), free.end());
-  for (std::size_t i = 0; i < free.size(); ++i) CHECK(free[i] == static_cast<std::int32_t>(i));
-  CHECK(rec_a.status().error == ps::Flag::foreign_record);
-  CHECK(rec_a.status().state == ps::RecordState::stashed);
-  CHECK(rec_a.page_ids() == held);
-  CHECK(dst.bytes(BufferRole::data) == poisoned);
-
-  // A's record is intact: it reloads on its own pool.
-  DeviceBackend::reload(pool_a, rec_a, dst.view, false);
-  CHECK(dst.bytes(BufferRole::data) == expected_reload<Tr>(shape, BufferRole::data, counts, source, poisoned, false));
-  CHECK(pool_a.stats().flags.error == 0);
+  suite::foreign_record_refused<DeviceBackend>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
+    using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
+    // Per call, as a framework makes them: attach reads no device memory, so no ids.
+    ps::PagePool b = ps::PagePool::attach(pool_b.config(), ps::MemorySpace::device,
+                                          ps::PoolMemory{pool_b.ref().counters, pool_b.ref().device_arena, nullptr});
+    CHECK(b.id() == 0);
+    auto on_b = ps::StashRecord<Tr>::attach(b, rec_a.shape(), rec_a.ref().header);
+    CHECK(on_b.pool_id() == 0);
+    CHECK(ps::make_record<Tr>(b, rec_a.shape()).pool_id() == pool_b.id());  // made: reads the id once
+    DeviceBackend::stash(b, src, on_b);
+    DeviceBackend::reload(b, on_b, dst, true);
+    DeviceBackend::discard(b, on_b);
+  });
 }
 
 TEST_CASE("every launch has its own id, graph replays and two executables of one graph too") {

@@ -48,6 +48,20 @@ TEST_CASE("executor suite, host executor: end_step, a clean step is balanced, a 
   suite::end_step_balance<Host>();
 }
 
+TEST_CASE("executor suite, host executor: bad input is rejected before anything runs") {
+  suite::refused_before_launch<Host>([](ps::PagePool&, const auto&, auto&) {});
+}
+
+TEST_CASE("executor suite, host executor: the steps refuse a record of another pool where the host cannot tell") {
+  suite::foreign_record_refused<Host>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
+    using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
+    // Past the host checks, as on the device with attached objects (no ids on the host).
+    ps::detail::stash_on_host<Tr>(ps::host, pool_b.ref(), src, rec_a.ref());
+    ps::detail::reload_on_host<Tr>(ps::host, pool_b.ref(), rec_a.ref(), dst, true);
+    ps::detail::discard_pages(ps::detail::SerialTeam{}, pool_b.ref(), rec_a.ref());
+  });
+}
+
 // ---- The grid emulator ------------------------------------------------------------------
 // Emulated launches are dear (host threads, and TSan runs these): the bodies run for one
 // layout of each family here; emulator_test.cpp runs every layout through the emulator.
@@ -92,6 +106,18 @@ TEST_CASE("emulated grid: executor suite, odd shapes, buffers allocated to the e
 
 TEST_CASE("emulated grid: executor suite, end_step, a clean step is balanced, a record left stashed raises unbalanced") {
   suite::end_step_balance<Emulated>();
+}
+
+TEST_CASE("emulated grid: executor suite, the kernels refuse a record of another pool where the host cannot tell") {
+  suite::foreign_record_refused<Emulated>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
+    using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
+    using ps::detail::Operation;
+    // Launches on the handles, past the host checks, as on the device with attached objects.
+    const Emulator em = Emulated::emulator();
+    em.launch<Tr, Operation::stash>(pool_b.ref(), src, rec_a.ref(), false);
+    em.launch<Tr, Operation::reload>(pool_b.ref(), dst, rec_a.ref(), true);
+    em.launch<Tr, Operation::discard>(pool_b.ref(), rec_a.shape(), rec_a.ref(), false);
+  });
 }
 
 #undef PAGESTASH_SUITE_FEW_LAYOUTS

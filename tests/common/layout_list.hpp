@@ -54,3 +54,24 @@ namespace pagestash_test::layouts {
 inline constexpr int layout_count = 0 PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_TEST_COUNT_LAYOUT);
 #undef PAGESTASH_TEST_COUNT_LAYOUT
 }  // namespace pagestash_test::layouts
+
+namespace pagestash_test {
+namespace ps = pagestash;
+/// The non-default StashTraits the tests use (each also instantiated for the device).
+namespace traits {
+using DataOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>,
+                                     ps::Handling::paged>;
+using ScalesOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>,
+                                       ps::Handling::dropped, ps::Handling::paged, ps::Handling::kept>;
+using NoAmax = ps::BufferSelection<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>,
+                                   ps::Handling::paged, ps::Handling::paged, ps::Handling::dropped>;
+using MxScales = ps::BufferSelection<ps::RowwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>,
+                                     ps::Handling::dropped, ps::Handling::paged>;
+}  // namespace traits
+}  // namespace pagestash_test
+
+/// The non-default StashTraits above (the kernels are instantiated for these and for the
+/// default one of every layout).
+#define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X)                                                   \
+  X(pagestash_test::traits::DataOnly) X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) \
+  X(pagestash_test::traits::MxScales)

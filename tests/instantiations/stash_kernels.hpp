@@ -4,6 +4,8 @@
 
 #include <pagestash/pagestash.hpp>
 
+#include "../common/layout_list.hpp"  // the non-default traits (PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS)
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -26,22 +28,4 @@ void end_step_on(cudaStream_t stream, ps::PagePool& pool);
 /// blocks tell their launch by: detail::grid_launch_id) to *out.
 void launch_id_on(cudaStream_t stream, std::uint64_t* out);
 
-/// The non-default StashTraits the tests use (each also instantiated).
-namespace traits {
-using DataOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>,
-                                     ps::Handling::paged>;
-using ScalesOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>,
-                                       ps::Handling::dropped, ps::Handling::paged, ps::Handling::kept>;
-using NoAmax = ps::BufferSelection<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>,
-                                   ps::Handling::paged, ps::Handling::paged, ps::Handling::dropped>;
-using MxScales = ps::BufferSelection<ps::RowwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>,
-                                     ps::Handling::dropped, ps::Handling::paged>;
-}  // namespace traits
-
 }  // namespace pagestash_test
-
-/// Every StashTraits the kernels are instantiated for: the default one of every layout,
-/// and the selections above.
-#define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X)                                                   \
-  X(pagestash_test::traits::DataOnly) X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) \
-  X(pagestash_test::traits::MxScales)

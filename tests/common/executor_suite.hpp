@@ -1,0 +1,488 @@
+#pragma once
+// The GPU tests' bodies, written once over a Backend, so that each also runs on the CPU in
+// CI: tests/device/stash_device_test.cpp runs them through the CUDA executor, and
+// tests/host/executor_suite_test.cpp through the host executor and the grid emulator
+// (suite_backends.hpp). A body whose setup is wrong (a stash that fails where the checks
+// after it assume one) fails on the CPU before any GPU runs it.
+//
+// A Backend is stash_sequence.hpp's (memory, stash / reload / discard / reset, each done
+// when it returns; an upload has landed before the next operation reads it, on any stream),
+// and also:
+//   static void end_step(ps::PagePool&);
+//   struct Streams {  // n streams: each runs its operations in order, the streams at once
+//     explicit Streams(int n);
+//     template <class Tr> void stash(int k, ps::PagePool&, const ps::GroupedView<L>&, ps::StashRecord<Tr>&);
+//     template <class Tr> void reload(int k, ps::PagePool&, ps::StashRecord<Tr>&, const ps::GroupedView<L>&,
+//                                     bool zero_tail);
+//     void synchronize();  // every stream's operations are done
+//   };
+//   struct Graph {    // operations recorded (captured) from construction, not run
+//     template <class Tr> void stash(...); template <class Tr> void reload(...);  // as Streams', no k
+//     void instantiate();  // the recording ends
+//     void launch();       // every recorded operation runs, in order, as new launches; then returns
+//   };
+
+#include "layout_list.hpp"
+#include "page_bytes.hpp"
+#include "stash_sequence.hpp"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+namespace pagestash_test::suite {
+
+using namespace pagestash_test::layouts;
+
+// ---- Random sequences -------------------------------------------------------------------
+
+/// run_stash_sequence in every order, at the round and the odd shape.
+template <class Traits, class Backend>
+void sequences(std::uint32_t& seed, int ops) {
+  for (bool odd : {false, true})
+    for (Order order : {Order::lifo, Order::fifo, Order::random})
+      CHECK(run_stash_sequence<Traits, Backend>(sequence_shape<typename Traits::layout>(odd), order, ops, ++seed,
+                                                odd ? 256 : 1024) == ops);
+}
+
+/// Every layout's default traits with `layout_ops` operations a sequence, and the
+/// non-default traits with `traits_ops`.
+template <class Backend>
+void every_layout_sequences(int layout_ops, int traits_ops) {
+  std::uint32_t seed = 1000;
+#define PAGESTASH_SUITE_SEQUENCES(L)                          \
+  {                                                           \
+    CAPTURE(#L);                                              \
+    sequences<ps::StashTraits<L>, Backend>(seed, layout_ops); \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_SEQUENCES)
+#undef PAGESTASH_SUITE_SEQUENCES
+#define PAGESTASH_SUITE_SEQUENCES_TRAITS(Tr) sequences<Tr, Backend>(seed, traits_ops);
+  PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(PAGESTASH_SUITE_SEQUENCES_TRAITS)
+#undef PAGESTASH_SUITE_SEQUENCES_TRAITS
+}
+
+// ---- Helpers ----------------------------------------------------------------------------
+
+/// Sets the counts and random bytes in every buffer of t (kept in *kept if given).
+template <class L, class Backend>
+void fill(Tensor<L, Backend>& t, const std::vector<std::int32_t>& counts, std::mt19937& rng,
+          std::array<std::vector<std::uint8_t>, 3>* kept = nullptr) {
+  t.set_counts(counts);
+  for (BufferRole role : all_roles) {
+    auto b = random_bytes(static_cast<std::size_t>(t.view.buffer_bytes(role)), rng);
+    t.set(role, b);
+    if (kept != nullptr) (*kept)[static_cast<std::size_t>(role)] = std::move(b);
+  }
+}
+
+/// Random bytes in every buffer of t, kept in *kept: a destination to reload into.
+template <class L, class Backend>
+void poison(Tensor<L, Backend>& t, std::mt19937& rng, std::array<std::vector<std::uint8_t>, 3>& kept) {
+  for (BufferRole role : all_roles) {
+    kept[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(t.view.buffer_bytes(role)), rng);
+    t.set(role, kept[static_cast<std::size_t>(role)]);
+  }
+}
+
+/// Pages of 1 KiB for two of the largest stashes of `shape`.
+template <class Tr>
+ps::PoolConfig room_for_two(const ps::GroupedView<typename Tr::layout>& shape) {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  return cfg;
+}
+
+/// Whether the free pages of `pool` are every id once.
+inline bool free_pages_are_all_ids(const ps::PagePool& pool) {
+  std::vector<std::int32_t> ids = ps::free_pages(pool);
+  std::sort(ids.begin(), ids.end());
+  bool permutation = true;
+  for (std::size_t i = 0; i < ids.size(); ++i) permutation = permutation && ids[i] == static_cast<std::int32_t>(i);
+  return permutation;
+}
+
+// ---- The same pages and bytes as the host executor --------------------------------------
+
+/// The same stash through the host executor and the backend: same page ids (device and
+/// spilled host pages), same stream bytes in the pages (the rest of the last page is never
+/// written and holds what each allocation held: see page_bytes.hpp), same reloaded bytes.
+template <class L, class Backend>
+void same_as_host(std::uint32_t seed, int rounds) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(seed % 2 == 1);
+  const ps::PoolConfig cfg = spilling_config<Tr>(shape);  // a large stash spills
+  ps::PagePool host_pool(cfg, ps::MemorySpace::host), pool(cfg, Backend::space);
+  Tensor<L, Backend> src(shape), dest(shape);
+  Tensor<L, HostBackend<1>> h_src(shape), h_dest(shape);
+  auto h_rec = ps::make_record<Tr>(host_pool, shape);
+  auto rec = ps::make_record<Tr>(pool, shape);
+  for (int round = 0; round < rounds; ++round) {
+    CAPTURE(round);
+    const auto counts = random_counts(shape, rng);
+    std::array<std::vector<std::uint8_t>, 3> bytes, poisoned;
+    fill(h_src, counts, rng, &bytes);
+    src.set_counts(counts);
+    for (BufferRole role : all_roles) src.set(role, bytes[static_cast<std::size_t>(role)]);
+    ps::stash(ps::host, host_pool, h_src.view, h_rec);
+    REQUIRE(h_rec.status().state == ps::RecordState::stashed);
+    Backend::stash(pool, src.view, rec);
+    const ps::RecordStatus hs = h_rec.status(), s = rec.status();
+    REQUIRE(s.state == ps::RecordState::stashed);
+    CHECK(s.pages == hs.pages);
+    CHECK(s.device_pages == hs.device_pages);
+    CHECK(s.stream_bytes == hs.stream_bytes);
+    CHECK(rec.page_ids() == h_rec.page_ids());
+    CHECK(stream_bytes_of(pool, rec) == stream_bytes_of(host_pool, h_rec));
+    poison(h_dest, rng, poisoned);
+    for (BufferRole role : all_roles) dest.set(role, poisoned[static_cast<std::size_t>(role)]);
+    ps::reload(ps::host, host_pool, h_rec, h_dest.view, ps::ReloadOptions{round % 2 == 0});
+    Backend::reload(pool, rec, dest.view, round % 2 == 0);
+    for (BufferRole role : all_roles) CHECK(dest.bytes(role) == h_dest.bytes(role));
+    CHECK(ps::free_pages(pool) == ps::free_pages(host_pool));
+  }
+}
+
+template <class Backend>
+void every_layout_same_as_host(int rounds) {
+  std::uint32_t seed = 40;
+#define PAGESTASH_SUITE_SAME_AS_HOST(L)    \
+  {                                        \
+    CAPTURE(#L);                           \
+    same_as_host<L, Backend>(++seed, rounds); \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_SAME_AS_HOST)
+#undef PAGESTASH_SUITE_SAME_AS_HOST
+}
+
+// ---- A graph replayed with new counts ---------------------------------------------------
+
+/// Stash three tensors and reload them out of order (one with zero_tail), all recorded in
+/// one graph; replay it with new counts and data in the same buffers each time. Returns the
+/// replays whose every byte was right.
+template <class L, class Backend>
+int graph_replays(int replays, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 3 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, Backend::space);
+  std::vector<std::unique_ptr<Tensor<L, Backend>>> src, dest;
+  std::vector<std::unique_ptr<ps::StashRecord<Tr>>> recs;
+  for (int i = 0; i < 3; ++i) {
+    src.push_back(std::make_unique<Tensor<L, Backend>>(shape));
+    dest.push_back(std::make_unique<Tensor<L, Backend>>(shape));
+    recs.push_back(std::make_unique<ps::StashRecord<Tr>>(pool, shape));
+  }
+  typename Backend::Graph graph;
+  for (int i = 0; i < 3; ++i) graph.stash(pool, src[i]->view, *recs[i]);
+  const int order[3] = {2, 0, 1};
+  for (int i : order) graph.reload(pool, *recs[i], dest[i]->view, i == 1);
+  graph.instantiate();
+  for (const auto& r : recs) CHECK(r->status().state == ps::RecordState::empty);  // recorded, not run
+
+  int checked = 0;
+  for (int replay = 0; replay < replays; ++replay) {
+    CAPTURE(replay);
+    std::array<std::vector<std::int32_t>, 3> counts;
+    std::array<std::array<std::vector<std::uint8_t>, 3>, 3> bytes, poisoned;
+    for (int i = 0; i < 3; ++i) {
+      counts[i] = random_counts(shape, rng);
+      fill(*src[i], counts[i], rng, &bytes[i]);
+      poison(*dest[i], rng, poisoned[i]);
+    }
+    graph.launch();
+    bool all_equal = true;
+    for (int i = 0; i < 3; ++i) {
+      CHECK(recs[i]->status().state == ps::RecordState::reloaded);
+      for (BufferRole role : all_roles) {
+        const auto r = static_cast<std::size_t>(role);
+        all_equal = all_equal && dest[i]->bytes(role) == expected_reload<Tr>(shape, role, counts[i], bytes[i][r],
+                                                                             poisoned[i][r], i == 1);
+      }
+    }
+    CHECK(all_equal);
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.overflow);
+    CHECK(!st.error);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    checked += all_equal;
+  }
+  return checked;
+}
+
+// ---- Concurrent streams -----------------------------------------------------------------
+
+/// Streams run interleaved stashes and reloads of their own records, all at once, against
+/// one pool; then every destination is checked and every page is back.
+template <class L, class Backend>
+void concurrent_streams(int streams, int rounds, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  constexpr int per_stream = 4;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 512;
+  cfg.device_pages = streams * 3 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.host_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, Backend::space);
+  const int n = streams * per_stream;
+  std::vector<std::unique_ptr<Tensor<L, Backend>>> src, dest;
+  std::vector<std::unique_ptr<ps::StashRecord<Tr>>> recs;
+  for (int i = 0; i < n; ++i) {
+    src.push_back(std::make_unique<Tensor<L, Backend>>(shape));
+    dest.push_back(std::make_unique<Tensor<L, Backend>>(shape));
+    recs.push_back(std::make_unique<ps::StashRecord<Tr>>(pool, shape));
+  }
+  typename Backend::Streams s(streams);
+
+  for (int round = 0; round < rounds; ++round) {
+    CAPTURE(round);
+    std::vector<std::vector<std::int32_t>> counts(static_cast<std::size_t>(n));
+    std::vector<std::array<std::vector<std::uint8_t>, 3>> bytes(static_cast<std::size_t>(n)),
+        poisoned(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      counts[i] = random_counts(shape, rng);
+      fill(*src[i], counts[i], rng, &bytes[i]);
+      poison(*dest[i], rng, poisoned[i]);
+    }
+    // Per stream: stash 0, stash 1, reload 0, stash 2, reload 2, stash 3, reload 1, reload 3;
+    // the streams' steps are enqueued round-robin so that they overlap.
+    const int steps[8][2] = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 2}, {0, 3}, {1, 1}, {1, 3}};
+    for (const auto& step : steps) {
+      for (int k = 0; k < streams; ++k) {
+        const int i = k * per_stream + step[1];
+        if (step[0] == 0) s.stash(k, pool, src[i]->view, *recs[i]);
+        else s.reload(k, pool, *recs[i], dest[i]->view, (i + round) % 2 == 0);
+      }
+    }
+    s.synchronize();
+    int wrong = 0;
+    for (int i = 0; i < n; ++i) {
+      wrong += recs[i]->status().state != ps::RecordState::reloaded;
+      for (BufferRole role : all_roles) {
+        const auto r = static_cast<std::size_t>(role);
+        wrong += dest[i]->bytes(role) !=
+                 expected_reload<Tr>(shape, role, counts[i], bytes[i][r], poisoned[i][r], (i + round) % 2 == 0);
+      }
+    }
+    CHECK(wrong == 0);
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.overflow);
+    CHECK(!st.error);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    CHECK(st.host_pages_free == cfg.host_pages);
+    CHECK(free_pages_are_all_ids(pool));
+  }
+}
+
+// ---- Buffers of exactly their size ------------------------------------------------------
+
+/// Counts that reach the end of every buffer: each group full (capacity-padded), or the
+/// groups' shares adding up to max_tokens (packed), at the count alignment.
+template <class L>
+std::vector<std::int32_t> full_counts(const ps::GroupedView<L>& v) {
+  const std::int64_t align = v.count_alignment();
+  std::vector<std::int32_t> c(static_cast<std::size_t>(v.groups), static_cast<std::int32_t>(v.max_tokens / align * align));
+  if constexpr (L::placement::packed) {
+    std::int64_t left = v.max_tokens / align * align;
+    for (std::size_t g = 0; g < c.size(); ++g) {
+      const std::int64_t share = g + 1 == c.size() ? left : v.max_tokens / v.groups / align * align;
+      c[g] = static_cast<std::int32_t>(share);
+      left -= share;
+    }
+  }
+  return c;
+}
+
+/// The smallest shape the layout takes, with an odd hidden where it allows one (3, for the
+/// layouts without scales: rows of 6 or 12 bytes) and more than one group unless Plain.
+template <class L>
+ps::GroupedView<L> smallest_shape() {
+  ps::GroupedView<L> v;
+  v.groups = std::is_same_v<L, ps::Plain<typename L::data_type>> ? 1 : 3;
+  v.hidden = L::hidden_multiple == 1 ? 3 : L::hidden_multiple;
+  v.max_tokens = v.token_granule() == 1 ? 5 : v.token_granule();
+  return v;
+}
+
+/// Stashed and reloaded into a poisoned destination, with and without zero_tail, from full
+/// and random counts, with host spill, every buffer (and the counts) in the backend's
+/// memory: allocated to the exact byte where the backend does so (std::vector on the host:
+/// ASan sees past the end; cudaMalloc of exactly the bytes on the device: compute-sanitizer
+/// memcheck does). Returns the rounds.
+template <class L, class Backend>
+int exact_buffers(const ps::GroupedView<L>& shape, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  ps::validate_shape(shape);
+  const ps::PoolConfig cfg = spilling_config<Tr>(shape);  // a large stash spills
+  ps::PagePool pool(cfg, Backend::space);
+  Tensor<L, Backend> src(shape), dest(shape);
+  auto rec = ps::make_record<Tr>(pool, shape);
+  int rounds = 0;
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    const bool zero_tail = round % 2 == 1;
+    const auto counts = round < 2 ? full_counts(shape) : random_counts(shape, rng);
+    std::array<std::vector<std::uint8_t>, 3> bytes, poisoned;
+    fill(src, counts, rng, &bytes);
+    poison(dest, rng, poisoned);
+    Backend::stash(pool, src.view, rec);
+    REQUIRE(rec.status().state == ps::RecordState::stashed);
+    Backend::reload(pool, rec, dest.view, zero_tail);
+    CHECK(rec.status().state == ps::RecordState::reloaded);
+    for (BufferRole role : all_roles) {
+      CAPTURE(ps::name_of(role));
+      const auto r = static_cast<std::size_t>(role);
+      CHECK(dest.bytes(role) == expected_reload<Tr>(shape, role, counts, bytes[r], poisoned[r], zero_tail));
+    }
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.overflow);
+    CHECK(!st.error);
+    CHECK(st.device_pages_free == cfg.device_pages);
+    ++rounds;
+  }
+  return rounds;
+}
+
+/// exact_buffers for every layout at its odd sequence shape and its smallest shape.
+template <class Backend>
+void every_layout_exact_buffers() {
+  std::uint32_t seed = 90;
+  int layouts = 0, rounds = 0;
+#define PAGESTASH_SUITE_EXACT_SIZE(L)                                          \
+  {                                                                            \
+    CAPTURE(#L);                                                               \
+    ++layouts;                                                                 \
+    rounds += exact_buffers<L, Backend>(sequence_shape<L>(true), ++seed);      \
+    rounds += exact_buffers<L, Backend>(smallest_shape<L>(), ++seed);          \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_EXACT_SIZE)
+#undef PAGESTASH_SUITE_EXACT_SIZE
+  CHECK(rounds == layouts * 2 * 4);
+}
+
+// ---- end_step ---------------------------------------------------------------------------
+
+/// A clean step (one record reloaded, one discarded) is balanced; a step that leaves a
+/// record stashed raises unbalanced, with the pages it holds. Packed, with counts that fill
+/// the packed total (so each stash holds pages, and two fit the pool).
+template <class Backend>
+void end_step_balance() {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  ps::PagePool pool(room_for_two<Tr>(shape), Backend::space);
+  auto a = ps::make_record<Tr>(pool, shape), b = ps::make_record<Tr>(pool, shape);
+  std::mt19937 rng(73);
+  Tensor<L, Backend> src(shape), dst(shape);
+  src.set(BufferRole::data, random_bytes(static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data)), rng));
+  src.set_counts(full_counts(shape));
+  const auto stash = [&](ps::StashRecord<Tr>& rec) {
+    Backend::stash(pool, src.view, rec);
+    REQUIRE(rec.status().state == ps::RecordState::stashed);
+    REQUIRE(rec.status().pages > 0);
+  };
+
+  stash(a);
+  stash(b);
+  Backend::reload(pool, a, dst.view, false);
+  Backend::discard(pool, b);
+  Backend::end_step(pool);
+  ps::PoolStats s = pool.stats();
+  CHECK(s.flags.unbalanced == 0);
+  CHECK(s.flags.error == 0);
+  CHECK(s.pages_held_at_step_end == 0);
+
+  stash(a);
+  stash(b);
+  Backend::reload(pool, a, dst.view, false);  // b is forgotten
+  Backend::end_step(pool);
+  s = pool.stats();
+  REQUIRE(b.status().state == ps::RecordState::stashed);
+  CHECK(s.pages_held_at_step_end == b.status().pages);
+  CHECK(s.flags.unbalanced == 1);
+  CHECK(s.flags.error == 1);
+}
+
+// ---- Refused before a launch, and in memory ---------------------------------------------
+
+/// A stash the host checks refuse (a record of another pool) throws before anything runs
+/// and leaves both records empty; `more(pool, view, rec)` adds the backend's own refusals
+/// (the CUDA executor's: a null stream, a pool of the other memory space).
+template <class Backend, class More>
+void refused_before_launch(More&& more) {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  cfg.device_pages = 8;
+  ps::PagePool pool(cfg, Backend::space), other(cfg, Backend::space);
+  const auto shape = sequence_shape<L>(false);
+  Tensor<L, Backend> t(shape);
+  t.set_counts(std::vector<std::int32_t>(static_cast<std::size_t>(shape.groups), 8));  // one count a group
+  auto rec = ps::make_record<Tr>(pool, shape);
+  auto theirs = ps::make_record<Tr>(other, shape);
+  CHECK_THROWS_WITH_AS(Backend::stash(pool, t.view, theirs), doctest::Contains("another pool"), std::invalid_argument);
+  more(pool, t.view, rec);
+  CHECK(rec.status().state == ps::RecordState::empty);
+  CHECK(theirs.status().state == ps::RecordState::empty);
+  CHECK(pool.stats().errors == 0);
+}
+
+/// Pool A's record used with pool B where the host cannot tell (attached device objects
+/// carry no ids): `refuse(pool_b, src, dst, rec_a)` runs a stash, a reload (zero_tail) and a
+/// discard of A's record on B past the host checks. The steps refuse it in memory: B
+/// counts three errors and changes nothing else, A's record and the destination stay as
+/// they were, and the record still reloads on A.
+template <class Backend, class Refuse>
+void foreign_record_refused(Refuse&& refuse) {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  const auto shape = sequence_shape<L>(false);
+  const ps::PoolConfig cfg = room_for_two<Tr>(shape);
+  ps::PagePool pool_a(cfg, Backend::space), pool_b(cfg, Backend::space);
+  CHECK(pool_a.id() != pool_b.id());
+  auto rec_a = ps::make_record<Tr>(pool_a, shape);
+  std::mt19937 rng(71);
+  Tensor<L, Backend> src(shape), dst(shape);
+  const std::vector<std::int32_t> counts = random_counts(shape, rng);
+  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
+  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
+  const std::vector<std::uint8_t> poisoned = random_bytes(source.size(), rng);
+  src.set(BufferRole::data, source);
+  dst.set(BufferRole::data, poisoned);
+  src.set_counts(counts);
+  Backend::stash(pool_a, src.view, rec_a);
+  REQUIRE(rec_a.status().state == ps::RecordState::stashed);
+  const std::vector<std::int32_t> held = rec_a.page_ids();
+
+  refuse(pool_b, src.view, dst.view, rec_a);
+  const ps::PoolStats s = pool_b.stats();
+  CHECK(s.flags.foreign_record == 1);
+  CHECK(s.flags.error == 1);
+  CHECK(s.errors == 3);
+  CHECK(s.stashes == 0);
+  CHECK(s.reloads == 0);
+  CHECK(s.device_pages_free == cfg.device_pages);
+  CHECK(free_pages_are_all_ids(pool_b));
+  CHECK(rec_a.status().error == ps::Flag::foreign_record);
+  CHECK(rec_a.status().state == ps::RecordState::stashed);
+  CHECK(rec_a.page_ids() == held);
+  CHECK(dst.bytes(BufferRole::data) == poisoned);
+
+  // A's record is intact: it reloads on its own pool.
+  Backend::reload(pool_a, rec_a, dst.view, false);
+  CHECK(dst.bytes(BufferRole::data) == expected_reload<Tr>(shape, BufferRole::data, counts, source, poisoned, false));
+  CHECK(pool_a.stats().flags.error == 0);
+}
+
+}  // namespace pagestash_test::suite

@@ -110,39 +110,43 @@ PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word(const unsigned char* 
 }
 
 /// Bytes [0, n) (n < 4) of the aligned word at `word`, zero above: a 2-byte load and a
-/// byte load, so that nothing after them is read.
+/// byte load, so that nothing after them is read. Each load is a predicated instruction
+/// (no branch), so that loads of several words can be issued before any is used.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_head(const unsigned char* word, unsigned n) {
-  cuda::std::uint32_t w = 0;
+  cuda::std::uint32_t half = 0, byte = 0;
 #if defined(__CUDA_ARCH__)
-  if (n >= 2) w = __ldcs(reinterpret_cast<const unsigned short*>(word));
-  if (n % 2 == 1) w |= cuda::std::uint32_t{__ldcs(word + n - 1)} << (8 * (n - 1));
+  if (n >= 2) half = __ldcs(reinterpret_cast<const unsigned short*>(word));
+  if (n % 2 == 1) byte = __ldcs(word + n - 1);
 #else
   if (n >= 2) {
     cuda::std::uint16_t h;
     std::memcpy(&h, word, 2);
-    w = h;
+    half = h;
   }
-  if (n % 2 == 1) w |= cuda::std::uint32_t{word[n - 1]} << (8 * (n - 1));
+  if (n % 2 == 1) byte = word[n - 1];
 #endif
-  return w;
+  return half | byte << (8 * (n - 1) % 32);
 }
 
-/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
+/// The n (0..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
 /// aligned 4-byte words from the one that holds src, shifted into place. A word that ends
 /// past the run's last byte is read only up to it (load_word_head): that byte may be the
 /// buffer's last, and nothing after it is the caller's. Bytes before src in the first word
 /// are the buffer's (buffers start on 16 bytes). The device and the host make the same
-/// loads, so that the grid emulator under ASan sees what a GPU reads.
+/// loads, so that the grid emulator under ASan sees what a GPU reads. No branch: the whole
+/// words (up to 4, as n <= 16) and the part word after them are predicated loads.
 PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsigned n) {
   const auto offset = static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(src) % 4);
   const unsigned char* first = src - offset;
-  const unsigned end = offset + n;  // of the wanted bytes, from `first`
+  const unsigned end = n == 0 ? 0 : offset + n;  // of the wanted bytes, from `first`
+  const unsigned whole = end / 4;                 // words wholly wanted (<= 4)
   cuda::std::uint32_t words[5];
   PAGESTASH_UNROLL
-  for (unsigned k = 0; k < 5; ++k) {
-    if (4 * k + 4 <= end) words[k] = load_word(first + 4 * k);
-    else words[k] = 4 * k < end ? load_word_head(first + 4 * k, end - 4 * k) : 0u;
-  }
+  for (unsigned k = 0; k < 4; ++k) words[k] = k < whole ? load_word(first + 4 * k) : 0u;
+  const cuda::std::uint32_t part = load_word_head(first + 4 * whole, end % 4);
+  words[4] = 0;
+  PAGESTASH_UNROLL
+  for (unsigned k = 0; k < 5; ++k) words[k] |= k == whole ? part : 0u;
   Vector16 out;
   PAGESTASH_UNROLL
   for (unsigned k = 0; k < 4; ++k) out.w[k] = funnel_shift_right(words[k], words[k + 1], 8 * offset);
@@ -197,6 +201,27 @@ PAGESTASH_HOST_DEVICE void for_each_run_piece(const TileSpan& s, cuda::std::uint
   }
 }
 
+/// The n bytes of a vector at tile byte q (the first piece p, located), gathered from their
+/// runs with word loads; zero above n.
+PAGESTASH_HOST_DEVICE inline Vector16 gather_vector(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n,
+                                                    Piece p) {
+  Vector16 x{};
+  for_each_run_piece(s, q, n, p, [&](const unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
+    const Vector16 part = shift_bytes(load_bytes(at, m), done, true);
+    PAGESTASH_UNROLL
+    for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
+  });
+  return x;
+}
+
+/// Bytes [0, n) of x to the runs of the vector at tile byte q (the first piece p, located).
+PAGESTASH_HOST_DEVICE inline void scatter_vector(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n,
+                                                 Piece p, const Vector16& x) {
+  for_each_run_piece(s, q, n, p, [&](unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
+    store_bytes(at, shift_bytes(x, done, false), m);
+  });
+}
+
 /// One vector of a tile, starting at byte q, however its bytes lie in the buffer.
 PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda::std::uint32_t q) {
   const cuda::std::uint32_t n = s.bytes - q < 16 ? s.bytes - q : 16;
@@ -207,19 +232,25 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
     return;
   }
   if (op == TileOp::stash) {
-    Vector16 x{};
-    for_each_run_piece(s, q, n, first, [&](const unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
-      const Vector16 part = shift_bytes(load_bytes(at, m), done, true);
-      PAGESTASH_UNROLL
-      for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
-    });
-    store16(s.stream + q, x, false);  // bytes past n: the segment's padding, zeros
+    store16(s.stream + q, gather_vector(s, q, n, first), false);  // bytes past n: the segment's padding, zeros
     return;
   }
-  const Vector16 x = op == TileOp::reload ? load16(s.stream + q) : Vector16{};
-  for_each_run_piece(s, q, n, first, [&](unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
-    store_bytes(at, shift_bytes(x, done, false), m);
-  });
+  scatter_vector(s, q, n, first, op == TileOp::reload ? load16(s.stream + q) : Vector16{});
+}
+
+/// Whether every whole vector of the tile lies in at most two runs: one line, or lines of
+/// 16 bytes or more after the head.
+PAGESTASH_HOST_DEVICE inline bool tile_in_two_pieces(const TileSpan& s) {
+  return s.head_bytes == s.bytes || s.run >= 16;
+}
+
+/// Where the rest of the whole vector at tile byte q lies in a tile_in_two_pieces tile, when
+/// its first piece p holds only m < 16 bytes: the next line's run (the body after the head,
+/// else one pitch after the start of p's line). With m == 16, p itself (no bytes follow).
+PAGESTASH_HOST_DEVICE inline const unsigned char* second_piece(const TileSpan& s, cuda::std::uint32_t q, const Piece& p,
+                                                              cuda::std::uint32_t m) {
+  if (m == 16) return p.at;
+  return q < s.head_bytes ? s.body : p.at + (s.pitch - static_cast<cuda::std::int64_t>(s.run - m));
 }
 
 /// Whether every whole vector of the tile lies in one run, aligned alike in the buffer:
@@ -235,12 +266,13 @@ template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
-  const bool aligned = tile_aligned(s);
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
-  if (aligned) {
-    // All loads, then all stores: the pointers may alias, so the compiler would not hoist a
-    // load above an earlier store by itself. A short last vector is left to move_vector.
-    for (; 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes; v += in_flight * stride) {
+  // Each loop loads in_flight whole vectors per lane, then stores them: the pointers may
+  // alias, so the compiler would not hoist a load above an earlier store by itself. A short
+  // last vector, and the vectors left over, go to move_vector.
+  const auto whole_batch = [&] { return 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes; };
+  if (tile_aligned(s)) {
+    for (; whole_batch(); v += in_flight * stride) {
       // Buffer addresses are found where they are used, so that only the vectors stay live.
       Vector16 x[in_flight];
       PAGESTASH_UNROLL
@@ -256,6 +288,40 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
         if (op == TileOp::stash) store16(s.stream + q, x[k], false);
         else store16(locate(s, q).at, x[k], true);
       }
+    }
+  } else if (op != TileOp::stash) {
+    // Scattered: the stream's vectors are whole and aligned, their stores are not.
+    for (; whole_batch(); v += in_flight * stride) {
+      Vector16 x[in_flight];
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k)
+        x[k] = op == TileOp::reload ? load16(s.stream + 16 * (v + k * stride)) : Vector16{};
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+        const cuda::std::uint32_t q = 16 * (v + k * stride);
+        scatter_vector(s, q, 16, locate(s, q), x[k]);
+      }
+    }
+  } else if (tile_in_two_pieces(s)) {
+    // Gathered: in_flight vectors' word loads, then their stores. Within a vector no branch
+    // parts the loads of its two pieces (load_bytes is predicated loads); locate's branch
+    // between vectors keeps the compiler from issuing more than about two vectors' words
+    // before it shifts them (a batch of four located first spills within 64 registers).
+    // Lines of fewer than 16 bytes (scales, a few tokens) take move_vector's loop instead.
+    for (; whole_batch(); v += in_flight * stride) {
+      Vector16 x[in_flight];
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+        const cuda::std::uint32_t q = 16 * (v + k * stride);
+        const Piece p = locate(s, q);
+        const cuda::std::uint32_t m = p.room < 16 ? p.room : 16;
+        const Vector16 first = load_bytes(p.at, m);
+        const Vector16 rest = shift_bytes(load_bytes(second_piece(s, q, p, m), 16 - m), m % 16, true);
+        PAGESTASH_UNROLL
+        for (int w = 0; w < 4; ++w) x[k].w[w] = first.w[w] | rest.w[w];
+      }
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) store16(s.stream + 16 * (v + k * stride), x[k], false);
     }
   }
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);

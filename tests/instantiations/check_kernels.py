@@ -47,8 +47,8 @@ MAX_REGISTERS = 64
 # The 4-byte loads of one whole vector's first piece in the gather (copy.hpp load_bytes):
 # its four whole words, predicated off only where the piece is shorter.
 WORDS_PER_VECTOR = 4
-# The gather's words in flight are reported, not yet enforced: within 64 registers the
-# compiler issues about two vectors' words before it shifts them (issue 29, section 3).
+# The gather's words in flight are reported, not yet enforced: it gathers a vector at a
+# time (issue 29, section 3).
 ENFORCE_GATHER = os.environ.get("PAGESTASH_CHECK_GATHER") == "1"
 MIN_LOADS_IN_FLIGHT = min(policy_values("loads_in_flight"))  # the copy loop's, at the least
 THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in every policy

@@ -110,43 +110,39 @@ PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word(const unsigned char* 
 }
 
 /// Bytes [0, n) (n < 4) of the aligned word at `word`, zero above: a 2-byte load and a
-/// byte load, so that nothing after them is read. Each load is a predicated instruction
-/// (no branch), so that loads of several words can be issued before any is used.
+/// byte load, so that nothing after them is read.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_head(const unsigned char* word, unsigned n) {
-  cuda::std::uint32_t half = 0, byte = 0;
+  cuda::std::uint32_t w = 0;
 #if defined(__CUDA_ARCH__)
-  if (n >= 2) half = __ldcs(reinterpret_cast<const unsigned short*>(word));
-  if (n % 2 == 1) byte = __ldcs(word + n - 1);
+  if (n >= 2) w = __ldcs(reinterpret_cast<const unsigned short*>(word));
+  if (n % 2 == 1) w |= cuda::std::uint32_t{__ldcs(word + n - 1)} << (8 * (n - 1));
 #else
   if (n >= 2) {
     cuda::std::uint16_t h;
     std::memcpy(&h, word, 2);
-    half = h;
+    w = h;
   }
-  if (n % 2 == 1) byte = word[n - 1];
+  if (n % 2 == 1) w |= cuda::std::uint32_t{word[n - 1]} << (8 * (n - 1));
 #endif
-  return half | byte << (8 * (n - 1) % 32);
+  return w;
 }
 
-/// The n (0..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
+/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
 /// aligned 4-byte words from the one that holds src, shifted into place. A word that ends
 /// past the run's last byte is read only up to it (load_word_head): that byte may be the
 /// buffer's last, and nothing after it is the caller's. Bytes before src in the first word
 /// are the buffer's (buffers start on 16 bytes). The device and the host make the same
-/// loads, so that the grid emulator under ASan sees what a GPU reads. No branch: the whole
-/// words (up to 4, as n <= 16) and the part word after them are predicated loads.
+/// loads, so that the grid emulator under ASan sees what a GPU reads.
 PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsigned n) {
   const auto offset = static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(src) % 4);
   const unsigned char* first = src - offset;
-  const unsigned end = n == 0 ? 0 : offset + n;  // of the wanted bytes, from `first`
-  const unsigned whole = end / 4;                 // words wholly wanted (<= 4)
+  const unsigned end = offset + n;  // of the wanted bytes, from `first`
   cuda::std::uint32_t words[5];
   PAGESTASH_UNROLL
-  for (unsigned k = 0; k < 4; ++k) words[k] = k < whole ? load_word(first + 4 * k) : 0u;
-  const cuda::std::uint32_t part = load_word_head(first + 4 * whole, end % 4);
-  words[4] = 0;
-  PAGESTASH_UNROLL
-  for (unsigned k = 0; k < 5; ++k) words[k] |= k == whole ? part : 0u;
+  for (unsigned k = 0; k < 5; ++k) {
+    if (4 * k + 4 <= end) words[k] = load_word(first + 4 * k);
+    else words[k] = 4 * k < end ? load_word_head(first + 4 * k, end - 4 * k) : 0u;
+  }
   Vector16 out;
   PAGESTASH_UNROLL
   for (unsigned k = 0; k < 4; ++k) out.w[k] = funnel_shift_right(words[k], words[k + 1], 8 * offset);
@@ -238,21 +234,6 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
   scatter_vector(s, q, n, first, op == TileOp::reload ? load16(s.stream + q) : Vector16{});
 }
 
-/// Whether every whole vector of the tile lies in at most two runs: one line, or lines of
-/// 16 bytes or more after the head.
-PAGESTASH_HOST_DEVICE inline bool tile_in_two_pieces(const TileSpan& s) {
-  return s.head_bytes == s.bytes || s.run >= 16;
-}
-
-/// Where the rest of the whole vector at tile byte q lies in a tile_in_two_pieces tile, when
-/// its first piece p holds only m < 16 bytes: the next line's run (the body after the head,
-/// else one pitch after the start of p's line). With m == 16, p itself (no bytes follow).
-PAGESTASH_HOST_DEVICE inline const unsigned char* second_piece(const TileSpan& s, cuda::std::uint32_t q, const Piece& p,
-                                                              cuda::std::uint32_t m) {
-  if (m == 16) return p.at;
-  return q < s.head_bytes ? s.body : p.at + (s.pitch - static_cast<cuda::std::int64_t>(s.run - m));
-}
-
 /// Whether every whole vector of the tile lies in one run, aligned alike in the buffer:
 /// the tile starts on 16 bytes and every line boundary in it falls on one.
 PAGESTASH_HOST_DEVICE inline bool tile_aligned(const TileSpan& s) {
@@ -302,28 +283,9 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
         scatter_vector(s, q, 16, locate(s, q), x[k]);
       }
     }
-  } else if (tile_in_two_pieces(s)) {
-    // Gathered: in_flight vectors' word loads, then their stores. Within a vector no branch
-    // parts the loads of its two pieces (load_bytes is predicated loads); locate's branch
-    // between vectors keeps the compiler from issuing more than about two vectors' words
-    // before it shifts them (a batch of four located first spills within 64 registers).
-    // Lines of fewer than 16 bytes (scales, a few tokens) take move_vector's loop instead.
-    for (; whole_batch(); v += in_flight * stride) {
-      Vector16 x[in_flight];
-      PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
-        const cuda::std::uint32_t q = 16 * (v + k * stride);
-        const Piece p = locate(s, q);
-        const cuda::std::uint32_t m = p.room < 16 ? p.room : 16;
-        const Vector16 first = load_bytes(p.at, m);
-        const Vector16 rest = shift_bytes(load_bytes(second_piece(s, q, p, m), 16 - m), m % 16, true);
-        PAGESTASH_UNROLL
-        for (int w = 0; w < 4; ++w) x[k].w[w] = first.w[w] | rest.w[w];
-      }
-      PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) store16(s.stream + 16 * (v + k * stride), x[k], false);
-    }
   }
+  // A gather (stash, unaligned) moves a vector at a time: a batch of four spilled within 64
+  // registers.
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
 }
 

@@ -30,7 +30,7 @@ struct StashPolicy90 {
   /// latency (Little's law: bandwidth x latency / SMs, loads only: a store is not waited
   /// on). 90% of an H200's copy (half of 4.8 TB/s is loads, 0.6-1 us loaded, 132 SMs) needs
   /// 9.6-16 KiB of loads in flight per SM; one block has 16 warps x 32 lanes x 4 loads x 16
-  /// bytes = 32 KiB (the gather of unaligned lines: about half).
+  /// bytes = 32 KiB (the gather of unaligned lines: a quarter, one vector a lane).
   static constexpr int grid_blocks_per_sm = 1;
   /// Consecutive tiles each warp of a block gets per claim: a block claims warps x this
   /// many at once (128 KiB of 4 KiB tiles at 16 warps), few enough claims that the atomic

@@ -55,8 +55,17 @@ std::vector<std::int32_t> counts_for(const ps::GroupedView<Layout>& shape, std::
 struct Row {
   std::string name;
   std::int64_t stream_bytes;
+  std::int64_t tiles;  ///< of the stash's plan
   LaunchCost cost;
 };
+
+/// n per tile of the row's plan ("-" for a plan of no tiles).
+std::string per_tile(std::int64_t n, std::int64_t tiles) {
+  if (tiles == 0) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", static_cast<double>(n) / static_cast<double>(tiles));
+  return text;
+}
 
 }  // namespace
 
@@ -121,7 +130,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "launch_cost: the %s stash did not complete\n", name);
       return 1;
     }
-    rows.push_back({name, rec.status().stream_bytes, cost});
+    rows.push_back({name, rec.status().stream_bytes, rec.ref().header->tiles, cost});
     ps::discard(ps::host, pool, rec);
   }
 
@@ -130,9 +139,11 @@ int main(int argc, char** argv) {
                 grid.threads);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const LaunchCost& c = rows[i].cost;
-      std::printf("%s{\"stash\": \"%s\", \"stream_bytes\": %lld, \"blocks\": %lld, \"rmw\": %lld, \"busiest_line_rmw\": %lld, "
-                  "\"atomic_loads\": %lld, \"atomic_stores\": %lld, \"fences\": %lld, \"barriers\": %lld}",
+      std::printf("%s{\"stash\": \"%s\", \"stream_bytes\": %lld, \"tiles\": %lld, \"blocks\": %lld, \"rmw\": %lld, "
+                  "\"busiest_line_rmw\": %lld, \"atomic_loads\": %lld, \"atomic_stores\": %lld, \"fences\": %lld, "
+                  "\"barriers\": %lld}",
                   i ? ", " : "", rows[i].name.c_str(), static_cast<long long>(rows[i].stream_bytes),
+                  static_cast<long long>(rows[i].tiles),
                   static_cast<long long>(c.blocks), static_cast<long long>(c.rmw),
                   static_cast<long long>(c.busiest_line_rmw), static_cast<long long>(c.loads),
                   static_cast<long long>(c.stores), static_cast<long long>(c.fences), static_cast<long long>(c.barriers));
@@ -145,15 +156,17 @@ int main(int argc, char** argv) {
               "timing)\n\n",
               kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major, grid.blocks,
               grid.threads);
-  std::printf("%-8s %12s %7s %12s %10s %10s %8s %12s %14s\n", "stash", "stream bytes", "blocks", "same-line RMW",
-              "all RMW", "at. loads", "stores", "fences/blk", "barriers/blk");
+  std::printf("%-8s %12s %6s %7s %12s %10s %10s %8s %12s %14s %11s %13s\n", "stash", "stream bytes", "tiles", "blocks",
+              "same-line RMW", "all RMW", "at. loads", "stores", "fences/blk", "barriers/blk", "fences/tile",
+              "barriers/tile");
   for (const Row& r : rows) {
     const LaunchCost& c = r.cost;
-    std::printf("%-8s %12lld %7lld %12lld %10lld %10lld %8lld %12.1f %14.1f\n", r.name.c_str(),
-                static_cast<long long>(r.stream_bytes), static_cast<long long>(c.blocks),
-                static_cast<long long>(c.busiest_line_rmw), static_cast<long long>(c.rmw),
-                static_cast<long long>(c.loads), static_cast<long long>(c.stores), c.per_block(c.fences),
-                c.per_block(c.barriers));
+    std::printf("%-8s %12lld %6lld %7lld %12lld %10lld %10lld %8lld %12.1f %14.1f %11s %13s\n", r.name.c_str(),
+                static_cast<long long>(r.stream_bytes), static_cast<long long>(r.tiles),
+                static_cast<long long>(c.blocks), static_cast<long long>(c.busiest_line_rmw),
+                static_cast<long long>(c.rmw), static_cast<long long>(c.loads), static_cast<long long>(c.stores),
+                c.per_block(c.fences), c.per_block(c.barriers), per_tile(c.fences, r.tiles).c_str(),
+                per_tile(c.barriers, r.tiles).c_str());
   }
   return 0;
 }

@@ -6,6 +6,13 @@ and the reset kernel, per architecture in the library:
   - stack frame 0 bytes, no spills (no STL/LDL in the SASS), at most 64 registers;
   - the copy loop moves 128-bit vectors: a 128-bit global load and store (LDG.E.128, STG.E.128),
     with at least loads_in_flight of those loads issued before a store (stash/policy.hpp);
+  - the unaligned paths keep loads_in_flight vectors in flight too (loads_in_flight below):
+    a reload kernel's scatter has at least loads_in_flight 128-bit loads issued when the
+    first of them is read by anything but a 128-bit store (an unaligned one goes to shifts
+    and narrow stores); a stash kernel's gather should issue WORDS_PER_VECTOR x
+    loads_in_flight 4-byte evict-first loads (LDG.E.EF, the buffer's words) before the first
+    instruction that reads one of them: the table shows its vectors in flight (words / 4),
+    and PAGESTASH_CHECK_GATHER=1 enforces it;
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel.
@@ -37,11 +44,95 @@ def policy_values(name):
 
 
 MAX_REGISTERS = 64
+# The 4-byte loads of one whole vector's first piece in the gather (copy.hpp load_bytes):
+# its four whole words, predicated off only where the piece is shorter.
+WORDS_PER_VECTOR = 4
+# The gather's words in flight are reported, not yet enforced: it gathers a vector at a
+# time (issue 29, section 3).
+ENFORCE_GATHER = os.environ.get("PAGESTASH_CHECK_GATHER") == "1"
 MIN_LOADS_IN_FLIGHT = min(policy_values("loads_in_flight"))  # the copy loop's, at the least
 THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in every policy
 # CCTL.IVALL in a kernel's code (each acquire: arrival, verdict, lock, finish, in the steps
 # the kernel inlines); none may be in a spin loop.
 MAX_CCTL_IVALL = 12
+
+
+def registers(operand):
+    """The registers an operand names: R4 -> [4], R4.64 (a pair, in an address) -> [4, 5]."""
+    out = []
+    for m in re.finditer(r"\bR(\d+)(\.64)?\b", operand):
+        r = int(m.group(1))
+        out += [r, r + 1] if m.group(2) else [r]
+    return out
+
+
+# Opcodes whose operands are all read (no destination register).
+NO_DESTINATION = ("ST", "RED", "BRA", "BSSY", "BSYNC", "BAR", "EXIT", "CALL", "RET", "WARPSYNC", "MEMBAR", "CCTL",
+                  "NANOSLEEP", "YIELD", "NOP", "ERRBAR", "FENCE")
+
+
+def parse(instructions):
+    """(opcode, destination registers, source registers, branch target or None, taken always,
+    predicated) for each instruction, in address order."""
+    index = {a: i for i, (a, _) in enumerate(instructions)}
+    out = []
+    for _, ins in instructions:
+        predicated = re.match(r"@!?U?P\w+\s+", ins) is not None
+        ins = re.sub(r"^@!?U?P\w+\s+", "", ins)
+        opcode, _, rest = ins.partition(" ")
+        operands = [o.strip() for o in rest.split(",")] if rest else []
+        writes = not opcode.startswith(NO_DESTINATION) and operands
+        dest = registers(operands[0]) if writes else []
+        if dest and opcode.startswith("LDG"):
+            width = 4 if opcode.endswith(".128") else (2 if opcode.endswith(".64") else 1)
+            dest = list(range(dest[0], dest[0] + width))
+        sources = {r for o in (operands[1:] if writes else operands) for r in registers(o)}
+        b = re.match(r"BRA(?:\.\w+)* (?:!?U?P\w+, )?0x([0-9a-f]+)", ins)
+        target = index.get(int(b.group(1), 16)) if b else None
+        always = target is not None and not predicated and not re.match(r"BRA(?:\.\w+)* !?U?P", ins)
+        out.append((opcode, dest, sources, target, always, predicated))
+    return out
+
+
+def loads_in_flight(code, is_load, counts, steps=600):
+    """The most loads (is_load(opcode)) issued and not yet read at an instruction that reads
+    one of them (or writes it, unpredicated) and that counts(opcode) accepts: the loads a lane
+    has in flight when it first waits on one. Along paths the code can run: from the start and from
+    every branch target, `steps` instructions at most, falling through conditional branches,
+    taking unconditional forward ones, ending at a backward branch or an EXIT."""
+    starts = {0} | {c[3] for c in code if c[3] is not None}
+    best = 0
+    for start in starts:
+        pending = []  # the registers of each load issued, not yet read
+        i = start
+        for _ in range(steps):
+            if i >= len(code):
+                break
+            opcode, dest, sources, target, always, predicated = code[i]
+            # An unpredicated write of a load's register waits for the load too; a predicated
+            # one (a default where the load was predicated off) may not run: neither.
+            waited = sources | (set() if predicated else set(dest))
+            read = [p for p in pending if waited.intersection(p)]
+            if read and counts(opcode):
+                best = max(best, len(pending))
+            pending = [p for p in pending if p not in read]
+            if is_load(opcode) and dest:
+                pending.append(tuple(dest))
+            if opcode == "EXIT" or (target is not None and target <= i and always):
+                break
+            i = target if always and target > i else i + 1
+    return best
+
+
+def is_word_load(opcode):
+    """A 4-byte evict-first global load: the gather's words (copy.hpp load_word)."""
+    m = re.match(r"LDG\.E((?:\.[A-Z0-9]+)*)$", opcode)
+    return bool(m) and ".EF" in m.group(1) and not re.search(r"\.(?:U8|S8|U16|S16|64|128)\b", m.group(1))
+
+
+def is_vector_load(opcode):
+    """A 128-bit evict-first global load: a stream vector on reload (copy.hpp load16)."""
+    return re.match(r"LDG\.E(?:\.[A-Z]+)*\.128$", opcode) is not None and ".EF" in opcode
 
 
 def find_tool(name):
@@ -154,6 +245,9 @@ def main():
             around = [(lo, hi) for lo, hi in loops if lo <= z <= hi]
             if around:
                 spin_loops.add(min(around, key=lambda r: r[1] - r[0]))
+        parsed = parse(instructions)
+        k["gather"] = loads_in_flight(parsed, is_word_load, lambda op: True)
+        k["scatter"] = loads_in_flight(parsed, is_vector_load, lambda op: not re.match(r"STG.*\.128$", op))
         k["cctl"] = len(invalidations)
         k["cctl_in_spin"] = sum(1 for c in invalidations if any(lo <= c <= hi for lo, hi in spin_loops))
         k["spin_loops"] = len(spin_loops)
@@ -163,15 +257,19 @@ def main():
     keys = sorted(kernels)
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
-    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s} {'L1 inv':>6s}  128-bit ld/st")
+    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s} {'unaligned':>9s} {'L1 inv':>6s}  128-bit ld/st")
     for key in keys:
         k = kernels[key]
         label = short_name(pretty[key])
         is_copy = label.startswith(("stash", "reload"))  # discard and reset copy nothing
         blocks = resident_blocks(k["regs"], k["shared"], key[0])
         vectors = "yes" if k.get("ld128") and k.get("st128") else ("n/a" if not is_copy else "NO")
+        # The unaligned path's loads in flight, in vectors: the gather's words / 4 (stash),
+        # the scatter's 128-bit loads (reload).
+        gathers, scatters = label.startswith("stash"), label.startswith("reload")
+        unaligned = k.get("gather", 0) / WORDS_PER_VECTOR if gathers else (k.get("scatter", 0) if scatters else 0)
         print(f"{key[0]:6s} {label[:90]:90s} {k['regs']:4d} {k['stack']:5d} {k.get('spills', 0):5d} {k['shared']:6d} "
-              f"{blocks:9d} {k.get('batch', 0):8d} {k.get('cctl', 0):6d}  {vectors}")
+              f"{blocks:9d} {k.get('batch', 0):8d} {unaligned:9g} {k.get('cctl', 0):6d}  {vectors}")
         why = []
         if k["stack"] != 0:
             why.append(f"stack frame {k['stack']} bytes")
@@ -183,6 +281,11 @@ def main():
             why.append("no 128-bit global load and store")
         if is_copy and k.get("batch", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"at most {k.get('batch', 0)} 128-bit loads before a store (< {MIN_LOADS_IN_FLIGHT})")
+        if ENFORCE_GATHER and gathers and k.get("gather", 0) < WORDS_PER_VECTOR * MIN_LOADS_IN_FLIGHT:
+            why.append(f"the gather has {k.get('gather', 0)} word loads in flight "
+                       f"(< {WORDS_PER_VECTOR} x {MIN_LOADS_IN_FLIGHT} vectors)")
+        if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
+            why.append(f"the scatter has {k.get('scatter', 0)} 128-bit loads in flight (< {MIN_LOADS_IN_FLIGHT})")
         if k.get("cctl_in_spin", 0):
             why.append(f"{k['cctl_in_spin']} L1 invalidations (CCTL.IVALL) inside a spin loop")
         if k.get("cctl", 0) > MAX_CCTL_IVALL:
@@ -191,7 +294,7 @@ def main():
             failures.append(f"{key[0]} {label}: " + ", ".join(why))
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
-          f">= {MIN_LOADS_IN_FLIGHT} loads in flight, <= {MAX_CCTL_IVALL} L1 invalidations and none in "
+          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned and scattered vectors; the gather's reported), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
           f"the {spin} spin loops")
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")

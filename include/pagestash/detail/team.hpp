@@ -7,9 +7,9 @@
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts
 //   sync()           barrier; every write before it is visible to the team after it
-//   publish()        sync(), after a device-scope fence: every write of the team before it is
-//                    visible to another team that synchronises with the leader afterwards
-//                    (an acquire of what the leader then releases)
+//   publish()        sync(), then a device-scope fence by the leader: every write of the team
+//                    before it is visible to another team that synchronises with the leader
+//                    afterwards (an acquire of what the leader then releases)
 //   share(x)         the leader's x, handed to every thread of the team (includes sync())
 //   exclusive_sum(x, total)
 //                    the sum of x over the threads ranked before this one; total gets the
@@ -53,9 +53,11 @@ struct BlockTeam {
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static bool leader() { return threadIdx.x == 0; }
   __device__ static void sync() { __syncthreads(); }
+  /// The barrier orders every thread's writes before the leader's fence, and the fence is
+  /// cumulative (PTX memory model): one fence by the leader releases the whole block's.
   __device__ static void publish() {
-    __threadfence();
     __syncthreads();
+    if (leader()) __threadfence();
   }
   template <class T>
   __device__ static T share(T x) {

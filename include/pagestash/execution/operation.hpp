@@ -22,8 +22,9 @@
 //   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
 //            or a grid smaller than the device, leaves no tail); a block reads the counter
 //            before it adds to it, so that late blocks of a small plan leave without a
-//            read-modify-write. Each warp moves a run of consecutive tiles of its block's
-//            chunk, carrying its item along.
+//            read-modify-write, and claims its next chunk while it copies the current one.
+//            Each warp moves a run of consecutive tiles of its block's chunk, carrying its
+//            item along.
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages) and releases the record (`arrival`'s held bit).
 // Per block that is two read-modify-writes on the launch's line (arrival, finish) and one
@@ -156,19 +157,25 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
     const cuda::std::int64_t chunk = ctx.warps * per_warp;
     ItemCursor cursor;
-    for (;;) {
-      cuda::std::int64_t first = tiles;
-      if (team.leader()) {
-        // Test, then claim: a block that comes late to a launch whose tiles are all claimed
-        // leaves after a load, not a read-modify-write on the launch's line.
-        const device_atomic<cuda::std::int64_t> next(words.next_tile);
-        if (next.load(cuda::std::memory_order_relaxed) < tiles) first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
-      }
-      first = team.share(first);
-      if (first >= tiles) break;
+    // Test, then claim: a block that comes late to a launch whose tiles are all claimed
+    // leaves after a load, not a read-modify-write on the launch's line. The leader claims
+    // the next chunk while the block copies this one (after its warp's first tile, so that a
+    // block holds at most half a chunk more than it copies): the barrier that hands it on
+    // waits on no round trip.
+    const device_atomic<cuda::std::int64_t> next(words.next_tile);
+    cuda::std::int64_t first = tiles;
+    if (team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles)
+      first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
+    for (first = team.share(first); first < tiles; first = team.share(first)) {
+      // The leader's warp (warp 0) has a tile in every chunk: begin == first < tiles.
+      const bool open = team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles;
       const cuda::std::int64_t begin = first + ctx.warp * per_warp;
       const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
-      for (cuda::std::int64_t t = begin; t < end; ++t) run_tile(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
+      first = tiles;
+      for (cuda::std::int64_t t = begin; t < end; ++t) {
+        run_tile(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
+        if (open && t == begin) first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
+      }
     }
   }
 

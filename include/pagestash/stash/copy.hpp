@@ -197,6 +197,27 @@ PAGESTASH_HOST_DEVICE void for_each_run_piece(const TileSpan& s, cuda::std::uint
   }
 }
 
+/// The n bytes of a vector at tile byte q (the first piece p, located), gathered from their
+/// runs with word loads; zero above n.
+PAGESTASH_HOST_DEVICE inline Vector16 gather_vector(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n,
+                                                    Piece p) {
+  Vector16 x{};
+  for_each_run_piece(s, q, n, p, [&](const unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
+    const Vector16 part = shift_bytes(load_bytes(at, m), done, true);
+    PAGESTASH_UNROLL
+    for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
+  });
+  return x;
+}
+
+/// Bytes [0, n) of x to the runs of the vector at tile byte q (the first piece p, located).
+PAGESTASH_HOST_DEVICE inline void scatter_vector(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n,
+                                                 Piece p, const Vector16& x) {
+  for_each_run_piece(s, q, n, p, [&](unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
+    store_bytes(at, shift_bytes(x, done, false), m);
+  });
+}
+
 /// One vector of a tile, starting at byte q, however its bytes lie in the buffer.
 PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda::std::uint32_t q) {
   const cuda::std::uint32_t n = s.bytes - q < 16 ? s.bytes - q : 16;
@@ -207,19 +228,10 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
     return;
   }
   if (op == TileOp::stash) {
-    Vector16 x{};
-    for_each_run_piece(s, q, n, first, [&](const unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
-      const Vector16 part = shift_bytes(load_bytes(at, m), done, true);
-      PAGESTASH_UNROLL
-      for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
-    });
-    store16(s.stream + q, x, false);  // bytes past n: the segment's padding, zeros
+    store16(s.stream + q, gather_vector(s, q, n, first), false);  // bytes past n: the segment's padding, zeros
     return;
   }
-  const Vector16 x = op == TileOp::reload ? load16(s.stream + q) : Vector16{};
-  for_each_run_piece(s, q, n, first, [&](unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
-    store_bytes(at, shift_bytes(x, done, false), m);
-  });
+  scatter_vector(s, q, n, first, op == TileOp::reload ? load16(s.stream + q) : Vector16{});
 }
 
 /// Whether every whole vector of the tile lies in one run, aligned alike in the buffer:
@@ -235,12 +247,13 @@ template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
-  const bool aligned = tile_aligned(s);
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
-  if (aligned) {
-    // All loads, then all stores: the pointers may alias, so the compiler would not hoist a
-    // load above an earlier store by itself. A short last vector is left to move_vector.
-    for (; 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes; v += in_flight * stride) {
+  // Each loop loads in_flight whole vectors per lane, then stores them: the pointers may
+  // alias, so the compiler would not hoist a load above an earlier store by itself. A short
+  // last vector, and the vectors left over, go to move_vector.
+  const auto whole_batch = [&] { return 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes; };
+  if (tile_aligned(s)) {
+    for (; whole_batch(); v += in_flight * stride) {
       // Buffer addresses are found where they are used, so that only the vectors stay live.
       Vector16 x[in_flight];
       PAGESTASH_UNROLL
@@ -257,7 +270,22 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
         else store16(locate(s, q).at, x[k], true);
       }
     }
+  } else if (op != TileOp::stash) {
+    // Scattered: the stream's vectors are whole and aligned, their stores are not.
+    for (; whole_batch(); v += in_flight * stride) {
+      Vector16 x[in_flight];
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k)
+        x[k] = op == TileOp::reload ? load16(s.stream + 16 * (v + k * stride)) : Vector16{};
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
+        const cuda::std::uint32_t q = 16 * (v + k * stride);
+        scatter_vector(s, q, 16, locate(s, q), x[k]);
+      }
+    }
   }
+  // A gather (stash, unaligned) moves a vector at a time: a batch of four spilled within 64
+  // registers.
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
 }
 

@@ -27,13 +27,16 @@ struct StashPolicy90 {
   /// sm_100 chose 32 and spilled the planning loops).
   static constexpr int min_blocks_per_sm = 2;
   /// Blocks per SM a launch is sized for: enough 16-byte loads in flight to cover memory
-  /// latency (Little's law: bandwidth x latency / SMs). An H200 (4.8 TB/s, about 0.8 us
-  /// loaded, 132 SMs) needs about 29 KiB in flight per SM; one block has 16 warps x 32 lanes
-  /// x 4 loads x 16 bytes = 32 KiB.
+  /// latency (Little's law: bandwidth x latency / SMs, loads only: a store is not waited
+  /// on). 90% of an H200's copy (half of 4.8 TB/s is loads, 0.6-1 us loaded, 132 SMs) needs
+  /// 9.6-16 KiB of loads in flight per SM; one block has 16 warps x 32 lanes x 4 loads x 16
+  /// bytes = 32 KiB (the gather of unaligned lines: a quarter, one vector a lane).
   static constexpr int grid_blocks_per_sm = 1;
   /// Consecutive tiles each warp of a block gets per claim: a block claims warps x this
   /// many at once (128 KiB of 4 KiB tiles at 16 warps), few enough claims that the atomic
-  /// is cheap, small enough that the last claims even out.
+  /// is cheap, small enough that the last claims even out. The leader claims the next
+  /// chunk after its warp's first tile (execution/operation.hpp), so that the claim's round
+  /// trips overlap the rest of the chunk's copies.
   static constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
   /// log2 of a warp's tile (clipped to the page, tile_shift_for): 4 KiB, two rounds of
   /// loads_in_flight vectors per lane. Smaller tiles pay the item and page lookups for fewer
@@ -52,7 +55,8 @@ struct StashPolicy90 {
 /// B200 (sm_100 and later).
 struct StashPolicy100 : StashPolicy90 {
   static constexpr int min_compute_major = 10;  ///< the first compute capability it is for
-  /// 8 TB/s over 148 SMs needs about 43 KiB in flight per SM: two blocks.
+  /// 8 TB/s over 148 SMs needs 15-25 KiB of loads in flight per SM: one block has them;
+  /// a second copies while the first waits at a barrier.
   static constexpr int grid_blocks_per_sm = 2;
   /// The memoized scan spills on sm_100.
   static constexpr BlockScan block_scan = BlockScan::raking;

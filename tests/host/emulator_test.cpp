@@ -12,6 +12,7 @@
 #include "../common/grid_emulator.hpp"
 #include "../common/layout_list.hpp"
 #include "../common/stash_sequence.hpp"
+#include "../common/suite_backends.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -22,35 +23,6 @@
 namespace {
 
 using namespace pagestash_test;
-
-/// The sequence suite's backend: host memory, operations through the emulator with
-/// Blocks x Threads (Slots resident), a new start order for every launch.
-template <int Blocks, int Threads, int Slots>
-struct EmulatorBackend : HostBackend<1> {
-  static Emulator emulator() {
-    static std::atomic<std::uint32_t> launches{0};
-    LaunchShape s;
-    s.blocks = Blocks;
-    s.threads = Threads;
-    s.slots = Slots;
-    s.seed = ++launches;
-    return Emulator{s};
-  }
-  template <class Tr>
-  static void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) {
-    emulator().stash(pool, v, rec);
-  }
-  template <class Tr>
-  static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
-                     bool zero_tail) {
-    emulator().reload(pool, rec, dest, zero_tail);
-  }
-  template <class Tr>
-  static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
-    emulator().discard(pool, rec);
-  }
-  static void reset(ps::PagePool& pool) { emulator().reset(pool); }
-};
 
 using FourByTwoWarps = EmulatorBackend<4, 64, 2>;
 
@@ -542,22 +514,8 @@ void apply(const Exec& exec, LaunchOp op, bool zero_tail, ps::PagePool& pool, ps
   }
 }
 
-/// The host executor with the emulator's calls.
-struct SerialOracle {
-  template <class Tr>
-  void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) const {
-    ps::stash(ps::host, pool, v, rec);
-  }
-  template <class Tr>
-  void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
-              bool zero_tail) const {
-    ps::reload(ps::host, pool, rec, dest, ps::ReloadOptions{zero_tail});
-  }
-  template <class Tr>
-  void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) const {
-    ps::discard(ps::host, pool, rec);
-  }
-};
+/// The serial oracle: the host executor.
+using SerialOracle = HostBackend<1>;
 
 /// The two launches of `c` at once on the emulator, launch 1's held-back blocks after launch
 /// 0 has finished, threads preempted at the library's atomics; then the record's launch

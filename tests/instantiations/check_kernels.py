@@ -9,10 +9,9 @@ and the reset kernel, per architecture in the library:
   - the unaligned paths keep loads_in_flight vectors in flight too (loads_in_flight below):
     a reload kernel's scatter has at least loads_in_flight 128-bit loads issued when the
     first of them is read by anything but a 128-bit store (an unaligned one goes to shifts
-    and narrow stores); a stash kernel's gather should issue WORDS_PER_VECTOR x
-    loads_in_flight 4-byte evict-first loads (LDG.E.EF, the buffer's words) before the first
-    instruction that reads one of them: the table shows its vectors in flight (words / 4),
-    and PAGESTASH_CHECK_GATHER=1 enforces it;
+    and narrow stores); a stash kernel's gather has at least WORDS_PER_VECTOR x
+    loads_in_flight 4-byte evict-first loads (LDG.E.EF, the buffer's words) issued before
+    the first instruction that reads one of them (the table shows words / 4);
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel.
@@ -44,12 +43,8 @@ def policy_values(name):
 
 
 MAX_REGISTERS = 64
-# The 4-byte loads of one whole vector's first piece in the gather (copy.hpp load_bytes):
-# its four whole words, predicated off only where the piece is shorter.
+# 4-byte loads per 16-byte vector: the gather's words in flight, counted in vectors.
 WORDS_PER_VECTOR = 4
-# The gather's words in flight are reported, not yet enforced: it gathers a vector at a
-# time (issue 29, section 3).
-ENFORCE_GATHER = os.environ.get("PAGESTASH_CHECK_GATHER") == "1"
 MIN_LOADS_IN_FLIGHT = min(policy_values("loads_in_flight"))  # the copy loop's, at the least
 THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in every policy
 # CCTL.IVALL in a kernel's code (each acquire: arrival, verdict, lock, finish, in the steps
@@ -281,7 +276,7 @@ def main():
             why.append("no 128-bit global load and store")
         if is_copy and k.get("batch", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"at most {k.get('batch', 0)} 128-bit loads before a store (< {MIN_LOADS_IN_FLIGHT})")
-        if ENFORCE_GATHER and gathers and k.get("gather", 0) < WORDS_PER_VECTOR * MIN_LOADS_IN_FLIGHT:
+        if gathers and k.get("gather", 0) < WORDS_PER_VECTOR * MIN_LOADS_IN_FLIGHT:
             why.append(f"the gather has {k.get('gather', 0)} word loads in flight "
                        f"(< {WORDS_PER_VECTOR} x {MIN_LOADS_IN_FLIGHT} vectors)")
         if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
@@ -294,7 +289,7 @@ def main():
             failures.append(f"{key[0]} {label}: " + ", ".join(why))
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
-          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned and scattered vectors; the gather's reported), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
+          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
           f"the {spin} spin loops")
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")

@@ -271,21 +271,61 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
       }
     }
   } else if (op != TileOp::stash) {
-    // Scattered: the stream's vectors are whole and aligned, their stores are not.
+    // Scattered: the stream's vectors are whole and aligned, their stores are not. A batch
+    // whose vectors each lie in one run (runs of a vector or more, the common case) loads
+    // them all before it stores any; a batch across a run's end moves a vector at a time.
     for (; whole_batch(); v += in_flight * stride) {
+      bool inside = true;
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) inside = inside && locate(s, 16 * (v + k * stride)).room >= 16;
+      if (!inside) {
+        PAGESTASH_UNROLL
+        for (cuda::std::uint32_t k = 0; k < in_flight; ++k) move_vector(s, op, 16 * (v + k * stride));
+        continue;
+      }
       Vector16 x[in_flight];
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k)
         x[k] = op == TileOp::reload ? load16(s.stream + 16 * (v + k * stride)) : Vector16{};
       PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
-        const cuda::std::uint32_t q = 16 * (v + k * stride);
-        scatter_vector(s, q, 16, locate(s, q), x[k]);
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) store_bytes(locate(s, 16 * (v + k * stride)).at, x[k], 16);
+    }
+  } else {
+    constexpr cuda::std::uint32_t gather = StashPolicy::gather_vectors;
+    // Gathered: a batch whose vectors each lie in one run with 4 bytes to spare (runs longer
+    // than a vector, the common case) loads the 5 aligned words under each vector before it
+    // shifts and stores any; a batch at a run's end moves a vector at a time. The words
+    // under a vector are the run's (room >= 20) or, before it, the buffer's (buffers start
+    // on 16 bytes), as load_bytes reads them.
+    for (; 16 * (v + (gather - 1) * stride) + 16 <= s.bytes; v += gather * stride) {
+      bool inside = true;
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < gather; ++k) inside = inside && locate(s, 16 * (v + k * stride)).room >= 20;
+      if (!inside) {
+        PAGESTASH_UNROLL
+        for (cuda::std::uint32_t k = 0; k < gather; ++k) move_vector(s, op, 16 * (v + k * stride));
+        continue;
       }
+      cuda::std::uint32_t words[gather][5];
+      unsigned shift[gather];
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < gather; ++k) {
+        const unsigned char* at = locate(s, 16 * (v + k * stride)).at;
+        shift[k] = 8 * static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(at) % 4);
+        const unsigned char* first = at - shift[k] / 8;
+        PAGESTASH_UNROLL
+        for (int j = 0; j < 5; ++j) words[k][j] = load_word(first + 4 * j);
+      }
+      Vector16 x[gather];
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < gather; ++k) {
+        PAGESTASH_UNROLL
+        for (int j = 0; j < 4; ++j) x[k].w[j] = funnel_shift_right(words[k][j], words[k][j + 1], shift[k]);
+      }
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t k = 0; k < gather; ++k) store16(s.stream + 16 * (v + k * stride), x[k], false);
     }
   }
-  // A gather (stash, unaligned) moves a vector at a time: a batch of four spilled within 64
-  // registers.
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
 }
 

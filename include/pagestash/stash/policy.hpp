@@ -46,6 +46,10 @@ struct StashPolicy90 {
   /// flight covered 60-85% of the memory latency (docs/benchmarks.md); four make the 32 KiB
   /// per block that grid_blocks_per_sm counts on.
   static constexpr cuda::std::uint32_t loads_in_flight = 4;
+  /// 16-byte vectors a lane of the unaligned stash (the gather: 5 aligned words under each
+  /// vector, shifted into place) loads before it stores them; check_kernels.py counts the
+  /// words in flight (at least 4 vectors' worth).
+  static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight;
   /// The block scan of the count check and the plan (512 int64 values): the one that leaves
   /// the stash kernels within 64 registers with no stack frame (check_kernels.py). The
   /// default raking scan spills on sm_90.
@@ -60,6 +64,9 @@ struct StashPolicy100 : StashPolicy90 {
   static constexpr int grid_blocks_per_sm = 2;
   /// The memoized scan spills on sm_100.
   static constexpr BlockScan block_scan = BlockScan::raking;
+  /// ptxas for sm_100 starts shifting the first gathered vector before the last one's words
+  /// are loaded: one more vector keeps four in flight (on sm_90 it spills).
+  static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight + 1;
 };
 
 /// The host executor's: one host thread moves a tile.

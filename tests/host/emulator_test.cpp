@@ -240,6 +240,7 @@ TEST_CASE("emulated grid: concurrent launches of different records on host threa
   constexpr int workers = 3, rounds = 6;
   std::atomic<int> mismatches{0}, done{0};
   std::vector<std::thread> threads;
+  const PreemptAtAtomics preempt(71, 20);  // the lock, the stacks and the counters, preempted anywhere
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       std::mt19937 rng(static_cast<std::uint32_t>(70 + w));

@@ -242,6 +242,21 @@ PAGESTASH_HOST_DEVICE inline bool tile_aligned(const TileSpan& s) {
   return s.head_bytes % 16 == 0 && s.run % 16 == 0 && s.pitch % 16 == 0 && aligned16(s.body);
 }
 
+/// Whether each of the N vectors of a batch (tile bytes 16 v, 16 (v + stride), ...) lies in
+/// one run with `room` bytes from its start; if not, the batch is moved a vector at a time.
+template <cuda::std::uint32_t N>
+PAGESTASH_HOST_DEVICE bool batch_in_runs(const TileSpan& s, TileOp op, cuda::std::uint32_t v, cuda::std::uint32_t stride,
+                                         cuda::std::uint32_t room) {
+  bool inside = true;
+  PAGESTASH_UNROLL
+  for (cuda::std::uint32_t k = 0; k < N; ++k) inside = inside && locate(s, 16 * (v + k * stride)).room >= room;
+  if (!inside) {
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < N; ++k) move_vector(s, op, 16 * (v + k * stride));
+  }
+  return inside;
+}
+
 /// The lanes of a team move a tile's vectors (see the top of this file).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
@@ -275,14 +290,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
     // whose vectors each lie in one run (runs of a vector or more, the common case) loads
     // them all before it stores any; a batch across a run's end moves a vector at a time.
     for (; whole_batch(); v += in_flight * stride) {
-      bool inside = true;
-      PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) inside = inside && locate(s, 16 * (v + k * stride)).room >= 16;
-      if (!inside) {
-        PAGESTASH_UNROLL
-        for (cuda::std::uint32_t k = 0; k < in_flight; ++k) move_vector(s, op, 16 * (v + k * stride));
-        continue;
-      }
+      if (!batch_in_runs<in_flight>(s, op, v, stride, 16)) continue;
       Vector16 x[in_flight];
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k)
@@ -298,14 +306,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
     // under a vector are the run's (room >= 20) or, before it, the buffer's (buffers start
     // on 16 bytes), as load_bytes reads them.
     for (; 16 * (v + (gather - 1) * stride) + 16 <= s.bytes; v += gather * stride) {
-      bool inside = true;
-      PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < gather; ++k) inside = inside && locate(s, 16 * (v + k * stride)).room >= 20;
-      if (!inside) {
-        PAGESTASH_UNROLL
-        for (cuda::std::uint32_t k = 0; k < gather; ++k) move_vector(s, op, 16 * (v + k * stride));
-        continue;
-      }
+      if (!batch_in_runs<gather>(s, op, v, stride, 20)) continue;
       cuda::std::uint32_t words[gather][5];
       unsigned shift[gather];
       PAGESTASH_UNROLL

@@ -112,9 +112,10 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     if (!arrival.compare_exchange_strong(w, decided, cuda::std::memory_order_acq_rel, poll_order)) continue;
     if (!take) return refuse_block(pool, words, true);
     // Taken: the previous holder released the record (or a reset left it held).
-    words.verdict = verdict_pending;
-    words.finished = 0;
-    words.next_tile = 0;
+    // Atomic, as every other access to the launch words.
+    device_atomic<cuda::std::int32_t>(words.verdict).store(verdict_pending, cuda::std::memory_order_relaxed);
+    device_atomic<cuda::std::int32_t>(words.finished).store(0, cuda::std::memory_order_relaxed);
+    device_atomic<cuda::std::int64_t>(words.next_tile).store(0, cuda::std::memory_order_relaxed);
     generation.store(now.load(cuda::std::memory_order_relaxed), cuda::std::memory_order_relaxed);
     owner.store(me, cuda::std::memory_order_release);
     return Arrival::planner;

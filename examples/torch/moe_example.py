@@ -4,10 +4,11 @@ Per-expert weights, a Dirichlet router, capacity-padded [experts, capacity, hidd
 (the sync-free layout: the counts stay tensors). With `paged_saved_tensors`, the three
 activations autograd saves for backward (the dispatched input, the first GEMM's output and
 its SiLU) are stashed into a PagePool after forward and reloaded in backward; everything
-else passes through. The trainer checks the pool's flags after backward and reruns the step
-without paging when the pool overflowed.
+else passes through. Each optimizer step accumulates the gradients of two microbatches;
+pagestash.run_step checks the pool's flags after the step's last backward and reruns the whole
+step without paging when the pool overflowed.
 
-    python examples/torch/moe_example.py [--device cuda] [--pool-factor 0.3]
+    python examples/torch/moe_example.py [--device cuda] [--pool-factor 0.3] [--microbatches 2]
 """
 
 import argparse
@@ -88,39 +89,35 @@ def loss_of(model, batch, capacity, paging=None):
     return torch.nn.functional.mse_loss(model(x, expert, capacity, paging), target)
 
 
-def step(model, opt, batch, capacity, pool=None):
-    """One SGD step; with a pool, the marked activations are paged between forward and
-    backward. Returns how it ran ('eager', 'paged', or 'rerun' after an overflow), the loss,
-    the gradients, the activation bytes autograd held after forward (paged: the pages in use
-    plus what passed through) and, when paged, (bytes of the paged buffers, bytes of the pages
-    that replaced them)."""
+def step(model, opt, microbatches, capacity, pool=None):
+    """One SGD step accumulating the gradients of `microbatches`; with a pool, the marked
+    activations are paged between each microbatch's forward and backward, and the whole step
+    reruns without paging when paging failed in any microbatch. Returns how it ran ('eager',
+    'paged', or 'rerun'), the summed loss, the gradients, and for the first microbatch: the
+    activation bytes autograd held after its forward (paged: the pages in use plus what passed
+    through) and, when paged, (bytes of the paged buffers, bytes of the pages that replaced
+    them)."""
+    seen = dict(loss=0.0)
+
+    def run(step):  # the whole optimizer step: each microbatch's forward, then its backward
+        seen["loss"] = 0.0
+        for i, batch in enumerate(microbatches):
+            with SavedBytes() as saved, step.paging() as paging:
+                loss = loss_of(model, batch, capacity, paging)
+            if i == 0:  # measuring only (the pages in use synchronise)
+                seen.update(held=saved.nbytes, marked=None)
+                if step.paged:
+                    pages = pool.pages_in_use() * pool.page_bytes
+                    seen.update(held=paging.passed_bytes + pages, marked=(paging.paged_bytes, pages))
+            seen["loss"] += loss.item()
+            loss.backward()
+
     # [trainer_step]
-    opt.zero_grad(set_to_none=True)
-    how = "eager"
-    if pool is not None:
-        with ps.paged_saved_tensors(pool) as paging:
-            loss = loss_of(model, batch, capacity, paging)
-        pages = pool.pages_in_use() * pool.page_bytes  # measuring only (synchronises)
-        held = paging.passed_bytes + pages
-        marked = (paging.paged_bytes, pages)
-        loss.backward()
-        how = "paged"
-        # With several ranks: pool.agree() here (an all-reduce of the flags), so that every
-        # rank takes the same decision.
-        if pool.decide() != "keep":  # a stash found no room (or report_error: a bug)
-            pool.reset()
-            opt.zero_grad(set_to_none=True)
-            how = "rerun"
+    how = ps.run_step(pool, run, opt)  # 'paged', or 'rerun': paging failed, the step reran unpaged
     # [trainer_step]
-    if how != "paged":  # the step without paging
-        with SavedBytes() as saved:
-            loss = loss_of(model, batch, capacity)
-        held = saved.nbytes
-        marked = None
-        loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     opt.step()
-    return dict(how=how, loss=loss.item(), grads=grads, held=held, marked=marked)
+    return dict(how=how, grads=grads, **seen)
 
 
 def live_fraction(batch, experts, capacity):
@@ -133,6 +130,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--microbatches", type=int, default=2, help="microbatches per step (gradient accumulation)")
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--ffn", type=int, default=512)
@@ -144,13 +142,16 @@ def main():
 
     E, H, F = args.experts, args.hidden, args.ffn
     capacity = int(args.capacity_factor * args.tokens / E)
-    batches = dirichlet_batches(args.steps, args.tokens, E, H, torch.bfloat16, args.device)
+    M = args.microbatches
+    drawn = dirichlet_batches(args.steps * M, args.tokens, E, H, torch.bfloat16, args.device)
+    batches = [drawn[i:i + M] for i in range(0, len(drawn), M)]
     page_bytes = 4096
-    live_most = max(live_fraction(b, E, capacity) for b in batches) * E * capacity * (H + 2 * F) * 2
-    # strict=False: the sync-free loop in step() decides (strict=True raises PagingError instead).
+    live_most = max(live_fraction(b, E, capacity) for b in drawn) * E * capacity * (H + 2 * F) * 2
+    # strict=False: run_step decides after the step (strict=True raises in backward, and run_step reruns).
     pool = ps.PagePool(device_pages=max(1, int(args.pool_factor * live_most / page_bytes) + 3 * E),
                        page_bytes=page_bytes, device=args.device, strict=False)
-    print(f"{E} experts, hidden {H}, ffn {F}, {args.tokens} tokens, capacity {capacity}, bf16, {args.device}; "
+    print(f"{E} experts, hidden {H}, ffn {F}, {M} microbatches of {args.tokens} tokens, capacity {capacity}, bf16, "
+          f"{args.device}; "
           f"pool {pool.device_pages} pages of {page_bytes} B")
 
     eager_model, paged_model = GroupedMLP(E, H, F).to(args.device), GroupedMLP(E, H, F).to(args.device)
@@ -163,7 +164,7 @@ def main():
         paged = step(paged_model, paged_opt, batch, capacity, pool)
         same = all(torch.equal(a, b) for a, b in zip(eager["grads"], paged["grads"]))
         buffers, pages = paged["marked"] or (0, 0)
-        print(f"{i:>4} {live_fraction(batch, E, capacity):>6.3f} {eager['held']:>11} {paged['held']:>11} "
+        print(f"{i:>4} {live_fraction(batch[0], E, capacity):>6.3f} {eager['held']:>11} {paged['held']:>11} "
               f"{paged['held'] / eager['held']:>6.3f} {buffers:>9} {pages:>9} {pages / max(buffers, 1):>6.3f} "
               f"{paged['how']:>6} {paged['loss']:>9.5f} "
               f"{'bit-identical' if same else 'DIFFER'}")

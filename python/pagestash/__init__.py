@@ -4,7 +4,9 @@ torch.ops.pagestash.{stash, reload, discard, reset, report} over tensors (the ho
 for CPU tensors, the CUDA executor for CUDA ones), a PagePool and records in memory from
 PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor hook context
 that pages marked activations between forward and backward, and `plan_pool`, which sizes a
-pool for a target overflow probability. See docs/python.md.
+pool for a target overflow probability, and `run_step`, which runs one optimizer step's
+microbatches paged and reruns the whole step without paging when paging failed. See
+docs/python.md.
 """
 
 import torch  # noqa: F401  (first: it loads libtorch and libc10, which _C links against)
@@ -16,6 +18,7 @@ from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
 from .plan import CurvePoint, PoolPlan, plan_pool
 from .pool import PagePool, Record, decode_report
 from .recipes import FAMILIES, Shape, infer, recipe, recipe_info, recipes
+from .step import PagedStep, PagingWarning, run_step
 
 #: Whether this build has the CUDA executor (CUDA tensors); the host executor is always there.
 with_cuda: bool = _C.with_cuda
@@ -23,4 +26,4 @@ __version__: str = _C.version
 
 __all__ = ["ops", "FAMILIES", "FLAG_MEANINGS", "FLAG_NAMES", "PagingError", "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolPlan", "plan_pool", "PagePool", "Record", "decode_report", "Shape",
-           "infer", "recipe", "recipe_info", "recipes", "with_cuda", "__version__"]
+           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "with_cuda", "__version__"]

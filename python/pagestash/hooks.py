@@ -143,6 +143,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
 
     def __enter__(self) -> "paged_saved_tensors":
         super().__enter__()
+        self.pool._contexts += 1
         return self
 
     def __exit__(self, *exc):

@@ -7,9 +7,11 @@ keep them together, check the flags and read them back.
 
 from __future__ import annotations
 
+import weakref
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _C
 from ._ops import ops
@@ -17,6 +19,18 @@ from .errors import FLAG_NAMES, PagingError, failed_flags
 from .recipes import Shape, infer
 
 Device = Union[str, torch.device]
+
+
+#: Every pool, so that an optimizer's step can tell each that a new optimizer step begins.
+_POOLS: "weakref.WeakSet[PagePool]" = weakref.WeakSet()
+
+
+def _optimizer_stepped(optimizer, args, kwargs) -> None:
+    for pool in list(_POOLS):
+        pool._contexts, pool._contexts_kept = 0, None
+
+
+register_optimizer_step_post_hook(_optimizer_stepped)
 
 
 def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignment: int = 256) -> torch.Tensor:
@@ -58,6 +72,12 @@ class PagePool:
         #: The flags where the ops write them: int32 words (FLAG_NAMES gives their order),
         #: each 0 or 1, sticky until reset. agree() all-reduces them with MAX.
         self.flags = self.control[:4 * len(FLAG_NAMES)].view(torch.int32)
+        # Host-side step bookkeeping: the open PagedStep, the paged contexts since the last
+        # optimizer step, and how many of those a decide() had already kept in it.
+        self._step = None
+        self._contexts = 0
+        self._contexts_kept: Optional[int] = None
+        _POOLS.add(self)
 
     @property
     def state(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -112,8 +132,16 @@ class PagePool:
 
     def reset(self) -> None:
         """Every page free, flags and counters cleared (graph-capturable). Records stashed
-        before are stale: reloading one raises the `stale` flag."""
+        before are stale: reloading one raises the `stale` flag. Refused inside an open
+        PagedStep (run_step resets between the failed run and the rerun)."""
+        self._not_in_step("reset")
         ops.reset(*self.state)
+
+    def _not_in_step(self, what: str) -> None:
+        if self._step is not None:
+            raise RuntimeError(f"pagestash: pool.{what}() inside an open step (PagedStep, run_step): the step's "
+                               "microbatches accumulate gradients together, so the step decides, resets and reruns "
+                               "as a whole after its last backward (PagedStep.finish, or run_step)")
 
     def end_step(self, streams: Sequence["torch.cuda.Stream"] = ()) -> None:
         """At the end of a step, after its last reload or discard: raises the `unbalanced`
@@ -141,8 +169,28 @@ class PagePool:
 
     def decide(self) -> str:
         """'keep', 'rerun_without_paging' or 'report_error', from the flags (reads them back:
-        synchronises). After agree(), every rank decides the same."""
-        return _C.decide([int(x) for x in self.flags.cpu()])
+        synchronises). After agree(), every rank decides the same.
+
+        Call it once per optimizer step, after the step's last backward. A decision to
+        rerun after an earlier decide() of the same optimizer step kept microbatches that
+        ran paged raises PagingError: their gradients are accumulated, and a rerun of the
+        failed microbatch alone would drop them (zero_grad) or count them twice; rerun the
+        whole step (run_step)."""
+        self._not_in_step("decide")
+        flags = [int(x) for x in self.flags.cpu()]
+        decision = _C.decide(flags)
+        if decision == "keep":
+            self._contexts_kept = self._contexts
+        elif self._contexts_kept:
+            raise PagingError(failed_flags(dict(zip(FLAG_NAMES, flags))), decision,
+                              f"in an optimizer step whose first {self._contexts_kept} paged context(s) an earlier "
+                              "decide() kept: their gradients are accumulated, so rerunning only what failed drops "
+                              "them or counts them twice. Decide once per optimizer step and rerun the whole step "
+                              "(pagestash.run_step)")
+        return decision
+
+    def count_rerun(self) -> None:
+        """Counts a rerun of a step (run_step calls it)."""
 
     def check(self, where: str = "") -> None:
         """Raises PagingError naming the raised flags when the step cannot be trusted
@@ -151,7 +199,15 @@ class PagePool:
         flags = self.flag_dict()
         failed = failed_flags(flags)
         if failed:
-            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where)
+            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where + self._accumulated())
+
+    def _accumulated(self) -> str:
+        """What the gradients hold when a check fails in the middle of an optimizer step."""
+        if not self._contexts:
+            return ""
+        return (f"; {self._contexts} paged context(s) ran since the last optimizer step: the gradients hold the "
+                "backward of every microbatch that finished and part of this one's, so zero them and rerun the whole "
+                "step without paging (pagestash.run_step does)")
 
     def agree(self, group=None) -> None:
         """All-reduces the flags with MAX over `group` (torch.distributed; the default

@@ -51,8 +51,8 @@ def test_cuda_moe_gradients_bit_identical_and_report_without_sync():
     paged_opt = torch.optim.SGD(paged_model.parameters(), lr=0.05)
     pool = ps.PagePool(device_pages=256, page_bytes=4096, device="cuda")
     for batch in batches:
-        eager = moe.step(eager_model, eager_opt, batch, capacity)
-        paged = moe.step(paged_model, paged_opt, batch, capacity, pool)
+        eager = moe.step(eager_model, eager_opt, [batch], capacity)
+        paged = moe.step(paged_model, paged_opt, [batch], capacity, pool)
         assert paged["how"] == "paged"
         for a, b in zip(eager["grads"], paged["grads"]):
             assert torch.equal(a, b)

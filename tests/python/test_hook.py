@@ -37,8 +37,8 @@ def test_gradients_bit_identical_and_activation_bytes_reduced_by_the_live_fracti
     pool = pool_for(1.0)
     print(f"\n{'step':>4} {'live':>6} {'eager held':>11} {'paged held':>11} {'buffers':>9} {'pages':>9} {'pages/buffers':>13}")
     for i, batch in enumerate(batches()):
-        eager = moe.step(eager_model, eager_opt, batch, CAPACITY)
-        paged = moe.step(paged_model, paged_opt, batch, CAPACITY, pool)
+        eager = moe.step(eager_model, eager_opt, [batch], CAPACITY)
+        paged = moe.step(paged_model, paged_opt, [batch], CAPACITY, pool)
         assert paged["how"] == "paged"
         for a, b in zip(eager["grads"], paged["grads"]):
             assert torch.equal(a, b)  # bit for bit
@@ -67,8 +67,8 @@ def test_a_too_small_pool_raises_overflow_and_the_step_reruns_with_the_same_resu
     pool = pool_for(0.25)
     hows = []
     for batch in batches():
-        eager = moe.step(eager_model, eager_opt, batch, CAPACITY)
-        paged = moe.step(paged_model, paged_opt, batch, CAPACITY, pool)
+        eager = moe.step(eager_model, eager_opt, [batch], CAPACITY)
+        paged = moe.step(paged_model, paged_opt, [batch], CAPACITY, pool)
         hows.append(paged["how"])
         for a, b in zip(eager["grads"], paged["grads"]):
             assert torch.equal(a, b)

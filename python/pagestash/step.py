@@ -1,0 +1,155 @@
+"""The step: what a rerun must repeat. Gradients accumulate over every microbatch of one
+optimizer step, so when paging fails anywhere in it, the whole step reruns, never one
+microbatch.
+
+    def microbatches(step):          # all of one optimizer step, in any order (1F1B too)
+        for x, counts in batch:
+            with step.paging() as paging:  # a paged_saved_tensors per microbatch's forward
+                loss = model(paging.mark(x, counts))
+            loss.backward()
+    how = pagestash.run_step(pool, microbatches, opt)  # 'paged', or 'rerun' (unpaged)
+    opt.step()
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from .errors import PagingError
+from .hooks import paged_saved_tensors
+from .pool import PagePool
+
+
+class PagingWarning(UserWarning):
+    """A step reran because the pool's flags reported a misuse (a bug), not a lack of room."""
+
+
+class _Unpaged:
+    """What `step.paging()` gives in a step that runs without paging: a context whose
+    `mark()` returns the tensor and pages nothing."""
+
+    def __enter__(self) -> "_Unpaged":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def mark(self, data: torch.Tensor, counts: torch.Tensor, **_) -> torch.Tensor:
+        return data
+
+
+class PagedStep:
+    """One optimizer step's paging. Each microbatch's forward runs in its own
+    `step.paging()` (a paged_saved_tensors over the pool, or a context that pages nothing
+    when `paged` is False); backward runs as usual. After the step's last backward,
+    `finish()` ends the step on the pool (end_step), agrees the flags over `group` and
+    decides: 'keep', or 'rerun_without_paging' / 'report_error', when the whole step must
+    run again without paging from zeroed gradients. While a step is open, the pool's own
+    decide() and reset() raise: they would cut the step in two. Prefer `run_step`, which
+    does all of it."""
+
+    def __init__(self, pool: Optional[PagePool], *, paged: bool = True, **hook_options):
+        if pool is None and paged:
+            raise ValueError("pagestash: a paged step needs a pool (PagedStep(None) only with paged=False)")
+        if pool is not None and pool._step is not None:
+            raise RuntimeError("pagestash: this pool already has an open step (PagedStep): finish() it first")
+        self.pool, self.paged, self.hook_options = pool, paged, hook_options
+        self.microbatches = 0
+        self.decision: Optional[str] = None
+        if pool is not None:
+            pool._step = self
+
+    def paging(self, **hook_options):
+        """A context for one microbatch's forward: paged_saved_tensors(pool, **options) in a
+        paged step (`hook_options` of the step, then these), else one that pages nothing."""
+        if self.decision is not None:
+            raise RuntimeError("pagestash: this step is finished: open a new one for the next step")
+        self.microbatches += 1
+        if not self.paged:
+            return _Unpaged()
+        return paged_saved_tensors(self.pool, **{**self.hook_options, **hook_options})
+
+    def finish(self, group=None, streams: Sequence["torch.cuda.Stream"] = ()) -> str:
+        """After the step's last backward: end_step(streams), agree(group) when a group is
+        given or torch.distributed is initialised, then decide (reads the flags: one sync).
+        Returns the decision; an unpaged step keeps."""
+        self.abandon()
+        if not self.paged:
+            self.decision = "keep"
+            return self.decision
+        self.pool.end_step(streams)
+        if group is not None or (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            self.pool.agree(group)
+        self.decision = self.pool.decide()
+        return self.decision
+
+    def abandon(self) -> None:
+        """Closes the step without deciding (after an exception in it)."""
+        if self.pool is not None and self.pool._step is self:
+            self.pool._step = None
+
+    @property
+    def must_rerun(self) -> bool:
+        return self.decision is not None and self.decision != "keep"
+
+
+def _zero_grad(zero_grad) -> None:
+    if callable(getattr(zero_grad, "zero_grad", None)):
+        zero_grad.zero_grad(set_to_none=True)
+    elif callable(zero_grad):
+        zero_grad()
+    else:
+        raise TypeError("pagestash.run_step: zero_grad must be an optimizer or module (its zero_grad() is called), "
+                        f"or a callable that clears the gradients, not {type(zero_grad).__name__}")
+
+
+def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None], zero_grad, *, group=None,
+             streams: Sequence["torch.cuda.Stream"] = (), **hook_options) -> str:
+    """Runs one optimizer step's microbatches (forward and backward of each, in the order
+    `microbatches(step)` chooses) with paging, then decides; when paging failed anywhere in
+    the step, clears the gradients, resets the pool and runs the whole step again without
+    paging. Returns 'paged' or 'rerun'; without a pool (None), runs the step unpaged and
+    returns 'eager'.
+
+    `zero_grad`: the optimizer or module whose gradients the step accumulates (its
+    zero_grad(set_to_none=True) runs before the step and before a rerun), or a callable.
+    The gradients start from zero: accumulate across run_step calls by summing yourself.
+    `group`, `streams`: as for PagedStep.finish. `hook_options` go to every
+    paged_saved_tensors (zero_tail, strict, ...). In strict mode, the PagingError a reload
+    raises in the middle of backward is caught here: the step reruns. A rerun for
+    'report_error' (a misuse: a bug) warns (PagingWarning) naming the flags."""
+    _zero_grad(zero_grad)
+    if pool is None:
+        _run(PagedStep(None, paged=False), microbatches)
+        return "eager"
+    step = PagedStep(pool, **hook_options)
+    failure = None
+    try:
+        microbatches(step)
+    except PagingError as e:  # strict mode: a reload in backward found the step failed
+        failure = (e.flags, e.decision)
+    finally:
+        step.abandon()
+    # The failed run's graph (and its groups) is gone before the reset, as the exception went.
+    decision = step.finish(group, streams) if failure is None else failure[1]
+    if decision == "keep":
+        return "paged"
+    if decision == "report_error":
+        flags = failure[0] if failure else [n for n, v in pool.flag_dict().items() if v]
+        warnings.warn(f"pagestash: the pool's flags report a misuse ({', '.join(flags)}), not a lack of room: the "
+                      "step reran without paging; this is a bug to report", PagingWarning, stacklevel=2)
+    pool.reset()
+    pool.count_rerun()
+    _zero_grad(zero_grad)
+    _run(PagedStep(pool, paged=False), microbatches)
+    return "rerun"
+
+
+def _run(step: PagedStep, microbatches) -> None:
+    try:
+        microbatches(step)
+    finally:
+        step.abandon()

@@ -173,7 +173,7 @@ class PagePool:
 
         Call it once per optimizer step, after the step's last backward. A decision to
         rerun after an earlier decide() of the same optimizer step kept microbatches that
-        ran paged raises PagingError: their gradients are accumulated, and a rerun of the
+        ran paged, and more ran paged since, raises PagingError: their gradients are accumulated, and a rerun of the
         failed microbatch alone would drop them (zero_grad) or count them twice; rerun the
         whole step (run_step)."""
         self._not_in_step("decide")
@@ -181,7 +181,7 @@ class PagePool:
         decision = _C.decide(flags)
         if decision == "keep":
             self._contexts_kept = self._contexts
-        elif self._contexts_kept:
+        elif self._contexts_kept and self._contexts > self._contexts_kept:  # paged again since it kept
             raise PagingError(failed_flags(dict(zip(FLAG_NAMES, flags))), decision,
                               f"in an optimizer step whose first {self._contexts_kept} paged context(s) an earlier "
                               "decide() kept: their gradients are accumulated, so rerunning only what failed drops "

@@ -204,3 +204,40 @@ def test_the_step_as_docs_python_md_shows_it():
     opt.step()
     # [step]
     assert all(torch.equal(a, p) for a, p in zip(want, (p.grad for p in model.parameters())))
+
+
+def _rank(rank, world, init_file, results):
+    """One rank's step: its own pool (rank 1's holds microbatch 0 alone), the flags agreed
+    inside run_step because torch.distributed is initialised."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    batch = microbatches(seed=5)
+    pool = ps.PagePool(device_pages=pages_of(batch, 0) if rank == 1 else 4096, page_bytes=4096, strict=False)
+    eager, paged = Experts(), Experts()
+    want = eager_grads(eager, batch, ONE_F_ONE_B)
+    how = ps.run_step(pool, step_fn(paged, batch, ONE_F_ONE_B), paged)
+    same = all(torch.equal(a, p.grad) for a, p in zip(want, paged.parameters()))
+    results.put((rank, how, same))
+    torch.distributed.destroy_process_group()
+
+
+def test_every_rank_reruns_when_one_fails(tmp_path):
+    world = 3
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.SimpleQueue()
+    torch.multiprocessing.start_processes(_rank, args=(world, tmp_path / "init", results), nprocs=world,
+                                          start_method="spawn")
+    got = sorted(results.get() for _ in range(world))
+    assert got == [(0, "rerun", True), (1, "rerun", True), (2, "rerun", True)]
+
+
+def test_deciding_alone_then_agreed_is_not_a_misuse():
+    """decide(), agree(), decide() again with no paged work between: the same step."""
+    batch = microbatches()
+    pool = ps.PagePool(device_pages=pages_of(batch, 0), page_bytes=4096, strict=False)
+    model = Experts()
+    with ps.paged_saved_tensors(pool) as paging:
+        loss = model(*batch[0], paging=paging)
+    loss.backward()
+    assert pool.decide() == "keep"
+    pool.flags[ps.FLAG_NAMES.index("overflow")] = 1  # what agree() brings from another rank
+    assert pool.decide() == "rerun_without_paging"

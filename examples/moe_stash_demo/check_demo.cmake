@@ -2,7 +2,7 @@
 #   1. --json: every recipe and schedule restores every tensor bit for bit, and every page
 #      is back at the step's end (end_step), in every run below too;
 #   2. a pool factor too small: overflow is reported, tensors stashed before it still match;
-#   3. --overflow 1e-3: the planner's pool (its planned pages) holds the step, no overflow;
+#   3. --overflow 1e-3: the sizer's pool (its planned pages) holds the step, no overflow;
 #   4. bad flags exit with 2 and a message, never a crash.
 set(_small --layers 2 --microbatches 3 --tokens 256 --hidden 256 --experts 4 --page-kib 16)
 
@@ -62,13 +62,13 @@ endif()
 run_demo(_json --overflow 1e-3 --recipes bf16,nvfp4)
 results("${_json}" planned)
 if(NOT planned_overflows EQUAL 0 OR NOT planned_lost EQUAL 0)
-  message(FATAL_ERROR "--overflow 1e-3: the planner's pool overflowed (${planned_overflows})")
+  message(FATAL_ERROR "--overflow 1e-3: the sizer's pool overflowed (${planned_overflows})")
 endif()
 string(JSON _sizing GET "${_json}" results 0 sizing)
 string(JSON _pool GET "${_json}" results 0 pool_pages)
 string(JSON _planned GET "${_json}" results 0 planned_pages)
-if(NOT _sizing STREQUAL "plan" OR NOT _pool EQUAL _planned)
-  message(FATAL_ERROR "--overflow 1e-3: the pool (${_pool} pages, sized by ${_sizing}) is not the planner's (${_planned})")
+if(NOT _sizing STREQUAL "sizer" OR NOT _pool EQUAL _planned)
+  message(FATAL_ERROR "--overflow 1e-3: the pool (${_pool} pages, sized by ${_sizing}) is not the sizer's (${_planned})")
 endif()
 
 foreach(_bad "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")

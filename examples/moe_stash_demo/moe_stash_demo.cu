@@ -5,8 +5,8 @@
 // chosen recipe in an oversized [G, capacity, K] buffer (one static buffer, reused by every
 // layer), stashes the live rows into a page pool, and backward reloads them and checks
 // them bit for bit. The pool is sized from an eager step (every tensor fits) times a factor,
-// or, with --overflow P, by the pool planner (pagestash/plan.hpp) for a per-step overflow
-// probability P under the demo's own router; the planner's pool is printed either way.
+// or, with --overflow P, by the pool sizer (pagestash/sizing.hpp) for a per-step overflow
+// probability P under the demo's own router; the sizer's pool is printed either way.
 // Runs the CUDA executor when a GPU is present, the host reference executor otherwise.
 //
 //   moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
@@ -17,7 +17,7 @@
 //                  [--executor auto|host|cuda] [--json]
 
 #include <pagestash/pagestash.cuh>
-#include <pagestash/plan.hpp>
+#include <pagestash/sizing.hpp>
 #include <pagestash/reference/reference.cuh>
 
 #include <algorithm>
@@ -46,7 +46,7 @@ struct Options {
   int64_t tokens = 1024, hidden = 1024;
   int64_t capacity = 0;  ///< tokens per expert buffer; 0: from the capacity factor
   double capacity_factor = 2.0, pool_factor = 1.10, spill_factor = 0.0;
-  double overflow = 0.0;  ///< > 0: the pool is the planner's for this per-step overflow probability
+  double overflow = 0.0;  ///< > 0: the pool is the sizer's for this per-step overflow probability
   int64_t page_kib = 64;
   std::vector<std::string> schedules = {"lifo", "1f1b"};
   unsigned seed = 7;
@@ -221,19 +221,19 @@ std::vector<std::int32_t> route(const Options& o, int64_t capacity, std::mt19937
   return counts;
 }
 
-// ---- The planner's model of the step ----------------------------------------------------------
+// ---- The sizer's model of the step ----------------------------------------------------------
 
-/// The planner's pool for the overflow probability the demo sizes for (--overflow, or 1e-3
+/// The sizer's pool for the overflow probability the demo sizes for (--overflow, or 1e-3
 /// to show next to the eager sizing).
 constexpr double shown_overflow = 1e-3;
-constexpr std::int64_t plan_samples = 20000;
-/// Count vectors drawn from route() for the planner, which draws each sampled stash's
+constexpr std::int64_t sizing_samples = 20000;
+/// Count vectors drawn from route() for the sizer, which draws each sampled stash's
 /// counts from them with replacement: the demo's router itself (a per-token Dirichlet(0.5)
 /// top-k), at the cost of drawing it only this many times.
 constexpr int router_draws = 4096;
 
 /// Uncapped count vectors of the demo's router, from a seed of their own (the step's draws
-/// are not among them). Each recipe's planner caps them at its capacity, as route() does.
+/// are not among them). The sizer caps them at its capacity, as route() does.
 std::vector<std::vector<std::int32_t>> router_samples(const Options& o) {
   std::mt19937 rng(o.seed ^ 0x9E3779B9u);
   std::vector<std::vector<std::int32_t>> out;
@@ -244,9 +244,9 @@ std::vector<std::vector<std::int32_t>> router_samples(const Options& o) {
 
 /// The stashes one layer holds at the peak of the demo's schedule: all microbatches under
 /// lifo; two under its 1F1B (a warm-up of two microbatches: the first of two stages).
-ps::plan::Schedule plan_schedule(const std::string& name, const Options& o) {
-  if (name == "lifo") return ps::plan::Schedule::forward_then_backward(o.layers, o.microbatches);
-  return ps::plan::Schedule::one_f_one_b(o.layers, o.microbatches, 2);
+ps::sizing::Schedule sizing_schedule(const std::string& name, const Options& o) {
+  if (name == "lifo") return ps::sizing::Schedule::forward_then_backward(o.layers, o.microbatches);
+  return ps::sizing::Schedule::one_f_one_b(o.layers, o.microbatches, 2);
 }
 
 /// Activations: a cheap deterministic generator (splitmix64), never zero.
@@ -300,10 +300,10 @@ struct Result {
   int64_t host_pool_bytes = 0;      ///< host spill reserve
   int64_t peak_pool_bytes = 0;      ///< peak pages used x page size
   int64_t eager_peak_pages = 0, pool_pages = 0, peak_pages = 0;
-  ps::plan::QuantileEstimate planned;  ///< the planner's pool (pages) for `planned_for`
+  ps::sizing::QuantileEstimate planned;  ///< the sizer's pool (pages) for `planned_for`
   double planned_for = 0;              ///< its target overflow probability per step
-  double planned_overflow = 0;         ///< its overflow rate on the planner's samples
-  bool sized_by_plan = false;          ///< the measured step's pool is the planner's
+  double planned_overflow = 0;         ///< its overflow rate on the sizer's samples
+  bool sized_by_sizer = false;          ///< the measured step's pool is the sizer's
   int64_t live_bytes = 0;           ///< moved by all stashes
   bool host_spill = false;
   int64_t overflows = 0;            ///< stashes or reloads that could not do their work
@@ -395,26 +395,26 @@ class Step {
     }
     r.eager_peak_pages = observed.peak_pages_used;
 
-    // The planner's pool for the tensor the demo stashes (its layout and shape), the
+    // The sizer's pool for the tensor the demo stashes (its layout and shape), the
     // schedule's peak and the demo's router.
-    const ps::plan::Schedule plan_sched = plan_schedule(schedule_name, o_);
-    const ps::plan::Layer layer({ps::plan::SavedTensor::of<Traits>(shape_, r.recipe)}, shape_.max_tokens);
+    const ps::sizing::Schedule sizing_sched = sizing_schedule(schedule_name, o_);
+    const ps::sizing::Layer layer({ps::sizing::SavedTensor::of<Traits>(shape_, r.recipe)}, shape_.max_tokens);
     // route() does not cap: its counts are capped at each recipe's capacity here.
-    const ps::plan::MeasuredCounts router(router_, shape_.max_tokens, "the demo's router", ps::plan::Excess::cap);
-    ps::plan::PlanSettings settings;
+    const ps::sizing::MeasuredCounts router(router_, shape_.max_tokens, "the demo's router", ps::sizing::Excess::cap);
+    ps::sizing::SizingSettings settings;
     settings.page_bytes = o_.page_kib << 10;
-    settings.samples = plan_samples;
+    settings.samples = sizing_samples;
     settings.seed = o_.seed;
     settings.overflow = o_.overflow > 0 ? o_.overflow : shown_overflow;
-    const ps::plan::PoolPlan plan = ps::plan::plan_pool(layer, plan_sched, router, settings);
-    r.planned = plan.pool;
+    const ps::sizing::PoolSizing sized = ps::sizing::size_pool(layer, sizing_sched, router, settings);
+    r.planned = sized.pool;
     r.planned_for = settings.overflow;
-    r.planned_overflow = plan.overflow_at_pool;
+    r.planned_overflow = sized.overflow_at_pool;
 
-    // The measured step, on a pool sized from the eager one or by the planner.
+    // The measured step, on a pool sized from the eager one or by the sizer.
     ps::PoolConfig sized = ps::size_pool(observed, o_.pool_factor, o_.spill_factor);
-    r.sized_by_plan = o_.overflow > 0;
-    if (r.sized_by_plan) sized.device_pages = plan.pool.value;
+    r.sized_by_sizer = o_.overflow > 0;
+    if (r.sized_by_sizer) sized.device_pages = sized.pool.value;
     ps::PagePool pool(sized, space_);
     Pass(*this, pool, r, true).run(events);
     const ps::PoolStats st = pool.stats();
@@ -437,8 +437,8 @@ class Step {
       peak_held = std::max(peak_held, held);
     }
     r.oversized_bytes = peak_held * per_tensor;
-    if (peak_held != plan.alive_stashes)  // the planner's schedule must be the one run here
-      throw std::logic_error("the planner's schedule holds " + std::to_string(plan.alive_stashes) + " stashes, the demo's " +
+    if (peak_held != sized.alive_stashes)  // the sizer's schedule must be the one run here
+      throw std::logic_error("the sizer's schedule holds " + std::to_string(sized.alive_stashes) + " stashes, the demo's " +
                              std::to_string(peak_held));
     return r;
   }
@@ -569,7 +569,7 @@ double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<do
 
 void print_table(const std::vector<Result>& results, const Options& o) {
   std::printf("\n%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
-              "no-stash", "pool", "peak used", "saved", "pages", "eager", "plan", "spill", "ovfl", "stash", "reload",
+              "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash", "reload",
               "parity");
   std::printf("%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
               "", "peak", "pages", "", "", "GB/s", "GB/s");
@@ -585,15 +585,15 @@ void print_table(const std::vector<Result>& results, const Options& o) {
                 (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), parity);
   }
   char sizing[96];
-  if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the planner's for overflow <= %g per step", o.overflow);
+  if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the sizer's for overflow <= %g per step", o.overflow);
   else std::snprintf(sizing, sizeof sizing, "eager peak x %.2f", o.pool_factor);
   std::printf("\n%d layers x %d microbatches of %lld tokens, top-%d of %d experts, hidden %lld; pool = %s "
               "(+ host spill = eager peak x %.2f), pages of %lld KiB.\n",
               o.layers, o.microbatches, (long long)o.tokens, o.topk, o.experts, (long long)o.hidden, sizing,
               o.spill_factor, (long long)o.page_kib);
-  std::printf("eager peak: the pages of an eager step (every tensor fits); plan: the pool planner's pages for overflow "
-              "<= %g per step (pagestash/plan.hpp: %lld sampled steps, counts from %d draws of the demo's router).\n",
-              o.overflow > 0 ? o.overflow : shown_overflow, (long long)plan_samples, router_draws);
+  std::printf("eager peak: the pages of an eager step (every tensor fits); sized: the pool sizer's pages for overflow "
+              "<= %g per step (pagestash/sizing.hpp: %lld sampled steps, counts from %d draws of the demo's router).\n",
+              o.overflow > 0 ? o.overflow : shown_overflow, (long long)sizing_samples, router_draws);
   std::printf("no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
               "reserve; saved = 1 - pool / no-stash.\n");
   for (const Result& r : results) {
@@ -623,7 +623,7 @@ void print_json(const std::vector<Result>& results) {
                 (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false",
                 (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
                 gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
-                r.parity_bad == 0 ? "true" : "false", r.sized_by_plan ? "plan" : "eager",
+                r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager",
                 (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
                 r.planned_overflow, (long long)r.pages_held_at_step_end);
   }

@@ -3,7 +3,7 @@
 // checked pointers to ops_cuda.cu (nvcc). Every check of a tensor happens here, on the host,
 // before anything runs: ValueError for a bad argument, RuntimeError for a CUDA failure.
 
-#include "plan.hpp"
+#include "sizing.hpp"
 #include "recipes.hpp"
 
 #include <torch/extension.h>
@@ -401,9 +401,9 @@ std::string decide_py(const std::vector<std::int32_t>& words) {
 }
 
 
-/// The pool planner (csrc/plan.hpp) for the Python wrapper pagestash.plan_pool: the plan as
+/// The pool sizer (csrc/sizing.hpp) for the Python wrapper pagestash.size_pool: its result as
 /// a dict of plain numbers. `shapes` are [groups, tokens, hidden], one per recipe.
-py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector<std::vector<std::int64_t>>& shapes,
+py::dict size_pool_py(const std::vector<std::string>& recipes, const std::vector<std::vector<std::int64_t>>& shapes,
                       const std::string& schedule, std::int32_t layers, std::int32_t microbatches, std::int64_t tokens,
                       std::int32_t top_k, double alpha, double correlation, const std::string& sampler,
                       std::int64_t capacity, const std::vector<std::vector<std::int32_t>>& counts,
@@ -411,7 +411,7 @@ py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector
                       const std::string& counts_file, bool cap_counts, std::int64_t page_bytes,
                       std::int64_t host_pages, std::int64_t samples, std::uint64_t seed, double overflow,
                       double confidence, std::int64_t bootstrap, std::int32_t curve_points) {
-  PlanRequest r;
+  SizingRequest r;
   r.recipes = recipes;
   for (const auto& s : shapes) r.shapes.push_back(shape_of(s));
   r.schedule = schedule;
@@ -435,7 +435,7 @@ py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector
   r.settings.overflow = overflow;
   r.settings.confidence = confidence;
   TORCH_CHECK_VALUE(curve_points >= 2, "pagestash: curve_points = ", curve_points, " must be at least 2");
-  const plan::PoolPlan p = [&] {
+  const sizing::PoolSizing p = [&] {
     const py::gil_scoped_release unlocked;  // seconds of sampling: let other Python threads run
     return checked([&] { return plan_of(r); });
   }();
@@ -469,7 +469,7 @@ py::dict plan_pool_py(const std::vector<std::string>& recipes, const std::vector
   d["page_rounding_bytes"] = p.page_rounding_bytes();
   d["segment_rounding_bytes"] = p.segment_rounding_bytes();
   py::list curve;
-  for (const plan::CurvePoint& c : p.peaks.curve(curve_points, confidence))
+  for (const sizing::CurvePoint& c : p.peaks.curve(curve_points, confidence))
     curve.append(py::make_tuple(c.pages, c.overflow, c.interval.low, c.interval.high));
   d["curve"] = curve;
   return d;
@@ -532,17 +532,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flag_names", &flag_names, "The flags' names, in the order of their int32 words");
   m.def("flag_meanings", &flag_meanings, "What each flag means, in the order of flag_names()");
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
-  m.def("plan_pool", &plan_pool_py, "The pool planner (pagestash/plan.hpp) for a layer of the recipes",
+  m.def("size_pool", &size_pool_py, "The pool sizer (pagestash/sizing.hpp) for a layer of the recipes",
         py::arg("recipes"), py::arg("shapes"), py::arg("schedule"), py::arg("layers"), py::arg("microbatches"),
         py::arg("tokens"), py::arg("top_k"), py::arg("alpha"), py::arg("correlation"), py::arg("sampler"),
         py::arg("capacity"), py::arg("counts"), py::arg("count_steps"), py::arg("counts_file"), py::arg("cap_counts"),
         py::arg("page_bytes"), py::arg("host_pages"), py::arg("samples"), py::arg("seed"), py::arg("overflow"),
         py::arg("confidence"), py::arg("bootstrap"), py::arg("curve_points"));
-  {  // plan_pool's defaults, the command's (pagestash_plan): one set for both
-    const plan::PlanSettings defaults;
+  {  // size_pool's defaults, the command's (pagestash_size): one set for both
+    const sizing::SizingSettings defaults;
     py::dict d;
-    d["layers"] = plan::default_layers;
-    d["microbatches"] = plan::default_microbatches;
+    d["layers"] = sizing::default_layers;
+    d["microbatches"] = sizing::default_microbatches;
     d["overflow"] = defaults.overflow;
     d["page_bytes"] = defaults.page_bytes;
     d["samples"] = defaults.samples;

@@ -160,7 +160,7 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
     vectors, steps, path = ([], [], "") if counts is None else _measured(counts)
     layers = DEFAULTS["layers"] if layers is None else layers
     microbatches = DEFAULTS["microbatches"] if microbatches is None else microbatches
-    d = _C.plan_pool(recipes=[r for r, _ in pairs], shapes=[list(s) for _, s in pairs], schedule=schedule,
+    d = _C.size_pool(recipes=[r for r, _ in pairs], shapes=[list(s) for _, s in pairs], schedule=schedule,
                      layers=int(layers), microbatches=int(microbatches), tokens=0 if tokens is None else int(tokens),
                      top_k=int(top_k), alpha=float(alpha), correlation=float(correlation), sampler=sampler,
                      capacity=0 if capacity is None else int(capacity), counts=vectors, count_steps=steps,

@@ -3,7 +3,7 @@
 # capable headers stay compilable by a plain C++ compiler). Besides, per layer:
 #   headers matching              may include pagestash headers from these folders (the
 #                                 product's layers, bottom up; reference/ on top of them all;
-#                                 plan/, the host-only pool planner, beside execution/: it
+#                                 sizing/, the host-only pool sizer, beside execution/: it
 #                                 sizes pools from the stash's work plan, runs nothing)
 set(_rules
   "^pagestash/detail/"            "detail"
@@ -14,9 +14,9 @@ set(_rules
   "^pagestash/pool/"              "detail|cuda|pool"
   "^pagestash/stash/"             "detail|formats|layouts|pool|stash"
   "^pagestash/execution/"         "detail|formats|layouts|cuda|pool|stash|execution"
-  "^pagestash/plan/"              "detail|formats|layouts|pool|stash|plan"
+  "^pagestash/sizing/"            "detail|formats|layouts|pool|stash|sizing"
   "^pagestash/reference/"         "detail|formats|layouts|cuda|pool|stash|execution|reference"
-  "^pagestash/[^/]+$"             "detail|formats|layouts|cuda|pool|stash|execution|plan")
+  "^pagestash/[^/]+$"             "detail|formats|layouts|cuda|pool|stash|execution|sizing")
 # The umbrella headers (pagestash/*.hpp, *.cuh) and every layer of the product stay apart
 # from reference/ (the quantizers, producers and oracles of tests and examples).
 

@@ -39,7 +39,7 @@ namespace detail {
 
 enum class Operation : int { stash, reload, discard };
 enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
-enum class Arrival : cuda::std::int32_t { planner, joined, refused };
+enum class Arrival : cuda::std::int32_t { owner, joined, refused };
 
 /// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and
 /// the launch's identity.
@@ -118,7 +118,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     device_atomic<cuda::std::int64_t>(words.next_tile).store(0, cuda::std::memory_order_relaxed);
     generation.store(now.load(cuda::std::memory_order_relaxed), cuda::std::memory_order_relaxed);
     owner.store(me, cuda::std::memory_order_release);
-    return Arrival::planner;
+    return Arrival::owner;
   }
 }
 
@@ -134,7 +134,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   if (arrival == Arrival::refused) return;
 
   cuda::std::int32_t verdict = verdict_skip;
-  if (arrival == Arrival::planner) {
+  if (arrival == Arrival::owner) {
     bool copy = false;
     const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
     if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec, tile_shift);
@@ -146,7 +146,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   } else if (team.leader()) {
     verdict = spin_until(device_atomic<cuda::std::int32_t>(words.verdict),
                          [](cuda::std::int32_t v) { return v != verdict_pending; });
-    acquire_fence();  // the planner's header and plan
+    acquire_fence();  // the owner's header and plan
   }
   verdict = team.share(verdict);
 

@@ -27,7 +27,7 @@ enum class RecordState : cuda::std::int32_t {
 };
 
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
-/// (blocks waiting for the verdict poll it while the planner writes the header). `arrival`
+/// (blocks waiting for the verdict poll it while the owner writes the header). `arrival`
 /// holds the newest launch to arrive (its id), whether it was refused, and whether a launch
 /// holds the record; `remembered` the launches refused before it, so that a refused
 /// launch's later blocks still find it refused after the word moves on

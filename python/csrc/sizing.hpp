@@ -1,12 +1,12 @@
 #pragma once
-// The pool planner (pagestash/plan.hpp) over the extension's recipes. The saved tensors are
-// built through with_recipe, the dispatch the ops use, so that the planner's pages for a
+// The pool sizer (pagestash/sizing.hpp) over the extension's recipes. The saved tensors are
+// built through with_recipe, the dispatch the ops use, so that the sizer's pages for a
 // count vector are exactly the pages the ops' stashes of that vector take. No PyTorch here:
 // ops.cpp binds it.
 
 #include "recipes.hpp"
 
-#include <pagestash/plan.hpp>
+#include <pagestash/sizing.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -14,15 +14,15 @@
 #include <vector>
 
 namespace pagestash_torch {
-namespace plan = ps::plan;
+namespace sizing = ps::plan;
 
-/// What plan_pool is asked: the tensors one MoE layer saves, the schedule, and the router
+/// What size_pool is asked: the tensors one MoE layer saves, the schedule, and the router
 /// (Dirichlet) or measured count vectors.
-struct PlanRequest {
+struct SizingRequest {
   std::vector<std::string> recipes;
   std::vector<Shape> shapes;  ///< one per recipe
   std::string schedule = "lifo";
-  std::int32_t layers = plan::default_layers, microbatches = plan::default_microbatches;
+  std::int32_t layers = sizing::default_layers, microbatches = sizing::default_microbatches;
   // The router, when `counts` is empty.
   std::int64_t tokens = 0;
   std::int32_t top_k = 1;
@@ -36,70 +36,70 @@ struct PlanRequest {
   std::vector<std::vector<std::vector<std::int32_t>>> count_steps;
   std::vector<std::vector<std::int32_t>> counts;
   bool cap_counts = false;  ///< cap counts above the capacity (else refused)
-  plan::PlanSettings settings;
+  sizing::SizingSettings settings;
 };
 
 /// A saved tensor of one of the extension's recipes, of shape `s`.
-inline plan::SavedTensor saved_tensor(const std::string& recipe, const Shape& s) {
+inline sizing::SavedTensor saved_tensor(const std::string& recipe, const Shape& s) {
   return with_recipe(recipe, [&](auto tag) {
     using Layout = typename decltype(tag)::layout;
-    return plan::SavedTensor::of<typename decltype(tag)::traits>(view_of<Layout>(s), recipe);
+    return sizing::SavedTensor::of<typename decltype(tag)::traits>(view_of<Layout>(s), recipe);
   });
 }
 
 /// The layer of the request's tensors. They must hold the same tokens per expert: the
-/// planner measures them at one capacity, and a layer whose shapes it changed would not
+/// sizer measures them at one capacity, and a layer whose shapes it changed would not
 /// be the one the ops stash.
-inline plan::Layer layer_of(const PlanRequest& r) {
-  if (r.recipes.empty()) plan::detail::invalid_plan("plan_pool: no saved tensors");
+inline sizing::Layer layer_of(const SizingRequest& r) {
+  if (r.recipes.empty()) sizing::detail::invalid_sizing("size_pool: no saved tensors");
   if (r.recipes.size() != r.shapes.size())
-    plan::detail::invalid_plan("plan_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
+    sizing::detail::invalid_sizing("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
                                std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
-  std::vector<plan::SavedTensor> tensors;
+  std::vector<sizing::SavedTensor> tensors;
   for (std::size_t i = 0; i < r.recipes.size(); ++i) {
     const Shape& s = r.shapes[i];
     if (s.groups < 1)
-      plan::detail::invalid_plan("plan_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
+      sizing::detail::invalid_sizing("size_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
                                  std::to_string(s.groups) + " must be at least 1");
-    plan::SavedTensor t = saved_tensor(r.recipes[i], s);
+    sizing::SavedTensor t = saved_tensor(r.recipes[i], s);
     const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.max_tokens) +
                              ", " + std::to_string(s.hidden) + "]";
     if (recipe_info(r.recipes[i], s).packed && s.max_tokens != t.capacity() * s.groups)
-      plan::detail::invalid_plan("plan_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
+      sizing::detail::invalid_sizing("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
                                  "a multiple of " + std::to_string(s.groups) + ")");
     if (!tensors.empty() && t.capacity() != tensors.front().capacity())
-      plan::detail::invalid_plan("plan_pool: " + what + " holds " + std::to_string(t.capacity()) +
+      sizing::detail::invalid_sizing("size_pool: " + what + " holds " + std::to_string(t.capacity()) +
                                  " tokens per expert, the first tensor " + std::to_string(tensors.front().capacity()) +
                                  ": a layer's tensors share one capacity");
     tensors.push_back(std::move(t));
   }
-  return plan::Layer(tensors, tensors.front().capacity());
+  return sizing::Layer(tensors, tensors.front().capacity());
 }
 
-inline plan::RoutingSampler sampler_of(const std::string& name) {
-  if (name == "multinomial") return plan::RoutingSampler::multinomial;
-  if (name == "per_token") return plan::RoutingSampler::per_token;
-  plan::detail::invalid_plan("plan_pool: unknown sampler '" + name + "' (multinomial, per_token)");
+inline sizing::RoutingSampler sampler_of(const std::string& name) {
+  if (name == "multinomial") return sizing::RoutingSampler::multinomial;
+  if (name == "per_token") return sizing::RoutingSampler::per_token;
+  sizing::detail::invalid_sizing("size_pool: unknown sampler '" + name + "' (multinomial, per_token)");
 }
 
 /// The count model: the measured vectors when there are any, else the Dirichlet router.
-inline std::unique_ptr<plan::CountModel> count_model_of(const PlanRequest& r, const plan::Layer& layer) {
-  if (r.capacity < 0) plan::detail::invalid_plan("plan_pool: capacity = " + std::to_string(r.capacity) + " is negative");
+inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r, const sizing::Layer& layer) {
+  if (r.capacity < 0) sizing::detail::invalid_sizing("size_pool: capacity = " + std::to_string(r.capacity) + " is negative");
   const std::int64_t capacity = r.capacity > 0 ? r.capacity : layer.capacity();
-  const plan::Excess excess = r.cap_counts ? plan::Excess::cap : plan::Excess::refuse;
+  const sizing::Excess excess = r.cap_counts ? sizing::Excess::cap : sizing::Excess::refuse;
   const bool measured = !r.counts_file.empty() || !r.count_steps.empty() || !r.counts.empty();
   if (measured && r.correlation > 0)
-    plan::detail::invalid_plan("plan_pool: correlation models the Dirichlet router; measured counts keep their own "
+    sizing::detail::invalid_sizing("size_pool: correlation models the Dirichlet router; measured counts keep their own "
                                "(give them as whole steps)");
   if (!r.counts_file.empty())
-    return std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
+    return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
   if (!r.count_steps.empty())
-    return std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
-  if (!r.counts.empty()) return std::make_unique<plan::MeasuredCounts>(r.counts, capacity, "counts", excess);
+    return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
+  if (!r.counts.empty()) return std::make_unique<sizing::MeasuredCounts>(r.counts, capacity, "counts", excess);
   if (r.tokens < 1)
-    plan::detail::invalid_plan("plan_pool: tokens = " + std::to_string(r.tokens) +
+    sizing::detail::invalid_sizing("size_pool: tokens = " + std::to_string(r.tokens) +
                                ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
-  plan::Routing routing;
+  sizing::Routing routing;
   routing.experts = layer.experts();
   routing.top_k = r.top_k;
   routing.tokens = r.tokens;
@@ -107,15 +107,15 @@ inline std::unique_ptr<plan::CountModel> count_model_of(const PlanRequest& r, co
   routing.capacity = capacity;
   routing.sampler = sampler_of(r.sampler);
   routing.correlation = r.correlation;
-  return std::make_unique<plan::DirichletRouting>(routing);
+  return std::make_unique<sizing::DirichletRouting>(routing);
 }
 
 /// Samples the steps and sizes the pool. Throws std::invalid_argument for bad input.
-inline plan::PoolPlan plan_of(const PlanRequest& r) {
-  const plan::Layer layer = layer_of(r);
-  const std::unique_ptr<plan::CountModel> counts = count_model_of(r, layer);
-  const plan::Schedule schedule = plan::Schedule::parse(r.schedule, r.layers, r.microbatches);
-  return plan::plan_pool(layer, schedule, *counts, r.settings);
+inline sizing::PoolSizing plan_of(const SizingRequest& r) {
+  const sizing::Layer layer = layer_of(r);
+  const std::unique_ptr<sizing::CountModel> counts = count_model_of(r, layer);
+  const sizing::Schedule schedule = sizing::Schedule::parse(r.schedule, r.layers, r.microbatches);
+  return sizing::size_pool(layer, schedule, *counts, r.settings);
 }
 
 }  // namespace pagestash_torch

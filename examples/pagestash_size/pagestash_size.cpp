@@ -1,8 +1,8 @@
-// pagestash_plan: how many pages a pool needs so that a training step overflows it with a
+// pagestash_size: how many pages a pool needs so that a training step overflows it with a
 // chosen probability, from a MoE layer's shape and recipe, the pipeline schedule and a
-// model of the router's counts (docs/planning.md). Plain C++ on the host; no GPU.
+// model of the router's counts (docs/sizing.md). Plain C++ on the host; no GPU.
 //
-//   pagestash_plan [--shape deepseek-v3|qwen3-moe] [--hidden N --experts N --top-k N --tokens N]
+//   pagestash_size [--shape deepseek-v3|qwen3-moe] [--hidden N --experts N --top-k N --tokens N]
 //                  [--recipe bf16|fp16|mxfp8|nvfp4] [--placement capacity-padded|packed|packed-padded]
 //                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
@@ -11,7 +11,7 @@
 //                  [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
 //                  [--plot FILE.png] [--json]
 
-#include <pagestash/plan.hpp>
+#include <pagestash/sizing.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,11 +24,11 @@
 #include <type_traits>
 #include <vector>
 
-#ifndef PAGESTASH_PLAN_PLOT_SCRIPT
-#define PAGESTASH_PLAN_PLOT_SCRIPT "plot_plan.py"
+#ifndef PAGESTASH_SIZING_PLOT_SCRIPT
+#define PAGESTASH_SIZING_PLOT_SCRIPT "plot_sizing.py"
 #endif
 
-namespace plan = pagestash::plan;
+namespace sizing = pagestash::sizing;
 
 namespace {
 
@@ -37,7 +37,7 @@ struct UsageError : std::invalid_argument {
 };
 
 const char* const usage =
-    "usage: pagestash_plan [options]\n"
+    "usage: pagestash_size [options]\n"
     "  --shape deepseek-v3|qwen3-moe  a rank's MoE layer, as moe_stash_demo's (later flags override)\n"
     "  --hidden N --experts N --top-k N --tokens N   the layer: hidden size, experts on the rank,\n"
     "                                 experts per token, tokens per microbatch (default 1024, 8, 2, 1024)\n"
@@ -49,9 +49,9 @@ const char* const usage =
     "  --layers N --microbatches N    MoE layers on the rank, microbatches per step (default 4, 8)\n"
     "  --alpha A                      router popularity ~ Dirichlet(A) over the experts (default 1)\n"
     "  --correlation C                share C in [0, 1] of the popularity common to a step's stashes\n"
-    "                                 (default 0: independent stashes; docs/planning.md)\n"
+    "                                 (default 0: independent stashes; docs/sizing.md)\n"
     "  --counts FILE                  measured counts instead: one vector per line, per layer and\n"
-    "                                 microbatch; 'step' lines group whole steps (docs/planning.md)\n"
+    "                                 microbatch; 'step' lines group whole steps (docs/sizing.md)\n"
     "  --cap-counts                   cap measured counts above the capacity (default: refuse them)\n"
     "  --routing multinomial|per-token   how the Dirichlet router routes (default multinomial)\n"
     "  --capacity-factor X            tokens per expert buffer / mean (default 2)\n"
@@ -71,12 +71,12 @@ struct Options {
   std::string recipe = "mxfp8", placement = "capacity-padded", scales = "swizzled";
   std::int64_t ffn_hidden = 0;
   std::string schedule = "lifo";
-  std::int32_t layers = plan::default_layers, microbatches = plan::default_microbatches;
+  std::int32_t layers = sizing::default_layers, microbatches = sizing::default_microbatches;
   double alpha = 1.0, correlation = 0.0;
   std::string counts_file, routing = "multinomial";
   bool cap_counts = false;
   double capacity_factor = 2.0;
-  plan::PlanSettings settings;
+  sizing::SizingSettings settings;
   std::vector<double> warmup_factors = {1.0, 1.02, 1.1, 1.25, 1.5};
   std::int32_t points = 24;
   std::string plot;
@@ -170,14 +170,14 @@ double mib(double bytes) { return bytes / double(1 << 20); }
 /// Everything the run found, to print as text or JSON.
 struct Report {
   Options o;
-  plan::Layer layer;
-  plan::PoolPlan plan;
-  std::vector<plan::CurvePoint> curve;
-  std::vector<plan::WarmupSizing> warmup;
+  sizing::Layer layer;
+  sizing::PoolSizing sizing;
+  std::vector<sizing::CurvePoint> curve;
+  std::vector<sizing::WarmupSizing> warmup;
 };
 
 void print_text(const Report& r) {
-  const plan::PoolPlan& p = r.plan;
+  const sizing::PoolSizing& p = r.sizing;
   const auto page = p.settings.page_bytes;
   std::printf("layer: %s, %d experts, capacity %lld tokens per expert (count alignment %lld)\n", r.o.recipe.c_str(),
               r.layer.experts(), (long long)r.layer.capacity(), (long long)r.layer.count_alignment());
@@ -233,7 +233,7 @@ std::string json_string(const std::string& s) {
 }
 
 std::string to_json(const Report& r) {
-  const plan::PoolPlan& p = r.plan;
+  const sizing::PoolSizing& p = r.sizing;
   std::ostringstream j;
   j.precision(10);
   j << "{\n  \"recipe\": " << json_string(r.o.recipe) << ", \"placement\": " << json_string(r.o.placement)
@@ -281,35 +281,35 @@ std::string to_json(const Report& r) {
 }
 
 Report run(const Options& o) {
-  plan::RecipeOptions recipe;
-  recipe.placement = plan::parse_placement(o.placement);
-  recipe.scales = plan::parse_scales(o.scales);
+  sizing::RecipeOptions recipe;
+  recipe.placement = sizing::parse_placement(o.placement);
+  recipe.scales = sizing::parse_scales(o.scales);
   recipe.ffn_hidden = o.ffn_hidden;
-  const plan::Layer layer = plan::recipe_layer(plan::parse_recipe(o.recipe), o.hidden, o.experts, o.tokens, o.top_k,
+  const sizing::Layer layer = sizing::recipe_layer(sizing::parse_recipe(o.recipe), o.hidden, o.experts, o.tokens, o.top_k,
                                                o.capacity_factor, recipe);
-  const plan::Schedule schedule = plan::Schedule::parse(o.schedule, o.layers, o.microbatches);
-  std::unique_ptr<plan::CountModel> counts;
+  const sizing::Schedule schedule = sizing::Schedule::parse(o.schedule, o.layers, o.microbatches);
+  std::unique_ptr<sizing::CountModel> counts;
   if (!o.counts_file.empty()) {
-    counts = std::make_unique<plan::MeasuredCounts>(plan::MeasuredCounts::read(
-        o.counts_file, o.experts, layer.capacity(), o.cap_counts ? plan::Excess::cap : plan::Excess::refuse));
+    counts = std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::read(
+        o.counts_file, o.experts, layer.capacity(), o.cap_counts ? sizing::Excess::cap : sizing::Excess::refuse));
   } else {
-    plan::Routing routing;
+    sizing::Routing routing;
     routing.experts = o.experts;
     routing.top_k = o.top_k;
     routing.tokens = o.tokens;
     routing.alpha = o.alpha;
     routing.capacity = layer.capacity();
-    routing.sampler = o.routing == "per-token" ? plan::RoutingSampler::per_token : plan::RoutingSampler::multinomial;
+    routing.sampler = o.routing == "per-token" ? sizing::RoutingSampler::per_token : sizing::RoutingSampler::multinomial;
     routing.correlation = o.correlation;
-    counts = std::make_unique<plan::DirichletRouting>(routing);
+    counts = std::make_unique<sizing::DirichletRouting>(routing);
   }
-  plan::PoolPlan p = plan::plan_pool(layer, schedule, *counts, o.settings);
+  sizing::PoolSizing p = sizing::size_pool(layer, schedule, *counts, o.settings);
   auto curve = p.peaks.curve(o.points, o.settings.confidence);
-  auto warmup = plan::compare_warmup(p.peaks, o.warmup_factors, o.settings.overflow);
+  auto warmup = sizing::compare_warmup(p.peaks, o.warmup_factors, o.settings.overflow);
   return Report{o, layer, std::move(p), std::move(curve), std::move(warmup)};
 }
 
-/// Draws the curve with plot_plan.py; a missing python3 or matplotlib only warns.
+/// Draws the curve with plot_sizing.py; a missing python3 or matplotlib only warns.
 void plot(const Report& r) {
   const std::string json_path = r.o.plot + ".json";
   {
@@ -317,8 +317,8 @@ void plot(const Report& r) {
     if (!out) throw std::invalid_argument("--plot: cannot write " + json_path);
     out << to_json(r);
   }
-  const std::string command = "python3 \"" PAGESTASH_PLAN_PLOT_SCRIPT "\" \"" + json_path + "\" \"" + r.o.plot + "\"";
-  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "pagestash_plan: the plot failed (%s)\n", command.c_str());
+  const std::string command = "python3 \"" PAGESTASH_SIZING_PLOT_SCRIPT "\" \"" + json_path + "\" \"" + r.o.plot + "\"";
+  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "pagestash_size: the plot failed (%s)\n", command.c_str());
   std::remove(json_path.c_str());
 }
 
@@ -333,10 +333,10 @@ int main(int argc, char** argv) {
     if (!o.plot.empty()) plot(r);
     return 0;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "pagestash_plan: %s\n%s", e.what(), usage);
+    std::fprintf(stderr, "pagestash_size: %s\n%s", e.what(), usage);
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "pagestash_plan: %s\n", e.what());
+    std::fprintf(stderr, "pagestash_size: %s\n", e.what());
     return 2;
   }
 }

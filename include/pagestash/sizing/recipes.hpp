@@ -4,7 +4,7 @@
 // data and scales, + amax kept for nvfp4), in a chosen placement and scale arrangement.
 
 #include <pagestash/layouts/layouts.hpp>
-#include <pagestash/plan/layer.hpp>
+#include <pagestash/sizing/layer.hpp>
 
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace plan {
+namespace sizing {
 
 enum class Recipe { bf16, fp16, mxfp8, nvfp4 };
 /// Placement tags of layouts/placement.hpp, as values.
@@ -50,17 +50,17 @@ inline const char* name_of(ScaleArrangement s) { return s == ScaleArrangement::s
 inline Recipe parse_recipe(const std::string& s) {
   for (Recipe r : {Recipe::bf16, Recipe::fp16, Recipe::mxfp8, Recipe::nvfp4})
     if (s == name_of(r)) return r;
-  detail::invalid_plan("unknown recipe '" + s + "' (bf16, fp16, mxfp8, nvfp4)");
+  detail::invalid_sizing("unknown recipe '" + s + "' (bf16, fp16, mxfp8, nvfp4)");
 }
 inline Placement parse_placement(const std::string& s) {
   for (Placement p : {Placement::capacity_padded, Placement::packed, Placement::packed_padded})
     if (s == name_of(p)) return p;
-  detail::invalid_plan("unknown placement '" + s + "' (capacity-padded, packed, packed-padded)");
+  detail::invalid_sizing("unknown placement '" + s + "' (capacity-padded, packed, packed-padded)");
 }
 inline ScaleArrangement parse_scales(const std::string& s) {
   for (ScaleArrangement a : {ScaleArrangement::swizzled, ScaleArrangement::compact})
     if (s == name_of(a)) return a;
-  detail::invalid_plan("unknown scale arrangement '" + s + "' (swizzled, compact)");
+  detail::invalid_sizing("unknown scale arrangement '" + s + "' (swizzled, compact)");
 }
 
 namespace detail {
@@ -88,7 +88,7 @@ SavedTensor tensor_in(Recipe recipe, ScaleArrangement scales, std::int64_t hidde
     case Recipe::mxfp8: return quantized_tensor<MXFP8_E4M3, PlacementTag>(scales, hidden, experts, name);
     case Recipe::nvfp4: return quantized_tensor<NVFP4, PlacementTag>(scales, hidden, experts, name);
   }
-  invalid_plan("unknown recipe");
+  invalid_sizing("unknown recipe");
 }
 
 inline SavedTensor recipe_tensor_of(Recipe recipe, const RecipeOptions& o, std::int64_t hidden, std::int32_t experts,
@@ -99,7 +99,7 @@ inline SavedTensor recipe_tensor_of(Recipe recipe, const RecipeOptions& o, std::
     case Placement::packed: return tensor_in<Packed>(recipe, o.scales, hidden, experts, name);
     case Placement::packed_padded: return tensor_in<PackedPadded>(recipe, o.scales, hidden, experts, name);
   }
-  invalid_plan("unknown placement");
+  invalid_sizing("unknown placement");
 }
 
 }  // namespace detail
@@ -122,5 +122,5 @@ inline Layer recipe_layer(Recipe recipe, std::int64_t hidden, std::int32_t exper
   return Layer(tensors, capacity_for(tokens, top_k, experts, capacity_factor, Layer::capacity_multiple(tensors)));
 }
 
-}  // namespace plan
+}  // namespace sizing
 PAGESTASH_NAMESPACE_END

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Draws pagestash_plan's curve: per-step overflow probability against pool size, with its
+"""Draws pagestash_size's curve: per-step overflow probability against pool size, with its
 Wilson interval, the planned pool and the warm-up x factor pools.
 
-    python3 plot_plan.py plan.json plan.png
+    python3 plot_sizing.py sizing.json sizing.png
 
 Without matplotlib it says so and exits 0 (the plot is optional)."""
 
@@ -14,36 +14,36 @@ def main(src, dst):
     try:
         import matplotlib
     except ImportError:
-        print("plot_plan.py: matplotlib is not installed; no plot (pip install matplotlib)", file=sys.stderr)
+        print("plot_sizing.py: matplotlib is not installed; no plot (pip install matplotlib)", file=sys.stderr)
         return 0
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     with open(src) as f:
-        plan = json.load(f)
-    mib = plan["page_bytes"] / 2**20
-    floor = 0.5 / plan["samples"]  # a probability of 0 drawn on the log axis
-    curve = plan["curve"]
+        sizing = json.load(f)
+    mib = sizing["page_bytes"] / 2**20
+    floor = 0.5 / sizing["samples"]  # a probability of 0 drawn on the log axis
+    curve = sizing["curve"]
     x = [c["pages"] * mib for c in curve]
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     ax.fill_between(x, [max(c["ci"][0], floor) for c in curve], [max(c["ci"][1], floor) for c in curve],
                     alpha=0.25, label="95% interval")
     ax.plot(x, [max(c["overflow"], floor) for c in curve], marker=".", label="P(step overflows)")
-    ax.axhline(plan["overflow_target"], color="grey", linestyle=":", label=f"target {plan['overflow_target']:g}")
-    ax.axvline(plan["pool_pages"] * mib, color="black", label=f"planned: {plan['pool_pages'] * mib:.0f} MiB")
+    ax.axhline(sizing["overflow_target"], color="grey", linestyle=":", label=f"target {sizing['overflow_target']:g}")
+    ax.axvline(sizing["pool_pages"] * mib, color="black", label=f"planned: {sizing['pool_pages'] * mib:.0f} MiB")
     styles = ["--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1)), (0, (3, 3))]
-    for w, style in zip(plan["warmup"], styles * (1 + len(plan["warmup"]) // len(styles))):
+    for w, style in zip(sizing["warmup"], styles * (1 + len(sizing["warmup"]) // len(styles))):
         ax.axvline(w["median_pages"] * mib, color="tab:red", linestyle=style,
                    label=f"warm-up x {w['factor']:g}: {w['median_pages'] * mib:.0f} MiB")
     ax.set_yscale("log")
     ax.set_xlabel("pool size (MiB)")
     ax.set_ylabel("per-step overflow probability")
-    ax.set_title(f"{plan['recipe']}, {plan['experts']} experts, hidden {plan['hidden']}, {plan['schedule']} "
-                 f"({plan['alive_stashes']} stashes)", fontsize=9)
+    ax.set_title(f"{sizing['recipe']}, {sizing['experts']} experts, hidden {sizing['hidden']}, {sizing['schedule']} "
+                 f"({sizing['alive_stashes']} stashes)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(dst)
-    print(f"plot_plan.py: wrote {dst}", file=sys.stderr)
+    print(f"plot_sizing.py: wrote {dst}", file=sys.stderr)
     return 0
 
 

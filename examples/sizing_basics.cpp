@@ -1,34 +1,34 @@
-// The pool planner in one page (plain C++, no GPU): size a pool for a DeepSeek-V3-like
+// The pool sizer in one page (plain C++, no GPU): size a pool for a DeepSeek-V3-like
 // rank saving MXFP8 activations under 1F1B, for one overflow in a thousand steps.
-// The snippet between "// [name]" markers appears verbatim in docs/planning.md.
+// The snippet between "// [name]" markers appears verbatim in docs/sizing.md.
 
-#include <pagestash/plan.hpp>
+#include <pagestash/sizing.hpp>
 
 #include <cstdio>
 
 int main() {
-  namespace plan = pagestash::plan;
-  // [plan]
+  namespace sizing = pagestash::sizing;
+  // [sizing]
   // What each layer saves: MXFP8 columnwise data + swizzled scales, [32 experts, capacity, 7168].
-  const plan::Layer layer = plan::recipe_layer(plan::Recipe::mxfp8, /*hidden=*/7168, /*experts=*/32,
+  const sizing::Layer layer = sizing::recipe_layer(sizing::Recipe::mxfp8, /*hidden=*/7168, /*experts=*/32,
                                                /*tokens=*/512, /*top_k=*/8, /*capacity_factor=*/2.0);
-  // Or any layout: plan::Layer({plan::SavedTensor::of<Traits>(shape), ...}, capacity).
+  // Or any layout: sizing::Layer({sizing::SavedTensor::of<Traits>(shape), ...}, capacity).
 
-  plan::Routing routing;  // the router: Dirichlet(alpha) popularity, top-k of T tokens, capacity
+  sizing::Routing routing;  // the router: Dirichlet(alpha) popularity, top-k of T tokens, capacity
   routing.experts = 32;
   routing.top_k = 8;
   routing.tokens = 512;
   routing.alpha = 1.0;
   routing.capacity = layer.capacity();
-  const plan::DirichletRouting counts(routing);
+  const sizing::DirichletRouting counts(routing);
 
   // 4 MoE layers on this rank, 8 microbatches, 4 pipeline stages: 16 stashes held at each of 5 peaks.
-  const plan::Schedule schedule = plan::Schedule::one_f_one_b(/*layers=*/4, /*microbatches=*/8, /*stages=*/4);
+  const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(/*layers=*/4, /*microbatches=*/8, /*stages=*/4);
 
-  plan::PlanSettings settings;  // 64 KiB pages, 20000 sampled steps, seed 1
+  sizing::SizingSettings settings;  // 64 KiB pages, 20000 sampled steps, seed 1
   settings.overflow = 1e-3;     // at most one step in a thousand overflows
   settings.samples = 5000;      // (fewer for this example: an interval shows what that costs)
-  const plan::PoolPlan p = plan::plan_pool(layer, schedule, counts, settings);
+  const sizing::PoolSizing p = sizing::size_pool(layer, schedule, counts, settings);
 
   std::printf("pool: %lld pages (95%% CI %lld..%lld), %.1f MiB; saves %.1f%% against full buffers\n",
               static_cast<long long>(p.pool.value), static_cast<long long>(p.pool.low),
@@ -36,6 +36,6 @@ int main() {
               100 * p.saved_fraction());
   std::printf("a pool of %lld pages overflows %.4f of the steps\n", static_cast<long long>(p.pool.value - 20),
               p.peaks.overflow_probability(p.pool.value - 20));
-  // [plan]
+  // [sizing]
   return p.pool.value > p.peaks.min() && p.pool.value <= p.peaks.max() ? 0 : 1;
 }

@@ -1,10 +1,10 @@
-// The pool planner (<pagestash/plan.hpp>) against the real host executor: the pages it
+// The pool sizer (<pagestash/sizing.hpp>) against the real host executor: the pages it
 // predicts for a count vector are the pages a stash takes, for every layout; its overflow
 // probability for a pool is the overflow frequency of stashing fresh sampled steps into a
 // pool of that size. Also the count models, the file reader, the schedules and the statistics.
 
 #include <pagestash/pagestash.hpp>
-#include <pagestash/plan.hpp>
+#include <pagestash/sizing.hpp>
 #include <pagestash/reference/byte_runs.hpp>
 
 #include <doctest/doctest.h>
@@ -25,7 +25,7 @@
 namespace {
 
 namespace ps = pagestash;
-namespace plan = pagestash::plan;
+namespace sizing = pagestash::sizing;
 using namespace pagestash_test;
 
 template <class F>
@@ -44,14 +44,14 @@ std::vector<std::uint8_t> random_buffer(std::size_t n, std::mt19937& rng) {
   return b;
 }
 
-/// For `counts` (with live tokens): the planner's pages and bytes equal what the host
+/// For `counts` (with live tokens): the sizer's pages and bytes equal what the host
 /// executor's stash takes, and reload brings back every live byte (the rest cleared).
 template <class L>
 void check_prediction(const ps::GroupedView<L>& shape, const std::vector<std::int32_t>& counts, std::int64_t page_bytes,
                       std::mt19937& rng) {
   using Traits = ps::StashTraits<L>;
-  const plan::SavedTensor tensor = plan::SavedTensor::of<Traits>(shape);
-  const plan::TensorBytes predicted = tensor.measure(counts, page_bytes);
+  const sizing::SavedTensor tensor = sizing::SavedTensor::of<Traits>(shape);
+  const sizing::TensorBytes predicted = tensor.measure(counts, page_bytes);
 
   ps::PoolConfig config;
   config.page_bytes = page_bytes;
@@ -119,7 +119,7 @@ std::vector<std::int32_t> live_counts(const ps::GroupedView<L>& shape, std::mt19
 
 using namespace pagestash_test::layouts;
 
-TEST_CASE("the planner's pages for a count vector are the pages the host executor's stash takes, for every layout") {
+TEST_CASE("the sizer's pages for a count vector are the pages the host executor's stash takes, for every layout") {
   std::mt19937 rng(2401);
   int layouts = 0, checked = 0;
 #define PAGESTASH_PREDICT(L)                                                         \
@@ -145,31 +145,31 @@ TEST_CASE("the planner's pages for a count vector are the pages the host executo
 TEST_CASE("a layer pads its counts to the largest alignment of its tensors, and refuses what it cannot hold") {
   using Packed = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>;
   using Rows = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
-  const auto packed = plan::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
-  const auto rows = plan::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
+  const auto packed = sizing::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
+  const auto rows = sizing::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
   CHECK(packed.count_alignment() == 128);
-  CHECK(plan::Layer::capacity_multiple({packed, rows}) == 128);
-  const plan::Layer layer({packed, rows}, 256);
+  CHECK(sizing::Layer::capacity_multiple({packed, rows}) == 128);
+  const sizing::Layer layer({packed, rows}, 256);
   CHECK(layer.count_alignment() == 128);
   CHECK(layer.tensors()[0].capacity() == 256);
   CHECK(layer.padded({0, 1, 128, 200}) == std::vector<std::int32_t>{0, 128, 128, 256});
-  const plan::TensorBytes b = layer.measure({0, 1, 128, 200}, 4096);
+  const sizing::TensorBytes b = layer.measure({0, 1, 128, 200}, 4096);
   CHECK(b.pages == packed.with_capacity(256).pages({0, 128, 128, 256}, 4096) +
                        rows.with_capacity(256).pages({0, 128, 128, 256}, 4096));
   CHECK(error_of([&] { layer.measure({0, 0, 0, 257}, 4096); }).find("outside [0, capacity 256]") != std::string::npos);
   CHECK(error_of([&] { layer.measure({0, 0, 0}, 4096); }).find("3 counts for 4 experts") != std::string::npos);
-  CHECK(error_of([&] { plan::Layer({packed}, 100); }).find("not a positive multiple of 128") != std::string::npos);
-  CHECK(plan::capacity_for(512, 8, 32, 2.0, 128) == 256);
-  CHECK(plan::capacity_for(512, 8, 32, 1.01, 128) == 256);
-  CHECK(plan::capacity_for(10, 1, 8, 1.0, 32) == 32);
-  CHECK(error_of([] { plan::parse_recipe("fp8"); }).find("bf16, fp16, mxfp8, nvfp4") != std::string::npos);
-  for (auto recipe : {plan::Recipe::bf16, plan::Recipe::fp16, plan::Recipe::mxfp8, plan::Recipe::nvfp4})
-    for (auto placement : {plan::Placement::capacity_padded, plan::Placement::packed, plan::Placement::packed_padded}) {
-      plan::RecipeOptions o;
+  CHECK(error_of([&] { sizing::Layer({packed}, 100); }).find("not a positive multiple of 128") != std::string::npos);
+  CHECK(sizing::capacity_for(512, 8, 32, 2.0, 128) == 256);
+  CHECK(sizing::capacity_for(512, 8, 32, 1.01, 128) == 256);
+  CHECK(sizing::capacity_for(10, 1, 8, 1.0, 32) == 32);
+  CHECK(error_of([] { sizing::parse_recipe("fp8"); }).find("bf16, fp16, mxfp8, nvfp4") != std::string::npos);
+  for (auto recipe : {sizing::Recipe::bf16, sizing::Recipe::fp16, sizing::Recipe::mxfp8, sizing::Recipe::nvfp4})
+    for (auto placement : {sizing::Placement::capacity_padded, sizing::Placement::packed, sizing::Placement::packed_padded}) {
+      sizing::RecipeOptions o;
       o.placement = placement;
-      o.scales = plan::ScaleArrangement::compact;
+      o.scales = sizing::ScaleArrangement::compact;
       o.ffn_hidden = 512;
-      const plan::Layer l = plan::recipe_layer(recipe, 1024, 8, 1024, 2, 1.5, o);
+      const sizing::Layer l = sizing::recipe_layer(recipe, 1024, 8, 1024, 2, 1.5, o);
       CHECK(l.tensors().size() == 2);
       CHECK(l.capacity() >= 384);
       CHECK(l.measure(std::vector<std::int32_t>(8, 1), 65536).pages >= 2);
@@ -185,22 +185,22 @@ using SmallTraits = ps::StashTraits<Small>;
 
 TEST_CASE("the planned overflow probability of a pool is the overflow frequency of real stashes into it") {
   const auto shape0 = ps::make_view<Small>().with_hidden(128).with_groups(4);
-  const plan::SavedTensor tensor = plan::SavedTensor::of<SmallTraits>(shape0);
-  plan::Routing r;
+  const sizing::SavedTensor tensor = sizing::SavedTensor::of<SmallTraits>(shape0);
+  sizing::Routing r;
   r.experts = 4;
   r.top_k = 2;
   r.tokens = 96;
   r.alpha = 1.0;
-  r.capacity = plan::capacity_for(r.tokens, r.top_k, r.experts, 1.5, plan::Layer::capacity_multiple({tensor}));
-  const plan::Layer layer({tensor}, r.capacity);
-  const plan::DirichletRouting counts(r);
-  const plan::Schedule schedule = plan::Schedule::explicit_list({2, 1});  // 3 stashes alive
-  plan::PlanSettings settings;
+  r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5, sizing::Layer::capacity_multiple({tensor}));
+  const sizing::Layer layer({tensor}, r.capacity);
+  const sizing::DirichletRouting counts(r);
+  const sizing::Schedule schedule = sizing::Schedule::explicit_list({2, 1});  // 3 stashes alive
+  sizing::SizingSettings settings;
   settings.page_bytes = 1024;
   settings.samples = 20000;
   settings.seed = 11;
   settings.overflow = 0.1;
-  const plan::PoolPlan p = plan::plan_pool(layer, schedule, counts, settings);
+  const sizing::PoolSizing p = sizing::size_pool(layer, schedule, counts, settings);
   const std::int64_t pool_pages = p.pool.value;
   const double predicted = p.peaks.overflow_probability(pool_pages);
   CAPTURE(pool_pages);
@@ -248,16 +248,16 @@ TEST_CASE("the planned overflow probability of a pool is the overflow frequency 
 }
 
 TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops, reproducible by seed") {
-  for (auto sampler : {plan::RoutingSampler::per_token, plan::RoutingSampler::multinomial}) {
+  for (auto sampler : {sizing::RoutingSampler::per_token, sizing::RoutingSampler::multinomial}) {
     CAPTURE(static_cast<int>(sampler));
-    plan::Routing r;
+    sizing::Routing r;
     r.experts = 16;
     r.top_k = 4;
     r.tokens = 256;
     r.alpha = 0.5;
     r.capacity = 64;  // the mean: popular experts drop tokens
     r.sampler = sampler;
-    const plan::DirichletRouting model(r);
+    const sizing::DirichletRouting model(r);
     std::mt19937_64 rng(77);
     std::int64_t dropped = 0;
     std::vector<std::int32_t> c;
@@ -268,7 +268,7 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
       REQUIRE(c.size() == 16);
       const std::int64_t sum = std::accumulate(c.begin(), c.end(), std::int64_t{0});
       CHECK(sum + d <= r.tokens * r.top_k);
-      if (sampler == plan::RoutingSampler::per_token) CHECK(sum + d == r.tokens * r.top_k);
+      if (sampler == sizing::RoutingSampler::per_token) CHECK(sum + d == r.tokens * r.top_k);
       for (std::int32_t x : c) {
         CHECK(x >= 0);
         CHECK(x <= r.capacity);
@@ -286,7 +286,7 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
   // average: within 3% for few experts and a tight capacity (8 experts, top-2), 0.5% for
   // DeepSeek-V3's rank (32 experts, top-8); its inclusion probabilities are approximate.
   for (int shape = 0; shape < 2; ++shape) {
-    plan::Routing r;
+    sizing::Routing r;
     r.experts = shape == 0 ? 8 : 32;
     r.top_k = shape == 0 ? 2 : 8;
     r.tokens = 512;
@@ -294,8 +294,8 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
     r.capacity = shape == 0 ? 160 : 256;
     double kept[2] = {0, 0};
     for (int s = 0; s < 2; ++s) {
-      r.sampler = s == 0 ? plan::RoutingSampler::per_token : plan::RoutingSampler::multinomial;
-      const plan::DirichletRouting model(r);
+      r.sampler = s == 0 ? sizing::RoutingSampler::per_token : sizing::RoutingSampler::multinomial;
+      const sizing::DirichletRouting model(r);
       std::mt19937_64 rng(9);
       std::vector<std::int32_t> c;
       for (int i = 0; i < 1000; ++i) {
@@ -307,17 +307,17 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
     CHECK(std::abs(kept[1] / kept[0] - 1) < (shape == 0 ? 0.03 : 0.005));
   }
   CHECK(error_of([] {
-          plan::Routing bad;
+          sizing::Routing bad;
           bad.top_k = 9;
           bad.experts = 8;
           bad.capacity = 1;
-          plan::DirichletRouting m(bad);
+          sizing::DirichletRouting m(bad);
         }).find("1 <= top_k <= experts") != std::string::npos);
 }
 
 TEST_CASE("measured counts: the reader parses whitespace and commas, skips comments, rejects bad lines") {
   std::istringstream in("1 2 3 4\n# a comment\n\n5,6,7,8  # a trailing comment\n 9, 10 ,11\t12\n300 0 0 0\n");
-  const plan::MeasuredCounts m = plan::MeasuredCounts::parse(in, 4, 100, "steps.txt", plan::Excess::cap);
+  const sizing::MeasuredCounts m = sizing::MeasuredCounts::parse(in, 4, 100, "steps.txt", sizing::Excess::cap);
   REQUIRE(m.lines().size() == 4);
   CHECK(m.lines()[1] == std::vector<std::int32_t>{5, 6, 7, 8});
   CHECK(m.lines()[2] == std::vector<std::int32_t>{9, 10, 11, 12});
@@ -332,14 +332,14 @@ TEST_CASE("measured counts: the reader parses whitespace and commas, skips comme
   const auto parse_error = [](const std::string& text) {
     return error_of([&] {
       std::istringstream s(text);
-      plan::MeasuredCounts::parse(s, 4, 100, "f");
+      sizing::MeasuredCounts::parse(s, 4, 100, "f");
     });
   };
-  CHECK(parse_error("1 2 3 4\n1 2 x 4\n") == "pagestash::plan: f:2: 'x' is not an integer");
-  CHECK(parse_error("1 2 3 4\n1 2 3\n") == "pagestash::plan: f:2: 3 counts, expected one per expert (4)");
-  CHECK(parse_error("1 -2 3 4\n") == "pagestash::plan: f:1: count -2 is outside [0, 2^31)");
-  CHECK(parse_error("1 2 3 4.5\n") == "pagestash::plan: f:1: '4.5' is not an integer");
-  CHECK(parse_error("# nothing\n") == "pagestash::plan: f: no count vectors");
+  CHECK(parse_error("1 2 3 4\n1 2 x 4\n") == "pagestash::sizing: f:2: 'x' is not an integer");
+  CHECK(parse_error("1 2 3 4\n1 2 3\n") == "pagestash::sizing: f:2: 3 counts, expected one per expert (4)");
+  CHECK(parse_error("1 -2 3 4\n") == "pagestash::sizing: f:1: count -2 is outside [0, 2^31)");
+  CHECK(parse_error("1 2 3 4.5\n") == "pagestash::sizing: f:1: '4.5' is not an integer");
+  CHECK(parse_error("# nothing\n") == "pagestash::sizing: f: no count vectors");
   CHECK(parse_error("1 2 3 4 # four\n1 2 3 4\n0 0 101 0\n").find("f:3: count 101 of expert 2 exceeds the capacity 100") !=
         std::string::npos);  // refused unless capped: a capacity other than training's
   CHECK(parse_error("1 2 3 4\nstep\n1 2 3 4\n").find("f:2: a step after count vectors outside any (from line 1)") !=
@@ -347,14 +347,14 @@ TEST_CASE("measured counts: the reader parses whitespace and commas, skips comme
   CHECK(parse_error("step\n1 2 3 4\n1 2 3 4\nstep 2\n1 2 3 4\n").find("step 2 has 1 count vectors, step 1 2") !=
         std::string::npos);
   CHECK(parse_error("step\nstep\n1 2 3 4\n").find("f:2: the step before has no count vectors") != std::string::npos);
-  CHECK(error_of([] { plan::MeasuredCounts({{1, 2}, {3, 200}}, 100, "v"); }).find("v: vector 2, expert 1: count 200 exceeds") !=
+  CHECK(error_of([] { sizing::MeasuredCounts({{1, 2}, {3, 200}}, 100, "v"); }).find("v: vector 2, expert 1: count 200 exceeds") !=
         std::string::npos);
   // Whole steps: a step's vectors by stash index, drawn together.
   std::istringstream steps_in("step 0\n1 0 0 0\n2 0 0 0\nstep 1 # the second\n3 0 0 0\n4 0 0 0\n");
-  const plan::MeasuredCounts steps = plan::MeasuredCounts::parse(steps_in, 4, 100, "s");
+  const sizing::MeasuredCounts steps = sizing::MeasuredCounts::parse(steps_in, 4, 100, "s");
   CHECK(steps.steps() == 2);
   CHECK(steps.stashes_per_step() == 2);
-  plan::StepState state;
+  sizing::StepState state;
   for (int i = 0; i < 20; ++i) {
     steps.start_step(rng, state);
     std::vector<std::int32_t> second;
@@ -362,55 +362,55 @@ TEST_CASE("measured counts: the reader parses whitespace and commas, skips comme
     steps.draw_stash(rng, state, 1, second);
     CHECK(second[0] == c[0] + 1);  // the same measured step
   }
-  CHECK(error_of([] { plan::MeasuredCounts::read("/nonexistent/counts.txt", 4, 10); })
+  CHECK(error_of([] { sizing::MeasuredCounts::read("/nonexistent/counts.txt", 4, 10); })
             .find("cannot open counts file") != std::string::npos);
 }
 
 TEST_CASE("schedules: stashes alive at the peak") {
-  CHECK(plan::Schedule::parse("lifo", 4, 8).alive_stashes() == 32);
-  CHECK(plan::Schedule::parse("1f1b:4", 4, 8).alive_stashes() == 16);
-  CHECK(plan::Schedule::parse("1f1b:4", 4, 2).alive_stashes() == 8);  // fewer microbatches than stages
+  CHECK(sizing::Schedule::parse("lifo", 4, 8).alive_stashes() == 32);
+  CHECK(sizing::Schedule::parse("1f1b:4", 4, 8).alive_stashes() == 16);
+  CHECK(sizing::Schedule::parse("1f1b:4", 4, 2).alive_stashes() == 8);  // fewer microbatches than stages
   // Interleaved: min(v p + p - 1, v M) = 11 chunk-microbatches of 2 layers each.
-  const plan::Schedule v2 = plan::Schedule::parse("1f1b:4:2", 4, 8);
+  const sizing::Schedule v2 = sizing::Schedule::parse("1f1b:4:2", 4, 8);
   CHECK(v2.alive_stashes() == 22);
   CHECK(v2.microbatches_per_layer() == std::vector<std::int64_t>{7, 7, 4, 4});  // chunk 0's group of 4, then 3 more
-  CHECK(plan::Schedule::parse("1f1b:4:2", 4, 1).alive_stashes() == 4);
-  CHECK(plan::Schedule::parse("list:3,2,1", 4, 8).alive_stashes() == 6);
+  CHECK(sizing::Schedule::parse("1f1b:4:2", 4, 1).alive_stashes() == 4);
+  CHECK(sizing::Schedule::parse("list:3,2,1", 4, 8).alive_stashes() == 6);
   // The peaks of a step: one under lifo, M - P + 1 under 1F1B.
-  CHECK(plan::Schedule::parse("lifo", 4, 8).peak_moments() == 1);
-  CHECK(plan::Schedule::parse("1f1b:4", 4, 8).peak_moments() == 5);
-  CHECK(plan::Schedule::parse("1f1b:4", 4, 3).peak_moments() == 1);
-  CHECK(plan::Schedule::parse("1f1b:4:2", 4, 8).events().size() == 2 * 4 * 8);
-  CHECK(error_of([] { plan::Schedule::parse("1f1b:4:", 4, 8); }).find("'' is not a number") != std::string::npos);
-  CHECK(error_of([] { plan::Schedule::parse("list:0,0", 4, 8); }).find("list:0,0 holds no stash") != std::string::npos);
-  CHECK(error_of([] { plan::Schedule::parse("1f1b:4:3", 4, 8); }).find("divisible") != std::string::npos);
-  CHECK(error_of([] { plan::Schedule::parse("1f1b:x", 4, 8); }).find("'x' is not a number") != std::string::npos);
-  CHECK(error_of([] { plan::Schedule::parse("gpipe", 4, 8); }).find("unknown schedule") != std::string::npos);
-  CHECK(error_of([] { plan::Schedule::parse("list:1,-1", 4, 8); }).find("list entry 1 = -1 is outside") != std::string::npos);
+  CHECK(sizing::Schedule::parse("lifo", 4, 8).peak_moments() == 1);
+  CHECK(sizing::Schedule::parse("1f1b:4", 4, 8).peak_moments() == 5);
+  CHECK(sizing::Schedule::parse("1f1b:4", 4, 3).peak_moments() == 1);
+  CHECK(sizing::Schedule::parse("1f1b:4:2", 4, 8).events().size() == 2 * 4 * 8);
+  CHECK(error_of([] { sizing::Schedule::parse("1f1b:4:", 4, 8); }).find("'' is not a number") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("list:0,0", 4, 8); }).find("list:0,0 holds no stash") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("1f1b:4:3", 4, 8); }).find("divisible") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("1f1b:x", 4, 8); }).find("'x' is not a number") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("gpipe", 4, 8); }).find("unknown schedule") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("list:1,-1", 4, 8); }).find("list entry 1 = -1 is outside") != std::string::npos);
 }
 
 TEST_CASE("statistics: quantiles and their intervals on distributions with known answers") {
-  CHECK(std::abs(plan::normal_quantile(0.975) - 1.959964) < 1e-6);
-  CHECK(std::abs(plan::normal_quantile(0.001) + 3.090232) < 1e-6);
-  const plan::Interval w = plan::wilson_interval(5, 10);
+  CHECK(std::abs(sizing::normal_quantile(0.975) - 1.959964) < 1e-6);
+  CHECK(std::abs(sizing::normal_quantile(0.001) + 3.090232) < 1e-6);
+  const sizing::Interval w = sizing::wilson_interval(5, 10);
   CHECK(std::abs(w.low - 0.236593) < 1e-5);
   CHECK(std::abs(w.high - 0.763407) < 1e-5);
-  CHECK(std::abs(plan::wilson_interval(0, 10).high - 0.277533) < 1e-5);
-  const std::vector<double> cdf = plan::binomial_cdf(10, 0.5);
+  CHECK(std::abs(sizing::wilson_interval(0, 10).high - 0.277533) < 1e-5);
+  const std::vector<double> cdf = sizing::binomial_cdf(10, 0.5);
   CHECK(std::abs(cdf[4] - 386.0 / 1024) < 1e-12);
   CHECK(std::abs(cdf[10] - 1) < 1e-12);
 
   // 1..1000: the 0.9 quantile is 900; its ranks are Binomial(1000, 0.9), sd 9.49.
   std::vector<std::int64_t> ramp(1000);
   std::iota(ramp.begin(), ramp.end(), 1);
-  const plan::QuantileEstimate q = plan::quantile_estimate(ramp, 0.9);
+  const sizing::QuantileEstimate q = sizing::quantile_estimate(ramp, 0.9);
   CHECK(q.value == 900);
   CHECK(q.low >= 879);
   CHECK(q.low <= 883);
   CHECK(q.high >= 917);
   CHECK(q.high <= 921);
-  CHECK(plan::quantile_estimate(ramp, 0.9995).high_bounded == false);  // too few samples above
-  const plan::PeakDistribution d(ramp);
+  CHECK(sizing::quantile_estimate(ramp, 0.9995).high_bounded == false);  // too few samples above
+  const sizing::PeakDistribution d(ramp);
   CHECK(d.pool_for(0.1).value == 900);
   CHECK(d.overflow_probability(900) == doctest::Approx(0.1));
   CHECK(d.overflow_probability(0) == 1);
@@ -429,14 +429,14 @@ TEST_CASE("statistics: quantiles and their intervals on distributions with known
     std::vector<std::int64_t> x(2000);
     for (auto& v : x) v = uniform(rng);
     std::sort(x.begin(), x.end());
-    const plan::QuantileEstimate e = plan::quantile_estimate(x, 0.99);
+    const sizing::QuantileEstimate e = sizing::quantile_estimate(x, 0.99);
     covered += e.low <= 9899 && 9899 <= e.high ? 1 : 0;
   }
   CHECK(covered >= 0.92 * trials);
   CHECK(covered <= trials);
 
   // Warm-up sizing on a ramp: factor 1 from the median step (500) overflows half the steps.
-  const auto warm = plan::compare_warmup(d, {1.0, 2.0}, 0.01);
+  const auto warm = sizing::compare_warmup(d, {1.0, 2.0}, 0.01);
   CHECK(warm[0].median_pages == 501);
   CHECK(warm[0].overflow_at_median == doctest::Approx(0.499));
   CHECK(warm[1].median_pages == 1002);
@@ -448,12 +448,12 @@ TEST_CASE("statistics: quantiles and their intervals on distributions with known
 
 namespace {
 
-/// The events of a step as the test orders them, apart from plan::Schedule: lifo, or
+/// The events of a step as the test orders them, apart from sizing::Schedule: lifo, or
 /// Megatron-LM's 1F1B on its first stage written from its virtual-microbatch formulas
 /// (chunk (k mod p v) / p, microbatch (k / p v) p + k mod p; M a multiple of p), a forward
 /// stashing its chunk's layers in order, a backward reloading them in reverse.
-std::vector<plan::StashEvent> test_order(const std::string& kind, int layers, int m, int p = 1, int v = 1) {
-  std::vector<plan::StashEvent> out;
+std::vector<sizing::StashEvent> test_order(const std::string& kind, int layers, int m, int p = 1, int v = 1) {
+  std::vector<sizing::StashEvent> out;
   const int per_chunk = layers / v;
   const auto pass = [&](int mb, int chunk, bool forward) {
     for (int i = 0; i < per_chunk; ++i) {
@@ -485,9 +485,9 @@ std::vector<plan::StashEvent> test_order(const std::string& kind, int layers, in
 /// per (layer, microbatch), stashed and reloaded as the order says; a step overflows if any
 /// stash finds the pool short. `draw` fills a step's count vectors (by stash index
 /// microbatch * layers + layer). Also checks, step by step, that the executor overflows
-/// exactly when the pages held (the planner's per-stash pages) exceed the pool.
+/// exactly when the pages held (the sizer's per-stash pages) exceed the pool.
 template <class L>
-int replay_overflows(const ps::GroupedView<L>& shape, const plan::Layer& layer, const std::vector<plan::StashEvent>& order,
+int replay_overflows(const ps::GroupedView<L>& shape, const sizing::Layer& layer, const std::vector<sizing::StashEvent>& order,
                      int layers, int microbatches, std::int64_t pool_pages, std::int64_t page_bytes, int steps,
                      const std::function<void(std::vector<std::vector<std::int32_t>>&)>& draw) {
   using Traits = ps::StashTraits<L>;
@@ -512,7 +512,7 @@ int replay_overflows(const ps::GroupedView<L>& shape, const plan::Layer& layer, 
     ps::reset(ps::host, pool);
     draw(counts);
     std::int64_t held = 0, peak = 0;
-    for (const plan::StashEvent& e : order) {
+    for (const sizing::StashEvent& e : order) {
       const auto i = static_cast<std::size_t>(e.microbatch * layers + e.layer);
       if (e.stash) {
         src.counts = counts[i];
@@ -550,22 +550,22 @@ using Rows = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
 template <class L>
 struct SmallLayer {
   ps::GroupedView<L> shape;
-  plan::Routing routing;
-  plan::Layer layer;
+  sizing::Routing routing;
+  sizing::Layer layer;
   explicit SmallLayer(std::int64_t hidden, double correlation = 0)
       : shape(ps::make_view<L>().with_hidden(hidden).with_groups(4)), routing(make_routing(shape, correlation)),
-        layer({plan::SavedTensor::of<ps::StashTraits<L>>(shape)}, routing.capacity) {
+        layer({sizing::SavedTensor::of<ps::StashTraits<L>>(shape)}, routing.capacity) {
     shape = shape.with_max_tokens(routing.capacity);
   }
-  static plan::Routing make_routing(const ps::GroupedView<L>& shape, double correlation) {
-    plan::Routing r;
+  static sizing::Routing make_routing(const ps::GroupedView<L>& shape, double correlation) {
+    sizing::Routing r;
     r.experts = 4;
     r.top_k = 2;
     r.tokens = 96;
     r.alpha = 1.0;
     r.correlation = correlation;
-    r.capacity = plan::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
-                                    plan::Layer::capacity_multiple({plan::SavedTensor::of<ps::StashTraits<L>>(shape)}));
+    r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
+                                    sizing::Layer::capacity_multiple({sizing::SavedTensor::of<ps::StashTraits<L>>(shape)}));
     return r;
   }
 };
@@ -573,7 +573,7 @@ struct SmallLayer {
 template <class L>
 void check_schedules_replay(std::int64_t hidden) {
   const SmallLayer<L> s(hidden);
-  const plan::DirichletRouting counts(s.routing);
+  const sizing::DirichletRouting counts(s.routing);
   // Lean under sanitizers (ASan runs every ctest): the same checks, fewer steps.
 #if defined(__SANITIZE_ADDRESS__) || defined(PAGESTASH_PLAN_TEST_LEAN)
   const int steps = 800;
@@ -587,15 +587,15 @@ void check_schedules_replay(std::int64_t hidden) {
   for (const Case& c : {Case{"lifo", 2, 3, 1, 1}, Case{"1f1b:2", 2, 6, 2, 1}, Case{"1f1b:2:2", 2, 4, 2, 2}}) {
     const std::string name = c.schedule;
     CAPTURE(name);
-    const plan::Schedule schedule = plan::Schedule::parse(c.schedule, c.layers, c.microbatches);
+    const sizing::Schedule schedule = sizing::Schedule::parse(c.schedule, c.layers, c.microbatches);
     const std::string kind = std::string(c.schedule) == "lifo" ? "lifo" : "1f1b";
-    const std::vector<plan::StashEvent> order = test_order(kind, c.layers, c.microbatches, c.p, c.v);
-    plan::PlanSettings settings;
+    const std::vector<sizing::StashEvent> order = test_order(kind, c.layers, c.microbatches, c.p, c.v);
+    sizing::SizingSettings settings;
     settings.page_bytes = 1024;
     settings.samples = 20000;
     settings.seed = 11;
     settings.overflow = 0.1;
-    const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, counts, settings);
+    const sizing::PoolSizing p = sizing::size_pool(s.layer, schedule, counts, settings);
     // The pages are whole: near the 0.1 quantile, the largest pool overflowing in at least
     // 5% of the sampled steps, enough overflows to compare.
     std::int64_t pages = p.pool.value;
@@ -623,7 +623,7 @@ TEST_CASE("schedules: the events are Megatron-LM's order (1F1B, interleaved) and
     const std::string name = c.schedule;
     CAPTURE(name);
     CAPTURE(c.microbatches);
-    const plan::Schedule s = plan::Schedule::parse(c.schedule, c.layers, c.microbatches);
+    const sizing::Schedule s = sizing::Schedule::parse(c.schedule, c.layers, c.microbatches);
     const auto expected = test_order(std::string(c.schedule) == "lifo" ? "lifo" : "1f1b", c.layers, c.microbatches, c.p, c.v);
     REQUIRE(s.events().size() == expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i) {
@@ -635,9 +635,9 @@ TEST_CASE("schedules: the events are Megatron-LM's order (1F1B, interleaved) and
   }
 }
 
-TEST_CASE("a step's overflow is the planner's under every schedule: fresh steps replayed through the host executor") {
+TEST_CASE("a step's overflow is the sizer's under every schedule: fresh steps replayed through the host executor") {
   // Per-step: with M > P (1F1B) and interleaved, a step holds P microbatches at several
-  // moments; a planner that sized one window would see 2 to 3 times fewer overflows.
+  // moments; a sizer that sized one window would see 2 to 3 times fewer overflows.
   SUBCASE("NVFP4 columnwise, compact scales") { check_schedules_replay<Small>(128); }
   SUBCASE("BF16 rowwise") { check_schedules_replay<Rows>(64); }
 }
@@ -646,14 +646,14 @@ TEST_CASE("a step's overflow is the planner's under every schedule: fresh steps 
 
 namespace {
 
-/// A router whose steps are correlated, apart from the planner's code: expert e's weight in
+/// A router whose steps are correlated, apart from the sizer's code: expert e's weight in
 /// a stash is a gamma(c alpha) drawn once per step plus a gamma((1 - c) alpha) of the stash;
 /// each token picks top_k distinct experts by those weights (std::discrete_distribution,
 /// as examples/moe_stash_demo routes); counts capped at the capacity.
 struct CorrelatedRouter {
-  plan::Routing r;
+  sizing::Routing r;
   std::mt19937 rng;
-  CorrelatedRouter(const plan::Routing& routing, unsigned seed) : r(routing), rng(seed) {}
+  CorrelatedRouter(const sizing::Routing& routing, unsigned seed) : r(routing), rng(seed) {}
   void step(std::vector<std::vector<std::int32_t>>& stashes) {
     std::vector<double> shared(static_cast<std::size_t>(r.experts), 0.0);
     if (r.correlation > 0)
@@ -686,12 +686,12 @@ constexpr int correlated_steps = 1500;
 
 TEST_CASE("correlated routing: the Dirichlet correlation knob against a router whose steps are correlated") {
   const SmallLayer<Rows> s(64, 0.7);
-  plan::Routing routing = s.routing;
-  routing.sampler = plan::RoutingSampler::per_token;
+  sizing::Routing routing = s.routing;
+  routing.sampler = sizing::RoutingSampler::per_token;
   const int layers = 2, microbatches = 4;
-  const plan::Schedule schedule = plan::Schedule::one_f_one_b(layers, microbatches, 2);
+  const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(layers, microbatches, 2);
   const auto order = test_order("1f1b", layers, microbatches, 2, 1);
-  plan::PlanSettings settings;
+  sizing::SizingSettings settings;
   settings.page_bytes = 1024;
   settings.samples = 20000;
   settings.seed = 5;
@@ -699,7 +699,7 @@ TEST_CASE("correlated routing: the Dirichlet correlation knob against a router w
   for (double correlation : {0.7, 0.0}) {
     CAPTURE(correlation);
     routing.correlation = correlation;
-    const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, plan::DirichletRouting(routing), settings);
+    const sizing::PoolSizing p = sizing::size_pool(s.layer, schedule, sizing::DirichletRouting(routing), settings);
     std::int64_t pages = p.pool.value;
     while (p.peaks.overflow_probability(pages) < 0.05) --pages;
     const double planned = p.peaks.overflow_probability(pages);
@@ -714,7 +714,7 @@ TEST_CASE("correlated routing: the Dirichlet correlation knob against a router w
 TEST_CASE("measured whole steps keep their correlation; the interval covers the file's error (bootstrap over steps)") {
   const SmallLayer<Rows> s(64, 0.7);
   const int layers = 2, microbatches = 2;
-  const plan::Schedule schedule = plan::Schedule::one_f_one_b(layers, microbatches, 2);
+  const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(layers, microbatches, 2);
   CorrelatedRouter router(s.routing, 77);
   std::vector<std::vector<std::int32_t>> step(static_cast<std::size_t>(layers * microbatches));
   std::ostringstream whole, flat;
@@ -728,29 +728,29 @@ TEST_CASE("measured whole steps keep their correlation; the interval covers the 
     }
   }
   std::istringstream whole_in(whole.str()), flat_in(flat.str());
-  const auto steps = plan::MeasuredCounts::parse(whole_in, 4, s.routing.capacity, "whole");
-  const auto vectors = plan::MeasuredCounts::parse(flat_in, 4, s.routing.capacity, "flat");
+  const auto steps = sizing::MeasuredCounts::parse(whole_in, 4, s.routing.capacity, "whole");
+  const auto vectors = sizing::MeasuredCounts::parse(flat_in, 4, s.routing.capacity, "flat");
   REQUIRE(steps.steps() == 150);
-  plan::PlanSettings settings;
+  sizing::SizingSettings settings;
   settings.page_bytes = 256;  // fine pages: the peaks spread over many sizes
   settings.samples = 20000;
   settings.overflow = 0.05;
-  const plan::PoolPlan p = plan::plan_pool(s.layer, schedule, steps, settings);
-  const plan::PoolPlan independent = plan::plan_pool(s.layer, schedule, vectors, settings);
+  const sizing::PoolSizing p = sizing::size_pool(s.layer, schedule, steps, settings);
+  const sizing::PoolSizing independent = sizing::size_pool(s.layer, schedule, vectors, settings);
   CHECK(p.bootstrap_replicates == 200);
   CHECK(p.pool_interval.high - p.pool_interval.low > static_cast<double>(p.pool.high - p.pool.low));  // the file's error counts
 
   // The true pool: the same quantile of many fresh steps of the router.
   std::vector<std::int64_t> fresh;
-  std::vector<plan::StepDraw> held;
+  std::vector<sizing::StepDraw> held;
   for (int i = 0; i < 20000; ++i) {
     router.step(step);
-    fresh.push_back(plan::detail::walk_step(schedule, held, [&](std::int64_t stash) {
-                      return plan::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
+    fresh.push_back(sizing::detail::walk_step(schedule, held, [&](std::int64_t stash) {
+                      return sizing::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
                     }).bytes.pages);
   }
   std::sort(fresh.begin(), fresh.end());
-  const auto truth = static_cast<double>(plan::quantile_value(fresh, 1 - settings.overflow));
+  const auto truth = static_cast<double>(sizing::quantile_value(fresh, 1 - settings.overflow));
   CAPTURE(truth);
   CAPTURE(p.pool.value);
   CAPTURE(p.pool_interval.low);

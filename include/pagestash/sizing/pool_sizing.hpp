@@ -1,15 +1,15 @@
 #pragma once
-// The pool planner: a Monte Carlo over sampled steps. A step is the schedule's whole event
+// The pool sizer: a Monte Carlo over sampled steps. A step is the schedule's whole event
 // sequence: each stash draws its counts and takes their exact pages (the library's work
-// plan, plan/saved_tensor.hpp), each reload gives them back, and the step's peak is the most
+// plan, sizing/saved_tensor.hpp), each reload gives them back, and the step's peak is the most
 // pages held at any moment. The pool for a target per-step overflow probability is the
 // empirical quantile of those peaks, with its order-statistic confidence interval, widened
 // by a bootstrap over the measured steps when the counts are measured.
 
-#include <pagestash/plan/count_model.hpp>
-#include <pagestash/plan/layer.hpp>
-#include <pagestash/plan/schedule.hpp>
-#include <pagestash/plan/statistics.hpp>
+#include <pagestash/sizing/count_model.hpp>
+#include <pagestash/sizing/layer.hpp>
+#include <pagestash/sizing/schedule.hpp>
+#include <pagestash/sizing/statistics.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -20,9 +20,9 @@
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace plan {
+namespace sizing {
 
-struct PlanSettings {
+struct SizingSettings {
   std::int64_t page_bytes = std::int64_t{64} << 10;  ///< the pool's page size (PoolConfig::page_bytes)
   std::int64_t host_pages = 0;  ///< spill pages in host memory: the device holds the pool's rest
   std::int64_t samples = 20000;  ///< steps sampled
@@ -38,14 +38,14 @@ struct PlanSettings {
 struct CurvePoint {
   std::int64_t pages = 0;
   double overflow = 0;  ///< the fraction of sampled steps whose peak exceeds `pages`
-  Interval interval;    ///< Wilson, at the plan's confidence
+  Interval interval;    ///< Wilson, at the settings' confidence
 };
 
 /// The sampled steps' peak pages, sorted, and what follows from them.
 class PeakDistribution {
  public:
   explicit PeakDistribution(std::vector<std::int64_t> peaks) : sorted_(std::move(peaks)) {
-    if (sorted_.empty()) detail::invalid_plan("PeakDistribution: no samples");
+    if (sorted_.empty()) detail::invalid_sizing("PeakDistribution: no samples");
     std::sort(sorted_.begin(), sorted_.end());
   }
   const std::vector<std::int64_t>& sorted() const { return sorted_; }
@@ -66,7 +66,7 @@ class PeakDistribution {
   /// The smallest pool whose empirical overflow probability is at most `overflow`, with the
   /// interval of the 1 - overflow quantile it estimates.
   QuantileEstimate pool_for(double overflow, double confidence = 0.95) const {
-    if (!(overflow > 0 && overflow < 1)) detail::invalid_plan("pool_for: overflow must be in (0, 1)");
+    if (!(overflow > 0 && overflow < 1)) detail::invalid_sizing("pool_for: overflow must be in (0, 1)");
     return quantile_estimate(sorted_, 1 - overflow, confidence);
   }
   /// `points` pool sizes evenly from the smallest peak to the largest, and where each
@@ -101,7 +101,7 @@ inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, c
   std::vector<WarmupSizing> out;
   const auto n = static_cast<double>(peaks.samples());
   for (double f : factors) {
-    if (!(f > 0)) detail::invalid_plan("compare_warmup: factors must be positive");
+    if (!(f > 0)) detail::invalid_sizing("compare_warmup: factors must be positive");
     const auto pool_of = [&](std::int64_t warm) { return static_cast<std::int64_t>(std::ceil(static_cast<double>(warm) * f)); };
     WarmupSizing w;
     w.factor = f;
@@ -120,16 +120,16 @@ inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, c
   return out;
 }
 
-/// What the planner found.
-struct PoolPlan {
-  PlanSettings settings;
+/// What the sizer found.
+struct PoolSizing {
+  SizingSettings settings;
   std::string schedule;
   std::string counts;  ///< the count model, described
   std::int64_t alive_stashes = 0;  ///< the most stashes held at once
   std::int64_t peak_moments = 0;   ///< moments of the step the held stashes peak (Schedule::peak_moments)
   PeakDistribution peaks{{0}};
   QuantileEstimate pool;      ///< pages of the pool (device + host) for the target; its interval: Monte Carlo error
-  /// The interval the plan reports: pool's, widened to the bootstrap's percentile interval
+  /// The interval reported: pool's, widened to the bootstrap's percentile interval
   /// over the measured steps (the file's own sampling error) when the counts are measured.
   Interval pool_interval;
   std::int64_t bootstrap_replicates = 0;  ///< 0: no bootstrap (a Dirichlet router, or settings.bootstrap = 0)
@@ -157,14 +157,14 @@ struct PoolPlan {
 };
 
 namespace detail {
-inline void check_settings(const PlanSettings& s) {
+inline void check_settings(const SizingSettings& s) {
   if (s.page_bytes < 256 || (s.page_bytes & (s.page_bytes - 1)) != 0)
-    invalid_plan("page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
-  if (s.host_pages < 0) invalid_plan("host_pages must not be negative");
-  if (s.samples < 1) invalid_plan("samples must be at least 1");
-  if (!(s.overflow > 0 && s.overflow < 1)) invalid_plan("overflow must be in (0, 1)");
-  if (!(s.confidence > 0 && s.confidence < 1)) invalid_plan("confidence must be in (0, 1)");
-  if (s.bootstrap < 0) invalid_plan("bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
+    invalid_sizing("page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
+  if (s.host_pages < 0) invalid_sizing("host_pages must not be negative");
+  if (s.samples < 1) invalid_sizing("samples must be at least 1");
+  if (!(s.overflow > 0 && s.overflow < 1)) invalid_sizing("overflow must be in (0, 1)");
+  if (!(s.confidence > 0 && s.confidence < 1)) invalid_sizing("confidence must be in (0, 1)");
+  if (s.bootstrap < 0) invalid_sizing("bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
 }
 }  // namespace detail
 
@@ -203,13 +203,13 @@ StepDraw walk_step(const Schedule& schedule, std::vector<StepDraw>& held, Take&&
 
 inline void check_fits(const Layer& layer, const Schedule& schedule, const CountModel& counts) {
   if (counts.experts() != layer.experts())
-    invalid_plan("plan_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
+    invalid_sizing("size_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
                  std::to_string(layer.experts()));
   if (counts.capacity() > layer.capacity())
-    invalid_plan("plan_pool: the count model's capacity " + std::to_string(counts.capacity()) + " exceeds the layer's " +
+    invalid_sizing("size_pool: the count model's capacity " + std::to_string(counts.capacity()) + " exceeds the layer's " +
                  std::to_string(layer.capacity()));
   if (counts.stashes_per_step() != 0 && counts.stashes_per_step() != schedule.stashes())
-    invalid_plan("plan_pool: a measured step holds " + std::to_string(counts.stashes_per_step()) +
+    invalid_sizing("size_pool: a measured step holds " + std::to_string(counts.stashes_per_step()) +
                  " count vectors, a step of the schedule " + std::to_string(schedule.stashes()) + " (" +
                  std::to_string(schedule.layers()) + " layers x " + std::to_string(schedule.microbatches()) +
                  " microbatches)");
@@ -231,8 +231,8 @@ struct MeasuredPages {
 /// or vectors) with replacement and sizes the pool from `samples` steps drawn from the
 /// resample; the replicates' pools' percentile interval at `confidence`.
 inline Interval bootstrap_pool(const Schedule& schedule, const MeasuredCounts& m, const MeasuredPages& pages,
-                               const PlanSettings& s) {
-  std::mt19937_64 rng(s.seed ^ 0x9e3779b97f4a7c15ULL);  // a stream apart from the plan's own
+                               const SizingSettings& s) {
+  std::mt19937_64 rng(s.seed ^ 0x9e3779b97f4a7c15ULL);  // a stream apart from the sampled steps' own
   std::vector<std::int64_t> pools, units(static_cast<std::size_t>(m.units())), peaks(static_cast<std::size_t>(s.samples));
   std::vector<StepDraw> held;
   for (std::int64_t b = 0; b < s.bootstrap; ++b) {
@@ -273,17 +273,17 @@ inline StepDraw draw_step(const Layer& layer, const Schedule& schedule, const Co
 /// Samples settings.samples steps and sizes the pool for settings.overflow. Throws
 /// std::invalid_argument for settings or a count model that do not fit the layer or the
 /// schedule.
-inline PoolPlan plan_pool(const Layer& layer, const Schedule& schedule, const CountModel& counts,
-                          const PlanSettings& settings = {}) {
+inline PoolSizing size_pool(const Layer& layer, const Schedule& schedule, const CountModel& counts,
+                          const SizingSettings& settings = {}) {
   detail::check_settings(settings);
   detail::check_fits(layer, schedule, counts);
-  PoolPlan plan;
-  plan.settings = settings;
-  plan.schedule = schedule.name();
-  plan.counts = counts.describe();
-  plan.alive_stashes = schedule.alive_stashes();
-  plan.peak_moments = schedule.peak_moments();
-  plan.full_bytes = plan.alive_stashes * layer.full_bytes();
+  PoolSizing result;
+  result.settings = settings;
+  result.schedule = schedule.name();
+  result.counts = counts.describe();
+  result.alive_stashes = schedule.alive_stashes();
+  result.peak_moments = schedule.peak_moments();
+  result.full_bytes = result.alive_stashes * layer.full_bytes();
   const auto* measured = dynamic_cast<const MeasuredCounts*>(&counts);
   std::unique_ptr<detail::MeasuredPages> lookup;
   if (measured) lookup = std::make_unique<detail::MeasuredPages>(*measured, layer, settings.page_bytes);
@@ -308,25 +308,25 @@ inline PoolPlan plan_pool(const Layer& layer, const Schedule& schedule, const Co
     dropped += static_cast<double>(peak.dropped_tokens);
   }
   const auto n = static_cast<double>(settings.samples);
-  plan.mean_pages = pages / n;
-  plan.mean_stream_bytes = stream / n;
-  plan.mean_live_bytes = live / n;
-  plan.mean_dropped_tokens = dropped / n;
-  plan.peaks = PeakDistribution(std::move(peaks));
-  plan.pool = plan.peaks.pool_for(settings.overflow, settings.confidence);
-  plan.pool_interval = {static_cast<double>(plan.pool.low), static_cast<double>(plan.pool.high)};
+  result.mean_pages = pages / n;
+  result.mean_stream_bytes = stream / n;
+  result.mean_live_bytes = live / n;
+  result.mean_dropped_tokens = dropped / n;
+  result.peaks = PeakDistribution(std::move(peaks));
+  result.pool = result.peaks.pool_for(settings.overflow, settings.confidence);
+  result.pool_interval = {static_cast<double>(result.pool.low), static_cast<double>(result.pool.high)};
   if (measured && settings.bootstrap > 0) {
-    plan.bootstrap_replicates = settings.bootstrap;
-    plan.bootstrap_interval = detail::bootstrap_pool(schedule, *measured, *lookup, settings);
-    plan.pool_interval.low = std::min(plan.pool_interval.low, plan.bootstrap_interval.low);
-    plan.pool_interval.high = std::max(plan.pool_interval.high, plan.bootstrap_interval.high);
+    result.bootstrap_replicates = settings.bootstrap;
+    result.bootstrap_interval = detail::bootstrap_pool(schedule, *measured, *lookup, settings);
+    result.pool_interval.low = std::min(result.pool_interval.low, result.bootstrap_interval.low);
+    result.pool_interval.high = std::max(result.pool_interval.high, result.bootstrap_interval.high);
   }
-  plan.host_pages = std::min(settings.host_pages, plan.pool.value);
-  plan.device_pages = plan.pool.value - plan.host_pages;
-  plan.overflow_at_pool = plan.peaks.overflow_probability(plan.pool.value);
-  plan.overflow_interval = plan.peaks.overflow_interval(plan.pool.value, settings.confidence);
-  return plan;
+  result.host_pages = std::min(settings.host_pages, result.pool.value);
+  result.device_pages = result.pool.value - result.host_pages;
+  result.overflow_at_pool = result.peaks.overflow_probability(result.pool.value);
+  result.overflow_interval = result.peaks.overflow_interval(result.pool.value, settings.confidence);
+  return result;
 }
 
-}  // namespace plan
+}  // namespace sizing
 PAGESTASH_NAMESPACE_END

@@ -13,6 +13,10 @@ import torch
 import pagestash as ps
 from pagestash import hooks
 
+needs_cuda = pytest.mark.skipif(
+    not (torch.cuda.is_available() and ps.with_cuda),
+    reason="SKIPPED: no CUDA device (or pagestash built without CUDA): the side stream's test needs a GPU")
+
 E, C, H, F, LAYERS, MICROBATCHES = 4, 16, 32, 64, 3, 4
 ORDERS = {
     "lifo": [(d, m) for m in range(MICROBATCHES) for d in "fb"],
@@ -53,17 +57,17 @@ class Experts(torch.nn.Module):
         return x
 
 
-def microbatches(seed=3):
+def microbatches(seed=3, device="cpu"):
     """Random non-zero live rows (dead rows zero, as a dispatch leaves them), random counts."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(MICROBATCHES):
         counts = torch.randint(0, C + 1, (E,), generator=g, dtype=torch.int32)
         live = (torch.arange(C)[None, :] < counts[:, None]).unsqueeze(-1)
-        # requires grad: a reentrant checkpoint needs an input that does
-        x = torch.where(live, torch.randn(E, C, H, generator=g), 0).to(torch.bfloat16).requires_grad_()
+        x = torch.where(live, torch.randn(E, C, H, generator=g), 0).to(torch.bfloat16)
         target = torch.randn(E, C, H, generator=g).to(torch.bfloat16)
-        out.append((x, counts, target))
+        # x requires grad: a reentrant checkpoint needs an input that does
+        out.append((x.to(device).requires_grad_(), counts.to(device), target.to(device)))
     return out
 
 
@@ -108,7 +112,7 @@ class Logged(ps.paged_saved_tensors):
 
     def _unpack(self, packed):
         t = super()._unpack(packed)
-        if isinstance(packed, hooks._Packed):
+        if isinstance(packed, hooks._Packed) and hasattr(self._streams, "log"):
             self._streams.log.append(("unpack", packed.group.name, t.untyped_storage().data_ptr(),
                                       packed.group.skipped))
         return t
@@ -137,9 +141,12 @@ def check_stream_order(log, prefetch):
     return len(issued)
 
 
-def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, **forward):
+def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, streams=SideStream, device="cpu", **forward):
+    """The microbatches' forwards and backwards in `order`, each forward in its own context
+    when there is a pool (its streams made by `streams`, None: the hook's own); the
+    accumulated gradients and the contexts."""
     torch.manual_seed(0)
-    model, data, contexts, losses = Experts(), microbatches(), {}, {}
+    model, data, contexts, losses = Experts().to(device), microbatches(device=device), {}, {}
     for direction, m in ORDERS[order]:
         x, counts, target = data[m]
         if direction == "b":
@@ -148,7 +155,8 @@ def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, **forward)
             losses[m] = (model(x, counts, **forward).float() * target).sum()
         else:
             with Logged(pool, prefetch=prefetch, skip_next=skip_next) as paging:
-                paging._streams = SideStream(capturing)
+                if streams is not None:
+                    paging._streams = streams(capturing)
                 losses[m] = (model(x, counts, paging, **forward).float() * target).sum()
             contexts[m] = paging
     return [p.grad for p in model.parameters()], contexts
@@ -283,3 +291,72 @@ def test_skip_next_and_prefetch_around_a_compiled_layer():
     assert pool.pages_in_use() == 0 and not any(pool.stats()["flags"].values())
     for paging in contexts.values():  # the compiled graph saves each layer's input: the last one kept
         assert (paging.paged_tensors, paging.skipped_tensors) == (LAYERS - 1, 1)
+
+
+def test_strict_and_sync_free_as_for_in_order_reloads():
+    """A pool too small for the step: strict mode raises at the first reload, naming the same
+    group whatever the prefetch; the sync-free loop decides to rerun."""
+    raised = []
+    for prefetch in (0, 1, 2):
+        pool = ps.PagePool(device_pages=12, page_bytes=4096)
+        with pytest.raises(ps.PagingError, match="overflow") as e:
+            train("lifo", pool, prefetch, skip_next=1)
+        raised.append(str(e.value))
+        pool = ps.PagePool(device_pages=12, page_bytes=4096, strict=False)
+        train("lifo", pool, prefetch, skip_next=1)
+        assert pool.decide() == "rerun_without_paging"
+    assert raised[0] == raised[1] == raised[2] and "at the reload of h2" in raised[0]
+
+
+def test_the_loop_as_docs_python_md_shows_it():
+    torch.manual_seed(0)
+    model, batches = Experts(), microbatches()
+    pool = ps.PagePool(device_pages=256, page_bytes=4096)
+    contexts, losses = [], []
+    # [loop]
+    for m, (x, counts, target) in enumerate(batches):  # 1F1B: forward 0, forward 1, backward 0, forward 2, ...
+        with ps.paged_saved_tensors(pool, prefetch=1, skip_next=1) as paging:
+            losses.append((model(x, counts, paging).float() * target).sum())
+        contexts.append(paging)
+        if m >= 1:
+            losses[m - 1].backward()  # reloads its layers from the last, each prefetching the next
+    losses[-1].backward()
+    assert all(p.skipped_tensors == 1 for p in contexts)  # the last layer's SiLU: never paged
+    # [loop]
+    eager, _ = train("1f1b")
+    assert all(torch.equal(a, p.grad) for a, p in zip(eager, model.parameters()))
+    assert pool.pages_in_use() == 0
+
+
+class SlowSide(hooks._CudaStreams):
+    """The hook's side stream, slowed down before each prefetched reload and its buffers
+    poisoned first: an unpack that did not wait on its event would read the poison."""
+
+    def __init__(self, capturing=False):
+        super().__init__(torch.device("cuda"))
+
+    def issue(self, reload, outputs, inputs, name):
+        for t in outputs:
+            t.view(torch.uint8).fill_(0x5A)  # on the current stream, which the side stream waits for
+
+        def slow():
+            torch.cuda._sleep(20_000_000)
+            reload()
+
+        return super().issue(slow, outputs, inputs, name)
+
+
+@needs_cuda
+@pytest.mark.parametrize("order", ["lifo", "1f1b"])
+def test_cuda_prefetch_on_a_side_stream(order):
+    eager, _ = train(order, device="cuda")
+    pool = ps.PagePool(device_pages=256, page_bytes=4096, device="cuda")
+    paged, contexts = train(order, pool, prefetch=2, skip_next=1, streams=SlowSide, device="cuda")
+    for a, b in zip(eager, paged):
+        assert torch.equal(a, b)
+    side = contexts[0].reload_streams
+    assert len(side) == 1 and side[0] != torch.cuda.current_stream()
+    pool.end_step(streams=side)
+    report = ps.decode_report(pool.report().cpu())
+    assert report["decision"] == "keep" and report["pages_held_at_step_end"] == 0
+    assert report["stashes"] == report["reloads"] == MICROBATCHES * (3 * LAYERS - 1)

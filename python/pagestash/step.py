@@ -58,6 +58,7 @@ class PagedStep:
             raise RuntimeError("pagestash: this pool already has an open step (PagedStep): finish() it first")
         self.pool, self.paged, self.hook_options = pool, paged, hook_options
         self.microbatches = 0
+        self.reload_streams: list = []  # the side streams its contexts prefetch on: end_step joins them
         self.decision: Optional[str] = None
         if pool is not None:
             pool._step = self
@@ -70,17 +71,20 @@ class PagedStep:
         self.microbatches += 1
         if not self.paged:
             return _Unpaged()
-        return paged_saved_tensors(self.pool, **{**self.hook_options, **hook_options})
+        context = paged_saved_tensors(self.pool, **{**self.hook_options, **hook_options})
+        self.reload_streams += [s for s in context.reload_streams if s not in self.reload_streams]
+        return context
 
     def finish(self, group=None, streams: Sequence["torch.cuda.Stream"] = ()) -> str:
-        """After the step's last backward: end_step(streams), agree(group) when a group is
-        given or torch.distributed is initialised, then decide (reads the flags: one sync).
+        """After the step's last backward: end_step(streams, and the side streams its
+        contexts prefetched on), agree(group) when a group is given or torch.distributed is
+        initialised, then decide (reads the flags: one sync).
         Returns the decision; an unpaged step keeps."""
         self.abandon()
         if not self.paged:
             self.decision = "keep"
             return self.decision
-        self.pool.end_step(streams)
+        self.pool.end_step([*streams, *self.reload_streams])
         if group is not None or (torch.distributed.is_available() and torch.distributed.is_initialized()):
             self.pool.agree(group)
         self.decision = self.pool.decide()

@@ -328,6 +328,33 @@ def test_the_loop_as_docs_python_md_shows_it():
     assert pool.pages_in_use() == 0
 
 
+def run_step_1f1b(pool, device="cpu", **hook_options):
+    """The 1F1B order through pagestash.run_step, hook options passed to every context."""
+    torch.manual_seed(0)
+    model, data = Experts().to(device), microbatches(device=device)
+
+    def run(step):
+        losses = {}
+        for direction, m in ORDERS["1f1b"]:
+            x, counts, target = data[m]
+            if direction == "b":
+                losses.pop(m).backward()
+                continue
+            with step.paging() as paging:
+                losses[m] = (model(x, counts, paging).float() * target).sum()
+
+    how = ps.run_step(pool, run, model, **hook_options)
+    return how, [p.grad for p in model.parameters()]
+
+
+def test_run_step_passes_prefetch_and_skip_next_to_every_microbatch():
+    eager, _ = train("1f1b")
+    pool = ps.PagePool(device_pages=256, page_bytes=4096)
+    how, paged = run_step_1f1b(pool, prefetch=2, skip_next=1)
+    assert how == "paged" and all(torch.equal(a, b) for a, b in zip(eager, paged))
+    assert pool.stats()["stashes"] == MICROBATCHES * (3 * LAYERS - 1)
+
+
 class SlowSide(hooks._CudaStreams):
     """The hook's side stream, slowed down before each prefetched reload and its buffers
     poisoned first: an unpack that did not wait on its event would read the poison."""
@@ -360,3 +387,13 @@ def test_cuda_prefetch_on_a_side_stream(order):
     report = ps.decode_report(pool.report().cpu())
     assert report["decision"] == "keep" and report["pages_held_at_step_end"] == 0
     assert report["stashes"] == report["reloads"] == MICROBATCHES * (3 * LAYERS - 1)
+
+
+@needs_cuda
+def test_cuda_run_step_joins_the_side_stream():
+    eager, _ = train("1f1b", device="cuda")
+    pool = ps.PagePool(device_pages=256, page_bytes=4096, device="cuda")
+    how, paged = run_step_1f1b(pool, device="cuda", prefetch=1, skip_next=1)
+    assert how == "paged" and all(torch.equal(a, b) for a, b in zip(eager, paged))
+    report = ps.decode_report(pool.report().cpu())
+    assert report["flags"]["unbalanced"] == 0 and report["pages_held_at_step_end"] == 0

@@ -6,10 +6,10 @@ saves it, or any tensor over the same bytes (a view or reshape of it, as `x @ w`
 `nn.Linear` and `einsum` save), and reloaded when backward first needs it; every other saved
 tensor passes through untouched. The counts are read on the device: nothing synchronises.
 
-Backward order: a context's groups are reloaded in reverse order of stashing. `prefetch=N`
-issues the reloads of the next N groups in that order on a side stream when backward
-reloads one; `skip_next=K` stashes each group only once K later groups are saved, so that
-the last K (whose backward runs first) are never paged. A mark inside a
+Backward order: a context's marked tensors are reloaded in reverse order of stashing.
+`prefetch=N` issues the reloads of the next N in that order on a side stream when backward
+needs one; `skip_next=K` stashes each only once K later ones are saved, so that the last K
+(whose backward runs first) are never paged. A mark under no_grad or inside a
 torch.utils.checkpoint region pages nothing: checkpoint frees and recomputes it itself.
 
 Failures: in strict mode (the pool's default: on for CPU pools) the first reload after a
@@ -139,8 +139,8 @@ class _Group:
         b = self.buffers
         if b["data"]._version != self.version:
             raise RuntimeError(f"pagestash: {self.name} was changed in place after autograd saved it and before it was "
-                               "stashed (skip_next stashes a group when later ones are saved): autograd needs the "
-                               "saved values. Change a clone of it, or pass skip_next=0")
+                               "stashed (skip_next stashes a marked tensor once later ones are saved): autograd "
+                               "needs the saved values. Change a clone of it, or pass skip_next=0")
         with torch.no_grad():
             self.record = self.pool.record(self.recipe, self.shape)
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
@@ -223,18 +223,18 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
 
-    `prefetch`: when backward reloads a group, the reloads of the next `prefetch` groups in
+    `prefetch`: when backward needs a marked tensor, the reloads of the next `prefetch` in
     backward order (the context's stashes before it) are issued on a side stream, each
-    unpack waiting on its own event. `skip_next`: the last `skip_next` groups autograd saves
-    in the context are never paged (each group is stashed once that many later ones are
-    saved); they are counted in `skipped_tensors`.
+    unpack waiting on its own event. `skip_next`: the last `skip_next` marked tensors
+    autograd saves in the context are never paged (each is stashed once that many later
+    ones are saved); their saved tensors are counted in `skipped_tensors`.
     """
 
     def __init__(self, pool: PagePool, *, zero_tail: bool = True, strict: Optional[bool] = None,
                  warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0):
         for arg, value in (("prefetch", prefetch), ("skip_next", skip_next)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"paged_saved_tensors: {arg} must be an int >= 0 (groups), not {value!r}")
+                raise ValueError(f"paged_saved_tensors: {arg} must be an int >= 0 (marked tensors), not {value!r}")
         self.pool = pool
         self.zero_tail = zero_tail
         self.strict = pool.strict if strict is None else bool(strict)
@@ -284,9 +284,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         `name` names it in warnings and errors. Returns `data`. The buffers are checked
         when stashed.
 
-        Under torch.utils.checkpoint it pages nothing and returns `data`: checkpoint saves the
-        region's tensors itself (non-reentrant) or nothing (reentrant: no grad), and
-        recomputes them in backward, where they are not paged either."""
+        Under no_grad or torch.utils.checkpoint it pages nothing and returns `data`:
+        checkpoint saves the region's tensors itself (non-reentrant) or nothing (reentrant:
+        no grad), and recomputes them in backward, where they are not paged either."""
         if torch.compiler.is_compiling():
             warnings.warn("pagestash: mark() inside a torch.compile'd region pages nothing: mark the layer's input "
                           "outside it", UnpagedWarning, stacklevel=2)
@@ -345,7 +345,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         return _Packed(group, role, view)
 
     def _stash_behind(self) -> None:
-        """Stashes the saved groups but the last skip_next (0: each when autograd first saves it)."""
+        """Stashes the saved marked tensors but the last skip_next (0: each when autograd first saves it)."""
         while len(self._saved) > self.skip_next:
             group = self._saved.pop(0)
             if group.skipped:  # backward (inside the context) already took it unpaged
@@ -378,8 +378,8 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
 
     def _prefetch(self, order: int) -> None:
         """Issues the reloads of the `prefetch` stashes before `order` (next in backward
-        order) that are still in the pool. A guess that is wrong stays correct: a group
-        prefetched early waits in its buffers, one needed first is reloaded in place."""
+        order) that are still in the pool. A guess that is wrong stays correct: a marked
+        tensor prefetched early waits in its buffers, one needed first is reloaded in place."""
         if not self.prefetch:
             return
         if self._streams.capturing():
@@ -393,7 +393,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
 
 
 def _checkpointed() -> bool:
-    """Whether a mark now is inside torch.utils.checkpoint: its non-reentrant forward (its
+    """Whether a mark now is under no_grad or inside torch.utils.checkpoint: its non-reentrant forward (its
     hooks save the region's tensors) or recomputation (its hooks, or a reentrant one's
     backward), or a reentrant forward (grad off: nothing is saved)."""
     if not torch.is_grad_enabled() or torch._C._current_graph_task_id() != -1:

@@ -233,7 +233,8 @@ def test_prefetch_is_refused_under_graph_capture():
 def test_bad_arguments_are_refused():
     pool = ps.PagePool(device_pages=8, page_bytes=4096)
     for kwargs in ({"prefetch": -1}, {"skip_next": 1.5}, {"prefetch": True}):
-        with pytest.raises(ValueError, match=rf"paged_saved_tensors: {next(iter(kwargs))} must be an int >= 0"):
+        match = rf"paged_saved_tensors: {next(iter(kwargs))} must be an int >= 0 \(marked tensors\), not"
+        with pytest.raises(ValueError, match=match):
             ps.paged_saved_tensors(pool, **kwargs)
 
 
@@ -267,7 +268,8 @@ def test_checkpointed_experts_are_recomputed_not_paged(reentrant):
             assert torch.equal(a, b)
         for paging in contexts.values():
             assert paging.paged_tensors == LAYERS and not paging._groups  # the recomputation marked nothing
-            assert [e[1] for e in paging._streams.log if e[0] == "issue"] == [f"x{i}" for i in reversed(range(LAYERS - 1))]
+            prefetched = [e[1] for e in paging._streams.log if e[0] == "issue"]
+            assert prefetched == [f"x{i}" for i in reversed(range(LAYERS - 1))]  # one ahead of each reload
         stats = pool.stats()
         assert stats["stashes"] == stats["reloads"] == MICROBATCHES * LAYERS
         assert pool.pages_in_use() == 0

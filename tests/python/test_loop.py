@@ -121,15 +121,16 @@ class Logged(ps.paged_saved_tensors):
 def check_stream_order(log, prefetch):
     """Each prefetch's buffers and the tensors it reads are record_streamed; the first unpack
     of a prefetched group comes after a wait on its own event, and gets the prefetch's
-    buffers; no more than `prefetch` reloads are waiting at any time."""
-    issued, waited, pending = {}, set(), set()
+    buffers; no more than `prefetch` reloads are waiting at any time. Returns the names
+    prefetched, in order, and the most waiting at once."""
+    issued, waited, pending, most = {}, set(), set(), 0
     for entry in log:
         if entry[0] == "issue":
             _, name, event, outputs, streamed, record = entry
             assert name not in issued and outputs <= streamed and record in streamed
             issued[name] = (event, outputs)
             pending.add(name)
-            assert len(pending) <= prefetch
+            most = max(most, len(pending))
         elif entry[0] == "wait":
             _, name, event = entry
             assert issued[name][0] == event and name not in waited  # its own event, once
@@ -138,7 +139,8 @@ def check_stream_order(log, prefetch):
         elif entry[1] in issued:
             _, name, ptr, _ = entry
             assert name in waited and ptr in issued[name][1]
-    return len(issued)
+    assert most <= prefetch
+    return list(issued), most
 
 
 def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, streams=SideStream, device="cpu", **forward):
@@ -174,10 +176,12 @@ def test_prefetch_and_skip_next_give_eager_gradients_bit_for_bit(order, prefetch
     stashes = 3 * LAYERS - skip_next
     for paging in contexts.values():
         log = paging._streams.log
-        issued = check_stream_order(log, prefetch)
+        issued, most = check_stream_order(log, prefetch)
         # Backward goes in reverse order of stashing: every stash but the first one backward
-        # needs is prefetched (the unpack of a skipped group prefetches the last stashes).
-        assert issued == (0 if prefetch == 0 else stashes - (skip_next == 0))
+        # needs is prefetched, in that order, `prefetch` ahead (the unpack of a skipped
+        # tensor prefetches the last stashes).
+        backward = [f"{n}{i}" for i in reversed(range(LAYERS)) for n in "ahx"][skip_next:]
+        assert issued == ([] if prefetch == 0 else backward[skip_next == 0:]) and most == prefetch
         assert paging.skipped_tensors == skip_next and paging.paged_tensors == stashes
         skipped = [e[1] for e in log if e[0] == "unpack" and e[3]]
         assert skipped == [f"a{LAYERS - 1}", f"h{LAYERS - 1}"][:skip_next]  # the last saved, never paged
@@ -216,7 +220,7 @@ def test_a_wrong_guess_stays_correct():
             assert torch.equal(want, w.grad)
         unpacked = [e[1] for e in paging._streams.log if e[0] == "unpack"]
         assert unpacked[:3] == ["a", "c", "b"]
-        assert check_stream_order(paging._streams.log, prefetch) == 1  # b, from c
+        assert check_stream_order(paging._streams.log, prefetch) == (["b"], 1)  # from c
         assert pool.pages_in_use() == 0 and pool.stats()["reloads"] == 3
 
 

@@ -169,7 +169,7 @@ class _Group:
     def reload(self, strict: bool, streams: _HostStreams) -> Dict[str, torch.Tensor]:
         """The buffers for backward: reloaded here unless a prefetch issued them (then the
         current stream waits on the prefetch's own event); in strict mode the flags are
-        checked then, as for a reload here. A group never stashed (skip_next) gives back
+        checked then, as for a reload here. A marked tensor never stashed (skip_next) gives back
         the tensors autograd saved."""
         if self.buffers is not None:
             self.skipped = True
@@ -244,7 +244,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self._by_storage: Dict[int, list] = {}  # storage -> [(weak ref, group, role, geometry)]
         self._groups = []
         self._saved: List[_Group] = []  # saved, not yet stashed (at most skip_next once a save is done)
-        self._stashes: List[weakref.ref] = []  # the stashed groups in order: backward goes from the last
+        self._stashes: List[weakref.ref] = []  # the stashed marked tensors in order: backward goes from the last
         self.paged_tensors = 0  # tensors autograd saved that were paged
         self.passed_tensors = 0  # and that passed through
         self.skipped_tensors = 0  # and that were marked but kept unpaged (skip_next; final when the context ends)

@@ -27,7 +27,7 @@ ORDERS = {
 
 class Experts(torch.nn.Module):
     """LAYERS expert layers (bmm, SiLU, bmm) on [experts, capacity, hidden] buffers; each
-    layer's input, first GEMM output and SiLU are marked: 3 groups a layer, saved once each
+    layer's input, first GEMM output and SiLU are marked: 3 marked tensors a layer, saved once each
     and needed in backward in reverse order."""
 
     def __init__(self, seed=7):
@@ -108,7 +108,7 @@ class SideStream:
 
 
 class Logged(ps.paged_saved_tensors):
-    """Logs each unpack of a paged tensor (its group, the storage backward gets) in the side stream's log."""
+    """Logs each unpack of a paged tensor (its name, the storage backward gets) in the side stream's log."""
 
     def _unpack(self, packed):
         t = super()._unpack(packed)
@@ -120,7 +120,7 @@ class Logged(ps.paged_saved_tensors):
 
 def check_stream_order(log, prefetch):
     """Each prefetch's buffers and the tensors it reads are record_streamed; the first unpack
-    of a prefetched group comes after a wait on its own event, and gets the prefetch's
+    of a prefetched marked tensor comes after a wait on its own event, and gets the prefetch's
     buffers; no more than `prefetch` reloads are waiting at any time. Returns the names
     prefetched, in order, and the most waiting at once."""
     issued, waited, pending, most = {}, set(), set(), 0
@@ -242,7 +242,7 @@ def test_bad_arguments_are_refused():
             ps.paged_saved_tensors(pool, **kwargs)
 
 
-def test_a_group_changed_in_place_before_its_lazy_stash_raises():
+def test_a_marked_tensor_changed_in_place_before_its_lazy_stash_raises():
     pool = ps.PagePool(device_pages=64, page_bytes=4096)
     counts = torch.tensor([16, 5, 0, 9], dtype=torch.int32)
     w = torch.randn(E, H, H).to(torch.bfloat16).requires_grad_()
@@ -253,6 +253,14 @@ def test_a_group_changed_in_place_before_its_lazy_stash_raises():
             y = paging.mark(torch.bmm(x, w), counts, name="y")  # saves x: held (skip_next=1)
             x.mul_(2)  # what autograd saved is gone
             torch.bmm(y, w)  # saves y: x is stashed now
+    # Kept unpaged (the last one), changed before backward: backward refuses it, as eager does.
+    with ps.paged_saved_tensors(pool, skip_next=1) as paging:
+        x = paging.mark(torch.randn(E, C, H).to(torch.bfloat16), counts, name="x")
+        loss = torch.bmm(x, w).sum()
+    x.mul_(2)
+    with pytest.raises(RuntimeError, match=r"pagestash: x was changed in place after autograd saved it \(kept unpaged"):
+        loss.backward()
+    assert paging.skipped_tensors == 1 and pool.pages_in_use() == 0
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -301,7 +309,7 @@ def test_skip_next_and_prefetch_around_a_compiled_layer():
 
 def test_strict_and_sync_free_as_for_in_order_reloads():
     """A pool too small for the step: strict mode raises at the first reload, naming the same
-    group whatever the prefetch; the sync-free loop decides to rerun."""
+    marked tensor whatever the prefetch; the sync-free loop decides to rerun."""
     raised = []
     for prefetch in (0, 1, 2):
         pool = ps.PagePool(device_pages=12, page_bytes=4096)

@@ -4,14 +4,15 @@ torch.ops.pagestash.{stash, reload, discard, reset, report} over tensors (the ho
 for CPU tensors, the CUDA executor for CUDA ones), a PagePool and records in memory from
 PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor hook context
 that pages marked activations between forward and backward, and `plan_pool`, which sizes a
-pool for a target overflow probability. See docs/python.md.
+pool for a target overflow probability (from the run's own counts: PagePool.observe). See
+docs/python.md.
 """
 
 import torch  # noqa: F401  (first: it loads libtorch and libc10, which _C links against)
 
 from . import _C
 from ._ops import ops
-from .errors import FLAG_MEANINGS, FLAG_NAMES, PagingError
+from .errors import FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning
 from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
 from .plan import CurvePoint, PoolPlan, plan_pool
 from .pool import PagePool, Record, decode_report
@@ -21,6 +22,7 @@ from .recipes import FAMILIES, Shape, infer, recipe, recipe_info, recipes
 with_cuda: bool = _C.with_cuda
 __version__: str = _C.version
 
-__all__ = ["ops", "FAMILIES", "FLAG_MEANINGS", "FLAG_NAMES", "PagingError", "UnpagedWarning", "count_activation",
+__all__ = ["ops", "FAMILIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
+           "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolPlan", "plan_pool", "PagePool", "Record", "decode_report", "Shape",
            "infer", "recipe", "recipe_info", "recipes", "with_cuda", "__version__"]

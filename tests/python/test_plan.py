@@ -9,6 +9,9 @@ from test_ops import buffers_for
 
 SEED = 4321
 
+# Many plans here are of pools that save little on purpose (test_sizing.py tests the warning).
+pytestmark = pytest.mark.filterwarnings("ignore::pagestash.PoolCostWarning")
+
 
 def layer_shape(recipe, groups=4):
     """A shape the planner takes for the recipe: 2 token granules per expert (a multiple of

@@ -65,8 +65,7 @@ def test_planned_pages_are_the_stash_pages_for_a_fixed_count_vector(recipe):
         assert (pool.decide() == "keep") == fits, (pages, pool.flag_dict())
 
 
-def test_plan_for_the_example_block_as_docs_python_md_shows_it():
-    # [plan_pool]
+def test_plan_for_the_example_block_from_a_router_model():
     experts, tokens, hidden, ffn = 8, 256, 256, 512  # examples/torch/moe_example.py's block
     capacity = 2 * tokens // experts  # capacity factor 2
     saved = [("bf16/capacity", ps.Shape(experts, capacity, hidden)),  # the dispatched input
@@ -76,7 +75,6 @@ def test_plan_for_the_example_block_as_docs_python_md_shows_it():
                         layers=1, microbatches=1, overflow=1e-3, page_bytes=4096, seed=1)
     print(plan)
     pool = plan.pool(device="cpu")  # a PagePool of plan.device_pages pages of plan.page_bytes
-    # [plan_pool]
     assert pool.device_pages == plan.device_pages == plan.pages and pool.page_bytes == 4096
     assert plan.pages_interval[0] <= plan.pages <= plan.pages_interval[1]
     assert plan.overflow_probability <= 1e-3 and 0 < plan.saved_fraction < 1

@@ -223,7 +223,10 @@ def test_sizing_from_observed_steps_of_a_correlated_router_holds_the_planned_rat
     source = source_tensor(gen)
     saved = [("bf16/capacity", SAVED_SHAPE)]
     layout = dict(layers=2, microbatches=2, page_bytes=PAGE)
-    guessed = ps.plan_pool(saved, tokens=TOKENS, top_k=1, alpha=1.0, overflow=1e-3, seed=1, **layout)
+    # [guessed_plan]
+    guessed = ps.plan_pool(saved, tokens=TOKENS, top_k=1, alpha=1.0,  # a router model: Dirichlet(1), top-1
+                           layers=2, microbatches=2, overflow=1e-3, page_bytes=PAGE, seed=1)
+    # [guessed_plan]
     pool = guessed.pool()
     pool.observe(steps=150)
     with pytest.warns(ps.OverflowRateWarning):  # the guess is wrong already while observing
@@ -313,3 +316,64 @@ def test_observed_steps_of_different_shapes_are_refused_naming_the_step():
     run_step(pool, [torch.ones(EXPERTS, dtype=torch.int32), torch.ones(EXPERTS, dtype=torch.int32)], source)
     with pytest.raises(ValueError, match="observed step 1 holds 2 count vectors of 8 experts, step 0 1 of 8"):
         pool.observed_counts()
+
+
+def train_step(model, opt, batch, capacity, pool):
+    """The sync-free loop with the pool's step bookkeeping: end_step() closes the step (and an
+    observed one), decide() counts it, count_rerun() counts a rerun."""
+    # [sized_step]
+    opt.zero_grad(set_to_none=True)
+    with ps.paged_saved_tensors(pool) as paging:
+        loss = moe.loss_of(model, batch, capacity, paging)
+    loss.backward()
+    pool.end_step()  # after the step's last reload: closes it (and an observed step)
+    if pool.decide() != "keep":  # counts the step (pool.totals); warns when far above the plan's rate
+        pool.reset()
+        pool.count_rerun()
+        opt.zero_grad(set_to_none=True)
+        moe.loss_of(model, batch, capacity).backward()  # the step without paging
+    opt.step()
+    # [sized_step]
+
+
+def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
+    """The docs' loop: 32 observed steps of examples/torch/moe_example.py's block (16 experts),
+    a plan at 5% from them, the pool resized, 16 more steps; the parameters are bit-identical to eager
+    training's, the observed counts are the router's, and the resized pool does not warn."""
+    experts, tokens, hidden, ffn = 16, 256, 128, 256  # examples/torch/moe_example.py's block, 16 experts
+    capacity = 2 * tokens // experts
+    model, twin = moe.GroupedMLP(experts, hidden, ffn, seed=1), moe.GroupedMLP(experts, hidden, ffn, seed=1)
+    opt, twin_opt = torch.optim.SGD(model.parameters(), lr=0.05), torch.optim.SGD(twin.parameters(), lr=0.05)
+    batches = moe.dirichlet_batches(48, tokens, experts, hidden, torch.bfloat16, "cpu", seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.OverflowRateWarning)
+        warnings.simplefilter("error", ps.PoolCostWarning)
+        # [size_from_run]
+        saved = [("bf16/capacity", ps.Shape(experts, capacity, hidden)),  # what the block marks: its input,
+                 ("bf16/capacity", ps.Shape(experts, capacity, ffn)),  # the first GEMM's output
+                 ("bf16/capacity", ps.Shape(experts, capacity, ffn))]  # and its SiLU
+        pool = ps.PagePool(device_pages=160, page_bytes=4096, strict=False)  # a first pool (here: the tensors' full size)
+        pool.observe(steps=32)  # records the counts of the next 32 whole steps, on the device: no sync
+        for batch in batches[:32]:
+            train_step(model, opt, batch, capacity, pool)
+        plan = ps.plan_pool(saved, counts=pool.observed_counts(),  # [32 steps, layers x microbatches, experts]
+                            layers=1, microbatches=1, overflow=0.05, page_bytes=4096, seed=1)
+        print(plan)
+        pool.resize(plan)  # between steps: the planned size, and its target for the overflow-rate warning
+        for batch in batches[32:]:
+            train_step(model, opt, batch, capacity, pool)
+        print(pool.totals)
+        # [size_from_run]
+    router = torch.stack([torch.bincount(b[2], minlength=experts).clamp(max=capacity) for b in batches[:32]])
+    assert torch.equal(pool.observed_counts(), router.to(torch.int32).unsqueeze(1))
+    full = experts * capacity * (hidden + 2 * ffn) * 2 // 4096  # 160: the first pool
+    routed = tokens * (hidden + 2 * ffn) * 2 // 4096  # 80: every token's rows
+    assert pool.device_pages == plan.device_pages <= routed < full and pool.planned_overflow == 0.05
+    assert pool.totals["steps"] == 48 and pool.totals["reruns"] == pool.totals["overflowed_steps"]
+    assert plan.saved_bytes >= plan.device_bytes  # capacity factor 2: at most half the rows live
+    for batch in batches:
+        twin_opt.zero_grad(set_to_none=True)
+        moe.loss_of(twin, batch, capacity).backward()
+        twin_opt.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)

@@ -62,7 +62,7 @@ class PagePool:
         self._allocate(int(device_pages), int(page_bytes), int(host_pages))
         self._observe_left = 0  # whole steps observe() still records
         self._observed: List[torch.Tensor] = []  # [stashes, experts] per closed step
-        self._step_counts: List[torch.Tensor] = []  # this step's counts tensors (kept alive: their ids stay theirs)
+        self._step_counts: List[Tuple[torch.Tensor, int]] = []  # this step's counts, version (kept alive: ids stay theirs)
         self._step_copies: List[torch.Tensor] = []
 
     def _allocate(self, device_pages: int, page_bytes: int, host_pages: int) -> None:
@@ -203,10 +203,11 @@ class PagePool:
     def _observe_stash(self, counts: torch.Tensor) -> None:
         if not self._observe_left:
             return
-        same = (counts.data_ptr(), counts.shape, counts._version)
-        if any((c.data_ptr(), c.shape, c._version) == same for c in self._step_counts):
+        seen = (counts, counts._version)  # a counts buffer rewritten in place is another stash's
+        if any(c.data_ptr() == counts.data_ptr() and c.shape == counts.shape and v == seen[1]
+               for c, v in self._step_counts):
             return  # another tensor of the same (layer, microbatch)
-        self._step_counts.append(counts)
+        self._step_counts.append(seen)
         self._step_copies.append(counts.detach().clone())
 
     def _close_observed_step(self) -> None:

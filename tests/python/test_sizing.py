@@ -141,7 +141,8 @@ def dirichlet_router(gen, steps, stashes, concentration):
 def test_observe_records_exactly_the_stashes_counts_in_whole_steps():
     """2 layers x 2 microbatches, each layer saving two tensors of one counts tensor: a
     count vector per (layer, microbatch), in stash order, for the observed steps only; a step
-    that overflows is recorded too; nothing synchronises (the copies are the pool's)."""
+    that overflows is recorded too; counts rewritten in place later (a router reusing its
+    buffer, or the caller) do not change what was recorded: the copies are the pool's."""
     gen = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
     source = source_tensor(gen)
@@ -153,9 +154,12 @@ def test_observe_records_exactly_the_stashes_counts_in_whole_steps():
         pool.observed_counts()
     pool.observe(steps=3)
     decisions = []
-    for step in steps:
+    reused = torch.empty(EXPERTS, dtype=torch.int32)  # steps 1 and 2 route into one counts buffer, in place
+    for i, step in enumerate(steps):
         records = []
         for counts in step:
+            if i in (1, 2):
+                counts = reused.copy_(counts)
             for data in (source, wide):  # a layer's two tensors share its counts
                 rec = pool.record(like=data, counts=counts)
                 rec.stash(data, counts)

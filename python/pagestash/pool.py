@@ -136,7 +136,8 @@ class PagePool:
 
     def _planned(self, overflow: Optional[float]) -> None:
         """Arms the overflow-rate warning for a plan's target, counting from this step."""
-        if overflow is not None and not 0 < overflow < 1:
+        if overflow is not None and (isinstance(overflow, bool) or not isinstance(overflow, numbers.Real)
+                                     or not 0 < overflow < 1):
             raise ValueError(f"pagestash: planned_overflow = {overflow!r} must be a probability in (0, 1), or None")
         self.planned_overflow = overflow
         self._planned_since = (self.steps, self.overflowed_steps)
@@ -189,6 +190,7 @@ class PagePool:
         observed_counts() gives them for pagestash.plan_pool(saved, counts=...). A layer's
         marks share its counts tensor: stashes of one counts tensor are one (layer,
         microbatch) stash, one count vector. A step that overflows is recorded all the same.
+        Observe eager steps: the recording is host code, which a replayed CUDA graph skips.
         Calling it again drops what was recorded."""
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
             raise ValueError(f"pagestash: PagePool.observe(steps): steps = {steps!r} must be a positive integer")
@@ -244,8 +246,9 @@ class PagePool:
         return out
 
     def reset(self) -> None:
-        """Every page free, flags and counters cleared (graph-capturable). Records stashed
-        before are stale: reloading one raises the `stale` flag."""
+        """Every page free, flags and device counters cleared (graph-capturable; the
+        cumulative `totals` stay). Records stashed before are stale: reloading one raises the
+        `stale` flag."""
         ops.reset(*self.state)
 
     def end_step(self, streams: Sequence["torch.cuda.Stream"] = ()) -> None:

@@ -381,3 +381,45 @@ def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
         twin_opt.step()
     for a, b in zip(model.parameters(), twin.parameters()):
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and ps.with_cuda),
+                    reason="SKIPPED: no CUDA device (or pagestash built without CUDA): observing on a CUDA pool needs a GPU")
+@pytest.mark.filterwarnings("ignore::pagestash.PoolCostWarning")
+def test_cuda_observe_records_without_a_sync_and_resize_makes_old_records_foreign():
+    """On a CUDA pool, the stashes, their observation and end_step() run under torch's sync
+    debug mode set to error; the observed counts are the router's. After resize(plan), a record
+    of the old memory is another pool's: its stash raises the foreign_record flag."""
+    gen = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(SEED)
+    source = source_tensor(gen).cuda()
+    steps = dirichlet_router(gen, 3, 4, 2.0)
+    on_device = [[c.cuda() for c in step] for step in steps]
+    pool = ps.PagePool(device_pages=128, page_bytes=PAGE, device="cuda")
+    old = pool.record("bf16/capacity", SAVED_SHAPE)
+    torch.cuda.synchronize()
+    pool.observe(steps=3)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in on_device:
+            records = []
+            for counts in step:
+                rec = pool.record("bf16/capacity", SAVED_SHAPE)
+                rec.stash(source, counts)
+                records.append(rec)
+            for rec in reversed(records):
+                rec.discard()
+            pool.end_step()
+        observed = pool.observed_counts()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert observed.device.type == "cuda"
+    assert torch.equal(observed.cpu(), torch.stack([torch.stack(s) for s in steps]))
+    assert pool.decide() == "keep"
+    plan = ps.plan_pool([("bf16/capacity", SAVED_SHAPE)], counts=observed, layers=2, microbatches=2, page_bytes=PAGE,
+                        samples=100)
+    pool.resize(plan)
+    assert pool.device_pages == plan.device_pages and pool.totals["steps"] == 1
+    old.stash(source, on_device[0][0])  # made for the memory before the resize
+    assert pool.flag_dict()["foreign_record"] == 1
+    assert pool.decide() == "report_error"

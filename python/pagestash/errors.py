@@ -1,5 +1,5 @@
 """PagingError: what strict mode and PagePool.check() raise when the pool's flags say a step
-cannot be trusted."""
+cannot be trusted; the warnings that say a pool's plan does not fit the run."""
 
 from __future__ import annotations
 
@@ -36,3 +36,14 @@ class PagingError(RuntimeError):
         lines = "; ".join(f"{n}: {FLAG_MEANINGS.get(n, n)}" for n in self.flags)
         super().__init__(f"pagestash: paging failed{' ' + where if where else ''} ({lines}); decision "
                          f"{decision!r}: reset the pool and rerun the step")
+
+
+class OverflowRateWarning(UserWarning):
+    """Far more steps overflow than the pool was planned for (PagePool(planned_overflow=...),
+    which PoolPlan.pool() and PagePool.resize(plan) set): each reruns without paging. Re-plan
+    from the run's own counts (PagePool.observe)."""
+
+
+class PoolCostWarning(UserWarning):
+    """A planned pool takes more memory than it saves: its device bytes exceed what the
+    marked tensors take without paging less those bytes."""

@@ -25,7 +25,8 @@ from .recipes import Shape, infer
 
 
 class UnpagedWarning(UserWarning):
-    """A marked tensor that autograd never saved in the context: nothing of it was paged."""
+    """A marked tensor that autograd never saved whole in the context (it saved a copy, an
+    autocast copy, or a view of part of it): nothing of it was paged."""
 
 
 def count_activation(storages: Dict[int, int], t: torch.Tensor) -> None:
@@ -57,11 +58,19 @@ class _Group:
                  buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str):
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
         self.counts = counts
+        # The stash refuses counts changed since mark() (an inference tensor has no version: it cannot change).
+        self.counts_version = None if counts.is_inference() else counts._version
         self.buffers = buffers  # role -> tensor, until stashed
         self.meta = {role: (t.shape, t.dtype, t.device) for role, t in buffers.items()}
         self.record = None
         self.reloaded = None
         self.version = None  # the data's version counter when stashed
+        # For the warning when it is never paged: a view over part of its bytes that autograd
+        # saved instead, the autocast dtype (autocast saves its own copy) and the grad mode at mark().
+        self.saved_part = None
+        device = buffers["data"].device.type
+        self.autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        self.grad_enabled = torch.is_grad_enabled()
 
     @property
     def stashed(self) -> bool:
@@ -70,8 +79,14 @@ class _Group:
     def stash(self) -> None:
         if self.stashed:
             return
+        if self.counts_version is not None and self.counts._version != self.counts_version:
+            raise RuntimeError(f"pagestash: the counts of {self.name} were modified by an inplace operation after "
+                               f"mark() (version {self.counts_version} -> {self.counts._version}), before autograd "
+                               "saved it: the stash would page the rows the new counts say. Mark it once its counts "
+                               "are final, or pass counts.clone() to mark()")
         with torch.no_grad():
             self.record = self.pool.record(self.recipe, self.shape)
+            self.record.name = self.name
             b = self.buffers
             self.version = b["data"]._version
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
@@ -101,6 +116,25 @@ class _Group:
                 record.discard(check=False)
             except Exception:
                 pass
+
+
+def _unpaged_message(g: _Group) -> str:
+    """What happened to a mark that was never paged, and what to do."""
+    dtype = g.meta["data"][1]
+    if g.saved_part is not None:
+        what = (f"autograd saved only {g.saved_part}, never all of its bytes: nothing of it was paged (a marked "
+                "tensor is paged whole: itself, a reshape or a permutation of it). Mark the tensor the layer saves")
+    elif g.autocast is not None and g.autocast != dtype:
+        what = (f"autocast saved its own {g.autocast} copy of it (it is {dtype}, marked under autocast to "
+                f"{g.autocast}): nothing of it was paged. Mark the copy the layer uses, "
+                f"paging.mark(x.to({g.autocast}), counts), which autocast passes through (docs/python.md, Autocast)")
+    else:
+        what = ("autograd never saved it (nor a view of all of its bytes) in this context: nothing of it was paged; "
+                "the layer saved something else, e.g. a copy. Mark the tensor the layer saves (inside a "
+                "torch.compile'd region, saved tensors are the compiled graph's own)")
+        if not g.grad_enabled:
+            what += "; it was marked under torch.no_grad(), where autograd saves nothing"
+    return f"pagestash: {g.name} was marked but {what}; or pass warn_unpaged=False"
 
 
 class _Packed:
@@ -139,23 +173,24 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self.passed_tensors = 0  # and that passed through
         self._passed_storages: Dict[int, int] = {}
         self.paged_bytes = 0  # bytes of the buffers paged (their full, capacity-padded size)
+        self._active = False  # inside the with block: mark() pages only there
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self) -> "paged_saved_tensors":
         super().__enter__()
+        self._active = True
         return self
 
     def __exit__(self, *exc):
         # Only autograd holds the groups from here on: one it lets go of without needing
         # (no backward) returns its pages.
         unpaged = [g for g in self._groups if not g.stashed]
-        self._by_storage, self._groups = {}, []
-        if self.warn_unpaged and exc[0] is None:
+        self._by_storage, self._groups, self._active = {}, [], False
+        # Autograd saved nothing at all (torch.no_grad, inference_mode): nothing to page, nothing to say.
+        saved = self.paged_tensors + self.passed_tensors > 0
+        if self.warn_unpaged and exc[0] is None and saved:
             for g in unpaged:
-                warnings.warn(f"pagestash: {g.name} was marked but autograd never saved it (nor a view of it) in this "
-                              "context: nothing of it was paged. Mark the tensor the layer saves (inside a "
-                              "torch.compile'd region, saved tensors are the compiled graph's own), or pass "
-                              "warn_unpaged=False", UnpagedWarning, stacklevel=2)
+                warnings.warn(_unpaged_message(g), UnpagedWarning, stacklevel=2)
         return super().__exit__(*exc)
 
     def mark(self, data: torch.Tensor, counts: torch.Tensor, *, recipe: Optional[str] = None,
@@ -166,7 +201,12 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         tensor whose live rows `counts` gives (int32, one per group, on the pool's device).
         `recipe` and `shape` are inferred from data where they can be (pagestash.infer);
         `name` names it in warnings and errors. Returns `data`. The buffers are checked
-        when stashed."""
+        when stashed; its counts must not change in place until then. Only inside the
+        with block: elsewhere it raises RuntimeError."""
+        if not self._active:
+            raise RuntimeError("pagestash: mark() outside its `with paged_saved_tensors(pool)` block (before it "
+                               "entered or after it exited) would page nothing: call it inside the block, before "
+                               "the layer that saves the tensor")
         if torch.compiler.is_compiling():
             warnings.warn("pagestash: mark() inside a torch.compile'd region pages nothing: mark the layer's input "
                           "outside it", UnpagedWarning, stacklevel=2)
@@ -178,26 +218,34 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         if amax is not None:
             buffers["amax"] = amax
         name = name or f"marked tensor #{len(self._groups)} ({recipe}, shape {tuple(shape)})"
+        for role, t in buffers.items():  # the ops page contiguous buffers: refuse now, not at the save
+            if not t.is_contiguous():
+                raise ValueError(f"pagestash: mark(): {role} of {name} is not contiguous (strides {list(t.stride())}): "
+                                 f"mark {role}.contiguous() and give that to the layer")
         group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name)
         self._groups.append(group)
         for role, t in buffers.items():
-            geometry = (t.dtype, t.storage_offset(), t.numel(), t.is_contiguous())
+            geometry = (t.dtype, t.storage_offset(), t.numel())
             entry = (StorageWeakRef(t.untyped_storage()), group, role, geometry)
             self._by_storage.setdefault(t.untyped_storage()._cdata, []).append(entry)
         return data
 
-    def _lookup(self, t: torch.Tensor):
-        """(group, role, view) when t is a marked buffer or a view over exactly its bytes."""
+    def _entries(self, t: torch.Tensor):
+        """The marks over t's storage: [(weak ref, group, role, geometry)]."""
         if not self._by_storage or t.layout != torch.strided:
-            return None
+            return ()
         try:
             key = t.untyped_storage()._cdata
         except (RuntimeError, NotImplementedError):  # a tensor without storage (fake, functional)
-            return None
-        for ref, group, role, (dtype, offset, numel, contiguous) in self._by_storage.get(key, ()):
+            return ()
+        return self._by_storage.get(key, ())
+
+    def _lookup(self, t: torch.Tensor):
+        """(group, role, view) when t is a marked buffer or a view over exactly its bytes."""
+        for ref, group, role, (dtype, offset, numel) in self._entries(t):
             if ref.expired() or t.dtype != dtype or t.storage_offset() != offset or t.numel() != numel:
                 continue
-            if not (contiguous and _is_dense(t)):
+            if not _is_dense(t):
                 continue
             if group.stashed and t._version != group.version:
                 continue  # changed in place since it was stashed: what autograd saves now is not in the pages
@@ -209,6 +257,10 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     def _pack(self, t: torch.Tensor):
         found = self._lookup(t)
         if found is None:
+            for ref, group, _, _ in self._entries(t):  # a view over part of a marked tensor's bytes
+                if not ref.expired() and not group.stashed and group.saved_part is None:
+                    group.saved_part = (f"a view of shape {list(t.shape)}, strides {list(t.stride())} and dtype "
+                                        f"{t.dtype} at element offset {t.storage_offset()} of its storage")
             self.passed_tensors += 1
             count_activation(self._passed_storages, t)
             return t

@@ -90,8 +90,8 @@ class PagePool:
             self._unread = None
         elif self._first is None:
             if self._unread is None:
-                where = ("no operation of this pool since its flags were last read clean (another rank's, through "
-                         "agree(), or a raw torch.ops.pagestash op)")
+                where = ("no operation of this pool since its flags were last read clean (a raw "
+                         "torch.ops.pagestash op, or a write to pool.flags)")
             elif self._unread[2] == 1:
                 where = self._unread[0]
             else:

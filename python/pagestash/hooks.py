@@ -200,9 +200,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         """Marks `data` (with its `scales` and `amax`, for MXFP8 and NVFP4) as one grouped
         tensor whose live rows `counts` gives (int32, one per group, on the pool's device).
         `recipe` and `shape` are inferred from data where they can be (pagestash.infer);
-        `name` names it in warnings and errors. Returns `data`. The buffers are checked
-        when stashed; its counts must not change in place until then. Only inside the
-        with block: elsewhere it raises RuntimeError."""
+        `name` names it in warnings and errors. Returns `data`. The buffers must be
+        contiguous (ValueError) and are checked when stashed; the counts must not change in
+        place until then. Only inside the with block: elsewhere it raises RuntimeError."""
         if not self._active:
             raise RuntimeError("pagestash: mark() outside its `with paged_saved_tensors(pool)` block (before it "
                                "entered or after it exited) would page nothing: call it inside the block, before "

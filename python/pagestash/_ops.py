@@ -15,8 +15,9 @@ its shape as [groups, tokens, hidden]; keyword arguments by these names work too
 
 The ops mutate only their arguments (the pool's and the record's memory, and reload's
 destination) and return nothing, so their fake implementations, which torch.compile traces
-with, do nothing. The state lives in the tensors, never in the extension: an op is a
-function of its arguments, which is what functionalization and opcheck assume.
+with, do nothing (they refuse a meta tensor beside a real pool, which would reach them too).
+The state lives in the tensors, never in the extension: an op is a function of its
+arguments, which is what functionalization and opcheck assume.
 """
 
 import torch
@@ -26,21 +27,35 @@ from . import _C  # noqa: F401  (registers torch.ops.pagestash)
 ops = torch.ops.pagestash
 
 
+def _no_meta_beside_a_real_pool(control, **tensors):
+    """A meta tensor among real ones sends the op to its fake implementation (the Meta
+    kernel), which does nothing: refuse it rather than page nothing silently. Tracing
+    (torch.compile's fake tensors keep their real devices) and an all-meta call pass."""
+    if control.device.type == "meta":
+        return
+    for name, t in tensors.items():
+        if t is not None and t.device.type == "meta":
+            raise ValueError(f"pagestash: {name} is a meta tensor (it holds no data) and the pool is on "
+                             f"{control.device}: the op would do nothing. Pass {name} on {control.device}")
+
+
 @torch.library.register_fake("pagestash::stash")
 def _stash_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts, scales=None,
                 amax=None):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
+                                counts=counts, scales=scales, amax=amax)
 
 
 @torch.library.register_fake("pagestash::reload")
 def _reload_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, scales=None, amax=None,
                  zero_tail=False):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
+                                scales=scales, amax=amax)
 
 
 @torch.library.register_fake("pagestash::discard")
 def _discard_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record)
 
 
 @torch.library.register_fake("pagestash::reset")
@@ -55,7 +70,7 @@ def _end_step_fake(control, device_arena, host_arena, page_bytes):
 
 @torch.library.register_fake("pagestash::report")
 def _report_fake(control, device_arena, host_arena, page_bytes, out):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, out=out)
 
 
 _DOCS = {

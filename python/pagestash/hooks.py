@@ -32,7 +32,8 @@ from .recipes import Shape, infer
 
 
 class UnpagedWarning(UserWarning):
-    """A marked tensor that autograd never saved in the context: nothing of it was paged."""
+    """A marked tensor that autograd never saved whole in the context (it saved a copy, an
+    autocast copy, or a view of part of it): nothing of it was paged."""
 
 
 def count_activation(storages: Dict[int, int], t: torch.Tensor) -> None:
@@ -118,6 +119,8 @@ class _Group:
                  buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str):
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
         self.counts = counts
+        # The stash refuses counts changed since mark() (an inference tensor has no version: it cannot change).
+        self.counts_version = None if counts.is_inference() else counts._version
         self.buffers = buffers  # role -> tensor, until stashed
         self.meta = {role: (t.shape, t.dtype, t.device) for role, t in buffers.items()}
         self.record = None
@@ -128,6 +131,11 @@ class _Group:
         self.order = None  # its place among the context's stashes
         self.event = None  # a prefetched reload's, until waited on
         self.unchecked = False  # reloaded, not yet waited on and checked
+        # For the warning when it is never paged: a view over part of its bytes that autograd
+        # saved instead, and the autocast dtype (autocast saves its own copy).
+        self.saved_part = None
+        device = buffers["data"].device.type
+        self.autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
     @property
     def stashed(self) -> bool:
@@ -141,8 +149,14 @@ class _Group:
             raise RuntimeError(f"pagestash: {self.name} was changed in place after autograd saved it and before it was "
                                "stashed (skip_next stashes a marked tensor once later ones are saved): autograd "
                                "needs the saved values. Change a clone of it, or pass skip_next=0")
+        if self.counts_version is not None and self.counts._version != self.counts_version:
+            raise RuntimeError(f"pagestash: the counts of {self.name} were modified by an inplace operation after "
+                               f"mark() (version {self.counts_version} -> {self.counts._version}), before it was "
+                               "stashed: the stash would page the rows the new counts say. Mark it once its counts "
+                               "are final, or pass counts.clone() to mark()")
         with torch.no_grad():
             self.record = self.pool.record(self.recipe, self.shape)
+            self.record.name = self.name
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
         self.buffers = None  # the pages hold them now: let the caller's tensors go
         self.counts = None   # the record copied the counts
@@ -200,6 +214,23 @@ class _Group:
                 pass
 
 
+def _unpaged_message(g: _Group) -> str:
+    """What happened to a mark that was never paged, and what to do."""
+    dtype = g.meta["data"][1]
+    if g.saved_part is not None:
+        what = (f"autograd saved only {g.saved_part}, never all of its bytes: nothing of it was paged (a marked "
+                "tensor is paged whole: itself, a reshape or a permutation of it). Mark the tensor the layer saves")
+    elif g.autocast is not None and g.autocast != dtype:
+        what = (f"autocast saved its own {g.autocast} copy of it (it is {dtype}, marked under autocast to "
+                f"{g.autocast}): nothing of it was paged. Mark the copy the layer uses, "
+                f"paging.mark(x.to({g.autocast}), counts), which autocast passes through (docs/python.md, Autocast)")
+    else:
+        what = ("autograd never saved it (nor a view of all of its bytes) in this context: nothing of it was paged; "
+                "the layer saved something else, e.g. a copy. Mark the tensor the layer saves (inside a "
+                "torch.compile'd region, saved tensors are the compiled graph's own)")
+    return f"pagestash: {g.name} was marked but {what}; or pass warn_unpaged=False"
+
+
 class _Packed:
     """What autograd holds for a paged tensor between forward and backward: its group, its
     role, and its geometry when it is a view of the marked buffer (None: the buffer itself)."""
@@ -250,11 +281,13 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self.skipped_tensors = 0  # and that were marked but kept unpaged (skip_next; final when the context ends)
         self._passed_storages: Dict[int, int] = {}
         self.paged_bytes = 0  # bytes of the buffers paged (their full, capacity-padded size)
+        self._active = False  # inside the with block: mark() pages only there
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self) -> "paged_saved_tensors":
         super().__enter__()
         self.pool._contexts += 1
+        self._active = True
         return self
 
     def __exit__(self, *exc):
@@ -265,13 +298,12 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             g.skipped = True
             g.order = len(self._stashes)  # backward needs them first: their unpack prefetches the last stashes
             self.skipped_tensors += g.saves
-        self._by_storage, self._groups, self._saved = {}, [], []
-        if self.warn_unpaged and exc[0] is None:
+        self._by_storage, self._groups, self._saved, self._active = {}, [], [], False
+        # Autograd saved nothing at all (torch.no_grad, inference_mode): nothing to page, nothing to say.
+        saved = self.paged_tensors + self.passed_tensors + self.skipped_tensors > 0
+        if self.warn_unpaged and exc[0] is None and saved:
             for g in unpaged:
-                warnings.warn(f"pagestash: {g.name} was marked but autograd never saved it (nor a view of it) in this "
-                              "context: nothing of it was paged. Mark the tensor the layer saves (inside a "
-                              "torch.compile'd region, saved tensors are the compiled graph's own), or pass "
-                              "warn_unpaged=False", UnpagedWarning, stacklevel=2)
+                warnings.warn(_unpaged_message(g), UnpagedWarning, stacklevel=2)
         return super().__exit__(*exc)
 
     def mark(self, data: torch.Tensor, counts: torch.Tensor, *, recipe: Optional[str] = None,
@@ -281,8 +313,10 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         """Marks `data` (with its `scales` and `amax`, for MXFP8 and NVFP4) as one grouped
         tensor whose live rows `counts` gives (int32, one per group, on the pool's device).
         `recipe` and `shape` are inferred from data where they can be (pagestash.infer);
-        `name` names it in warnings and errors. Returns `data`. The buffers are checked
-        when stashed.
+        `name` names it in warnings and errors. Returns `data`. The buffers must be
+        contiguous (ValueError) and are checked when stashed; the counts must not change in
+        place until then. Only inside the with block: elsewhere (with grad on) it raises
+        RuntimeError.
 
         Under no_grad or torch.utils.checkpoint it pages nothing and returns `data`:
         checkpoint saves the region's tensors itself (non-reentrant) or nothing (reentrant:
@@ -291,8 +325,12 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             warnings.warn("pagestash: mark() inside a torch.compile'd region pages nothing: mark the layer's input "
                           "outside it", UnpagedWarning, stacklevel=2)
             return data
-        if _checkpointed():
+        if _checkpointed():  # before the block check: a checkpoint recomputes in backward, after the block
             return data
+        if not self._active:
+            raise RuntimeError("pagestash: mark() outside its `with paged_saved_tensors(pool)` block (before it "
+                               "entered or after it exited) would page nothing: call it inside the block, before "
+                               "the layer that saves the tensor")
         recipe, shape = infer(data, counts, recipe=recipe, shape=shape, scales=scale_layout)
         buffers = {"data": data}
         if scales is not None:
@@ -300,26 +338,34 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         if amax is not None:
             buffers["amax"] = amax
         name = name or f"marked tensor #{len(self._groups)} ({recipe}, shape {tuple(shape)})"
+        for role, t in buffers.items():  # the ops page contiguous buffers: refuse now, not at the save
+            if not t.is_contiguous():
+                raise ValueError(f"pagestash: mark(): {role} of {name} is not contiguous (strides {list(t.stride())}): "
+                                 f"mark {role}.contiguous() and give that to the layer")
         group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name)
         self._groups.append(group)
         for role, t in buffers.items():
-            geometry = (t.dtype, t.storage_offset(), t.numel(), t.is_contiguous())
+            geometry = (t.dtype, t.storage_offset(), t.numel())
             entry = (StorageWeakRef(t.untyped_storage()), group, role, geometry)
             self._by_storage.setdefault(t.untyped_storage()._cdata, []).append(entry)
         return data
 
-    def _lookup(self, t: torch.Tensor):
-        """(group, role, view) when t is a marked buffer or a view over exactly its bytes."""
+    def _entries(self, t: torch.Tensor):
+        """The marks over t's storage: [(weak ref, group, role, geometry)]."""
         if not self._by_storage or t.layout != torch.strided:
-            return None
+            return ()
         try:
             key = t.untyped_storage()._cdata
         except (RuntimeError, NotImplementedError):  # a tensor without storage (fake, functional)
-            return None
-        for ref, group, role, (dtype, offset, numel, contiguous) in self._by_storage.get(key, ()):
+            return ()
+        return self._by_storage.get(key, ())
+
+    def _lookup(self, t: torch.Tensor):
+        """(group, role, view) when t is a marked buffer or a view over exactly its bytes."""
+        for ref, group, role, (dtype, offset, numel) in self._entries(t):
             if ref.expired() or t.dtype != dtype or t.storage_offset() != offset or t.numel() != numel:
                 continue
-            if not (contiguous and _is_dense(t)):
+            if not _is_dense(t):
                 continue
             if group.saves and t._version != group.version:
                 continue  # changed in place since autograd first saved it: not what the group holds
@@ -331,6 +377,10 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     def _pack(self, t: torch.Tensor):
         found = self._lookup(t)
         if found is None:
+            for ref, group, _, _ in self._entries(t):  # a view over part of a marked tensor's bytes
+                if not ref.expired() and not group.saves and group.saved_part is None:
+                    group.saved_part = (f"a view of shape {list(t.shape)}, strides {list(t.stride())} and dtype "
+                                        f"{t.dtype} at element offset {t.storage_offset()} of its storage")
             self.passed_tensors += 1
             count_activation(self._passed_storages, t)
             return t

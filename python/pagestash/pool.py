@@ -7,6 +7,7 @@ keep them together, check the flags and read them back.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import warnings
@@ -100,6 +101,45 @@ class PagePool:
         self._contexts = 0
         self._contexts_kept: Optional[int] = None
         _POOLS.add(self)
+        # Which operation first raised a failure flag (the flags are sticky: a later
+        # operation's check sees them too). _first: that operation once found, until
+        # reset; _unread: (first, last, count) of the operations run since the flags were
+        # last read clean. A CPU pool reads them after each operation (free), so it knows
+        # the operation; a CUDA pool knows the range when it next reads them.
+        self._first: Optional[str] = None
+        self._unread: Optional[Tuple[str, str, int]] = None
+
+    def __deepcopy__(self, memo) -> "PagePool":
+        """A new, empty pool of the same config, device and strictness, with its own id (a
+        byte copy would share the id, and each pool would take the other's records)."""
+        return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict)
+
+    def _ran(self, operation: str) -> None:
+        """Notes that `operation` (e.g. 'the stash of a bf16/capacity record (2, 32, 64)')
+        was enqueued on the pool, for PagingError's `first`."""
+        if self._first is not None:
+            return
+        first, _, count = self._unread or (operation, operation, 0)
+        self._unread = (first, operation, count + 1)
+        if self.device.type == "cpu":
+            self.flag_dict()
+
+    def _note(self, flags: Dict[str, int]) -> None:
+        """Flags just read: the first failure's operation, from the operations since the
+        last clean read."""
+        failed = failed_flags(flags)
+        if not failed:
+            self._unread = None
+        elif self._first is None:
+            if self._unread is None:
+                where = ("no operation of this pool since its flags were last read clean (a raw "
+                         "torch.ops.pagestash op, or a write to pool.flags)")
+            elif self._unread[2] == 1:
+                where = self._unread[0]
+            else:
+                where = (f"one of the {self._unread[2]} operations from {self._unread[0]} to {self._unread[1]} "
+                         "(a CUDA pool reads its flags only when asked: check() after an operation to know which)")
+            self._first = where
 
     @property
     def state(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -272,6 +312,7 @@ class PagePool:
         run and the rerun)."""
         self._not_in_step("reset")
         ops.reset(*self.state)
+        self._first, self._unread = None, None
 
     def _not_in_step(self, what: str) -> None:
         if self._step is not None:
@@ -299,10 +340,13 @@ class PagePool:
                     current.wait_stream(s)
         ops.end_step(*self.state)
         self._close_observed_step()
+        self._ran("the end_step")
 
     def flag_dict(self) -> Dict[str, int]:
         """Each flag by name, read back (synchronises for a CUDA pool)."""
-        return dict(zip(FLAG_NAMES, (int(x) for x in self.flags.cpu())))
+        flags = dict(zip(FLAG_NAMES, self.flags.tolist()))
+        self._note(flags)
+        return flags
 
     def decide(self) -> str:
         """'keep', 'rerun_without_paging' or 'report_error', from the flags (reads them back:
@@ -316,7 +360,7 @@ class PagePool:
         gradients are accumulated, and a rerun of the failed microbatch alone would drop them
         (zero_grad) or count them twice; rerun the whole step (run_step)."""
         self._not_in_step("decide")
-        flags = [int(x) for x in self.flags.cpu()]
+        flags = list(self.flag_dict().values())
         decision = _C.decide(flags)
         if decision == "keep":
             self._contexts_kept = self._contexts
@@ -338,15 +382,17 @@ class PagePool:
         flags = self.flag_dict()
         failed = failed_flags(flags)
         if failed:
-            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where + self._accumulated())
+            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where, self._first or "",
+                              *self._advice())
 
-    def _accumulated(self) -> str:
-        """What the gradients hold when a check fails in the middle of an optimizer step."""
+    def _advice(self) -> Tuple[str, ...]:
+        """What to do when a check fails in the middle of an optimizer step: the gradients
+        hold part of it."""
         if not self._contexts:
-            return ""
-        return (f"; {self._contexts} paged context(s) ran since the last optimizer step: the gradients hold the "
-                "backward of every microbatch that finished and part of this one's, so zero them and rerun the whole "
-                "step without paging (pagestash.run_step does)")
+            return ()
+        return (f"{self._contexts} paged context(s) ran since the last optimizer step, and the gradients hold the "
+                "backward of every microbatch that finished and part of this one's: zero them, reset the pool and "
+                "rerun the whole step without paging (pagestash.run_step does)",)
 
     def agree(self, group=None) -> None:
         """All-reduces the flags with MAX over `group` (torch.distributed; the default
@@ -360,10 +406,11 @@ class PagePool:
         takes_device = ("nccl" in backend) if self.device.type == "cuda" else not wants_cuda
         if takes_device:
             dist.all_reduce(self.flags, op=dist.ReduceOp.MAX, group=group)
-            return
-        staged = self.flags.to("cuda" if wants_cuda else "cpu")
-        dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
-        self.flags.copy_(staged)
+        else:
+            staged = self.flags.to("cuda" if wants_cuda else "cpu")
+            dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
+            self.flags.copy_(staged)
+        self._ran("agree() (the flags of every rank)")
 
 
 def decode_report(report: torch.Tensor) -> dict:
@@ -382,16 +429,24 @@ class Record:
         self.pool = pool
         self.recipe = recipe
         self.shape = shape
+        #: How errors name it (the hook names it after the marked tensor).
+        self.name = f"a {recipe} record {tuple(shape)}"
         nbytes = _C.record_bytes(*pool.state, recipe, list(shape))
         self.memory = _aligned_bytes(nbytes, pool.device)
         _C.init_record(*pool.state, self.memory, recipe, list(shape))
+
+    def __deepcopy__(self, memo) -> "Record":
+        """An empty record of the same recipe and shape in the deep copy of its pool (a new
+        pool: see PagePool.__deepcopy__); stashed pages are not copied."""
+        return Record(copy.deepcopy(self.pool, memo), self.recipe, self.shape)
 
     def _args(self):
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
 
     def _checked(self, check: Optional[bool], op: str) -> None:
+        self.pool._ran(f"the {op} of {self.name}")
         if self.pool.strict if check is None else check:
-            self.pool.check(f"at the {op} of a {self.recipe} record {tuple(self.shape)}")
+            self.pool.check(f"at the {op} of {self.name}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,
               amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None) -> None:

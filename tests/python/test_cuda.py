@@ -143,3 +143,27 @@ def test_cuda_strict_is_opt_in():
     counts = torch.tensor([64, 64], dtype=torch.int32).cuda()
     with pytest.raises(ps.PagingError, match="overflow"):
         strict.record(like=x, counts=counts).stash(x, counts)
+
+
+def test_cuda_paging_error_names_the_operations_since_the_flags_were_last_read():
+    """A CUDA pool reads its flags only when asked: PagingError names the range of
+    operations since they were last read clean, or the operation itself when it was checked."""
+    x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
+    counts = torch.tensor([32, 32], dtype=torch.int32).cuda()
+    pool = ps.PagePool(device_pages=3, page_bytes=4096, device="cuda")  # not strict
+    a, b = (pool.record("bf16/capacity", ps.Shape(2, 32, 64)) for _ in range(2))
+    a.name, b.name = "a", "b"
+    assert pool.decide() == "keep"  # read clean
+    a.stash(x, counts)  # 2 pages
+    b.stash(x, counts)  # no room
+    a.reload(torch.empty_like(x))
+    with pytest.raises(ps.PagingError, match=r"first raised by one of the 3 operations from the stash of a to the "
+                                             r"reload of a \(a CUDA pool reads its flags only when asked"):
+        pool.check()
+    pool.reset()
+    a.stash(x, counts, check=True)
+    with pytest.raises(ps.PagingError, match=r"paging failed at the stash of b \(overflow: ") as e:
+        b.stash(x, counts, check=True)
+    assert e.value.first == "the stash of b"
+    with pytest.raises(ValueError, match=r"data is a meta tensor \(it holds no data\) and the pool is on cuda:0"):
+        a.reload(torch.empty_like(x, device="meta"))

@@ -36,6 +36,18 @@ def _optimizer_stepped(optimizer, args, kwargs) -> None:
 register_optimizer_step_post_hook(_optimizer_stepped)
 
 
+def _graph_break_for_check() -> None:
+    """Under torch.compile a strict check reads the flags on the host, between two graphs:
+    the graph break says so (fullgraph=True raises it)."""
+    msg = ("pagestash: a strict check reads the pool's flags on the host, between two graphs: inside "
+           "torch.compile(fullgraph=True), pass check=False (or PagePool(strict=False)) and call pool.check() "
+           "after the compiled region")
+    try:
+        torch._dynamo.graph_break(msg=msg)
+    except TypeError:  # torch before graph_break(msg): a graph break all the same
+        torch._dynamo.graph_break()
+
+
 def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignment: int = 256) -> torch.Tensor:
     """nbytes uint8 from PyTorch's allocator, the first byte aligned (a view of a slightly
     larger tensor, which it keeps alive)."""
@@ -391,6 +403,8 @@ class Record:
 
     def _checked(self, check: Optional[bool], op: str) -> None:
         if self.pool.strict if check is None else check:
+            if torch.compiler.is_compiling():
+                _graph_break_for_check()
             self.pool.check(f"at the {op} of a {self.recipe} record {tuple(self.shape)}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,

@@ -116,16 +116,17 @@ def toolkit(home):
 def cuda_paths(with_cuda):
     """Where CUDA's runtime headers, CCCL and libcudart are: (include dirs, library dir)."""
     pypi = pypi_cuda()
+    use_pypi = pypi and not pypi[2] and not with_cuda
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = os.environ.get(var)
         if home:
             found = toolkit(home)
             if found:
                 return found
-            also = " (or unset it: the PyPI packages are complete)" if pypi and not pypi[2] and not with_cuda else ""
+            also = " (or unset it: PyPI's packages have every part)" if use_pypi else ""
             what = "has no include/cuda_runtime_api.h" if Path(home).exists() else "does not exist"
             sys.exit(f"pagestash: {var}={home} {what}: point {var} at a CUDA toolkit{also}")
-    if pypi and not pypi[2] and not with_cuda:
+    if use_pypi:
         return pypi[:2]
     found = cpp_extension.CUDA_HOME and toolkit(cpp_extension.CUDA_HOME)
     if found:

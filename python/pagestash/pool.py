@@ -37,6 +37,18 @@ def _optimizer_stepped(optimizer, args, kwargs) -> None:
 register_optimizer_step_post_hook(_optimizer_stepped)
 
 
+def _graph_break_for_check() -> None:
+    """Under torch.compile a strict check reads the flags on the host, between two graphs:
+    the graph break says so (fullgraph=True raises it)."""
+    msg = ("pagestash: a strict check reads the pool's flags on the host, between two graphs: inside "
+           "torch.compile(fullgraph=True), pass check=False (or PagePool(strict=False)) and call pool.check() "
+           "after the compiled region")
+    try:
+        torch._dynamo.graph_break(msg=msg)
+    except TypeError:  # torch before graph_break(msg): a graph break all the same
+        torch._dynamo.graph_break()
+
+
 def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignment: int = 256) -> torch.Tensor:
     """nbytes uint8 from PyTorch's allocator, the first byte aligned (a view of a slightly
     larger tensor, which it keeps alive)."""
@@ -121,7 +133,7 @@ class PagePool:
             return
         first, _, count = self._unread or (operation, operation, 0)
         self._unread = (first, operation, count + 1)
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and not torch.compiler.is_compiling():  # reading them would break the graph
             self.flag_dict()
 
     def _note(self, flags: Dict[str, int]) -> None:
@@ -446,6 +458,8 @@ class Record:
     def _checked(self, check: Optional[bool], op: str) -> None:
         self.pool._ran(f"the {op} of {self.name}")
         if self.pool.strict if check is None else check:
+            if torch.compiler.is_compiling():
+                _graph_break_for_check()
             self.pool.check(f"at the {op} of {self.name}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,

@@ -13,9 +13,9 @@ needs one; `skip_next=K` stashes each only once K later ones are saved, so that 
 torch.utils.checkpoint region pages nothing: checkpoint frees and recomputes it itself.
 
 Failures: in strict mode (the pool's default: on for CPU pools) the first reload after a
-failed stash, a reset or a misuse raises PagingError naming the flags. Otherwise use the
-sync-free loop: after backward, pool.agree() across ranks, then pool.decide(), and on
-'rerun_without_paging' reset the pool and run the step again without the context.
+failed stash, a reset or a misuse raises PagingError naming the flags. Otherwise the flags
+are read once a step, after its last backward. Either way, the whole optimizer step reruns
+without paging: pagestash.run_step (step.py) does both.
 """
 
 from __future__ import annotations

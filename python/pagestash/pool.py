@@ -382,10 +382,14 @@ class PagePool:
                               "decide() kept: their gradients are accumulated, so rerunning only what failed drops "
                               "them or counts them twice. Decide once per optimizer step and rerun the whole step "
                               "(pagestash.run_step)")
+        self._count_step(decision)
+        return decision
+
+    def _count_step(self, decision: str) -> None:
+        """A step decided (by decide(), or by run_step from a strict-mode PagingError)."""
         self.steps += 1
         self.overflowed_steps += decision != "keep"
         self._check_overflow_rate()
-        return decision
 
     def check(self, where: str = "") -> None:
         """Raises PagingError naming the raised flags when the step cannot be trusted

@@ -123,12 +123,15 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     The gradients start from zero: accumulate across run_step calls by summing yourself.
     `group`, `streams`: as for PagedStep.finish. `hook_options` go to every
     paged_saved_tensors (zero_tail, strict, ...). In strict mode, the PagingError a reload
-    raises in the middle of backward is caught here: the step reruns. A rerun for
+    raises in the middle of backward is caught here: the step reruns (while the pool
+    observes, the paged run is not strict, so that it stashes the whole step). A rerun for
     'report_error' (a misuse: a bug) warns (PagingWarning) naming the flags."""
     _zero_grad(zero_grad)
     if pool is None:
         _run(PagedStep(None, paged=False), microbatches)
         return "eager"
+    if pool.observing:  # an observed step runs to its end, even when it fails: its counts are whole
+        hook_options = {**hook_options, "strict": False}
     step = PagedStep(pool, **hook_options)
     failure = None
     try:
@@ -138,7 +141,11 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     finally:
         step.abandon()
     # The failed run's graph (and its groups) is gone before the reset, as the exception went.
-    decision = step.finish(group, streams) if failure is None else failure[1]
+    if failure is None:
+        decision = step.finish(group, streams)
+    else:
+        decision = failure[1]
+        pool._count_step(decision)
     if decision == "keep":
         return "paged"
     if decision == "report_error":

@@ -54,8 +54,9 @@ class _Group:
     first time backward needs one."""
 
     def __init__(self, pool: PagePool, recipe: str, shape: Shape, counts: torch.Tensor,
-                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str):
+                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str, poison: bool = True):
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
+        self.poison = poison
         self.counts = counts
         self.buffers = buffers  # role -> tensor, until stashed
         self.meta = {role: (t.shape, t.dtype, t.device) for role, t in buffers.items()}
@@ -84,7 +85,7 @@ class _Group:
                 out = {role: torch.empty(shape, dtype=dtype, device=device)
                        for role, (shape, dtype, device) in self.meta.items()}
                 self.record.reload(out["data"], out.get("scales"), out.get("amax"), zero_tail=self.zero_tail,
-                                   check=False)
+                                   poison=self.poison, check=False)
             self.reloaded = out
             self.record = None  # its pages are back in the pool
             if strict:
@@ -122,15 +123,17 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         y.sum().backward()              # backward needs x: reloaded (dead rows zeroed)
 
     `zero_tail`: reloaded buffers have their dead rows zeroed (else they are left as
-    torch.empty gives them). `strict`: raise PagingError at the first reload after a failure
-    (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
+    torch.empty gives them). `poison`: a reload that does not restore fills the buffers with
+    poison, NaN (Record.reload; off for those who check the flags). `strict`: raise PagingError
+    at the first reload after a failure (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
     """
 
-    def __init__(self, pool: PagePool, *, zero_tail: bool = True, strict: Optional[bool] = None,
-                 warn_unpaged: bool = True):
+    def __init__(self, pool: PagePool, *, zero_tail: bool = True, poison: bool = True,
+                 strict: Optional[bool] = None, warn_unpaged: bool = True):
         self.pool = pool
         self.zero_tail = zero_tail
+        self.poison = poison
         self.strict = pool.strict if strict is None else bool(strict)
         self.warn_unpaged = warn_unpaged
         self._by_storage: Dict[int, list] = {}  # storage -> [(weak ref, group, role, geometry)]
@@ -178,7 +181,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         if amax is not None:
             buffers["amax"] = amax
         name = name or f"marked tensor #{len(self._groups)} ({recipe}, shape {tuple(shape)})"
-        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name)
+        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name, self.poison)
         self._groups.append(group)
         for role, t in buffers.items():
             geometry = (t.dtype, t.storage_offset(), t.numel(), t.is_contiguous())

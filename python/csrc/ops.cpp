@@ -22,7 +22,7 @@ namespace pagestash_torch {
 #ifdef PAGESTASH_TORCH_CUDA
 // ops_cuda.cu
 void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-              const RecordMemory& record, const Buffers& buffers, bool zero_tail);
+              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst);
 
@@ -41,7 +41,7 @@ cudaStream_t stream_of(const at::Tensor&) {
   return nullptr;
 }
 void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
-              const Buffers&, bool) {}
+              const Buffers&, ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolReport*) {}
 #endif
@@ -204,12 +204,12 @@ void on_executor(const at::Tensor& control, const OnHost& on_host, const OnCuda&
 /// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
             std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const Shape& s,
-            const Buffers& buffers, bool zero_tail) {
+            const Buffers& buffers, ps::ReloadOptions options) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   on_executor(
-      control, [&] { run(ps::host, op, recipe, pool, s, rec, buffers, zero_tail); },
-      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, zero_tail); });
+      control, [&] { run(ps::host, op, recipe, pool, s, rec, buffers, options); },
+      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, options); });
 }
 
 /// A shape as the ops take it: [groups, tokens, hidden], the order of a capacity tensor's
@@ -255,22 +255,23 @@ void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_ar
               const at::Tensor& counts, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax) {
   const Shape s = checked_shape(recipe, shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, counts);
-  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, false);
+  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, {});
 }
 
 void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
                at::Tensor& data, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
-               bool zero_tail) {
+               bool zero_tail, bool poison) {
   const Shape s = checked_shape(recipe, shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, std::nullopt);
-  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, s, b, zero_tail);
+  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, s, b,
+         ps::ReloadOptions{zero_tail, poison});
 }
 
 void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                 std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape) {
   const Shape s = checked_shape(recipe, shape);
-  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, s, Buffers{}, false);
+  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, s, Buffers{}, {});
 }
 
 void pool_step_op(PoolStep step, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -508,7 +509,7 @@ TORCH_LIBRARY(pagestash, m) {
   m.def(
       "reload(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
       "str recipe, int[] shape, Tensor(e!) data, Tensor(f!)? scales=None, Tensor(g!)? amax=None, "
-      "bool zero_tail=False) -> ()");
+      "bool zero_tail=False, bool poison=True) -> ()");
   m.def(
       "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
       "str recipe, int[] shape) -> ()");

@@ -7,7 +7,7 @@ its shape as [groups, tokens, hidden]; keyword arguments by these names work too
     stash(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts,
           scales=None, amax=None)
     reload(control, device_arena, host_arena, page_bytes, record, recipe, shape, data,
-           scales=None, amax=None, zero_tail=False)
+           scales=None, amax=None, zero_tail=False, poison=True)
     discard(control, device_arena, host_arena, page_bytes, record, recipe, shape)
     reset(control, device_arena, host_arena, page_bytes)
     end_step(control, device_arena, host_arena, page_bytes)
@@ -48,7 +48,7 @@ def _stash_fake(control, device_arena, host_arena, page_bytes, record, recipe, s
 
 @torch.library.register_fake("pagestash::reload")
 def _reload_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, scales=None, amax=None,
-                 zero_tail=False):
+                 zero_tail=False, poison=True):
     _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
                                 scales=scales, amax=amax)
 
@@ -78,7 +78,9 @@ _DOCS = {
              "(int32, one per group) is read where the op runs. A stash that finds no room raises the pool's "
              "overflow flag instead of copying.",
     "reload": "Copies the record's stashed bytes into (data, scales, amax) and returns its pages; with zero_tail, "
-              "the paged buffers' bytes outside the live rows are cleared.",
+              "the paged buffers' bytes outside the live rows are cleared. A reload that does not restore (the "
+              "record's stash failed, a double or stale reload, a refused launch) fills data, scales and amax with "
+              "poison (every byte 0xFF: NaN) unless poison=False.",
     "discard": "Returns the record's pages without copying.",
     "reset": "Frees every page and clears the flags and counters; records stashed before become stale.",
     "end_step": "At the end of a step: counts the pages still held (pages_held_at_step_end) and raises the "

@@ -116,8 +116,9 @@ class _Group:
     first time backward needs one."""
 
     def __init__(self, pool: PagePool, recipe: str, shape: Shape, counts: torch.Tensor,
-                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str):
+                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str, poison: bool = True):
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
+        self.poison = poison
         self.counts = counts
         # The stash refuses counts changed since mark() (an inference tensor has no version: it cannot change).
         self.counts_version = None if counts.is_inference() else counts._version
@@ -170,7 +171,8 @@ class _Group:
             record = self.record
 
             def run():
-                record.reload(out["data"], out.get("scales"), out.get("amax"), zero_tail=self.zero_tail, check=False)
+                record.reload(out["data"], out.get("scales"), out.get("amax"), zero_tail=self.zero_tail,
+                              poison=self.poison, check=False)
 
             if streams is None:
                 run()
@@ -250,8 +252,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         y.sum().backward()              # backward needs x: reloaded (dead rows zeroed)
 
     `zero_tail`: reloaded buffers have their dead rows zeroed (else they are left as
-    torch.empty gives them). `strict`: raise PagingError at the first reload after a failure
-    (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
+    torch.empty gives them). `poison`: a reload that does not restore fills the buffers with
+    poison, NaN (Record.reload; off for those who check the flags). `strict`: raise PagingError
+    at the first reload after a failure (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
 
     `prefetch`: when backward needs a marked tensor, the reloads of the next `prefetch` in
@@ -261,13 +264,14 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     ones are saved); their saved tensors are counted in `skipped_tensors`.
     """
 
-    def __init__(self, pool: PagePool, *, zero_tail: bool = True, strict: Optional[bool] = None,
-                 warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0):
+    def __init__(self, pool: PagePool, *, zero_tail: bool = True, poison: bool = True,
+                 strict: Optional[bool] = None, warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0):
         for arg, value in (("prefetch", prefetch), ("skip_next", skip_next)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"paged_saved_tensors: {arg} must be an int >= 0 (marked tensors), not {value!r}")
         self.pool = pool
         self.zero_tail = zero_tail
+        self.poison = poison
         self.strict = pool.strict if strict is None else bool(strict)
         self.warn_unpaged = warn_unpaged
         self.prefetch, self.skip_next = prefetch, skip_next
@@ -342,7 +346,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             if not t.is_contiguous():
                 raise ValueError(f"pagestash: mark(): {role} of {name} is not contiguous (strides {list(t.stride())}): "
                                  f"mark {role}.contiguous() and give that to the layer")
-        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name)
+        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name, self.poison)
         self._groups.append(group)
         for role, t in buffers.items():
             geometry = (t.dtype, t.storage_offset(), t.numel())

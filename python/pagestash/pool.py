@@ -477,11 +477,12 @@ class Record:
         self._checked(check, "stash")
 
     def reload(self, data: torch.Tensor, scales: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None,
-               *, zero_tail: bool = False, check: Optional[bool] = None) -> None:
+               *, zero_tail: bool = False, poison: bool = True, check: Optional[bool] = None) -> None:
         """Copies the stashed bytes into (data, scales, amax) and returns the pages; with
-        zero_tail, every byte of the paged buffers outside the live rows is cleared. `check`
-        as for stash."""
-        ops.reload(*self._args(), data, scales, amax, zero_tail)
+        zero_tail, every byte of the paged buffers outside the live rows is cleared. A reload
+        that does not restore (docs/python.md, "Failures") fills data, scales and amax with
+        poison, every byte 0xFF (NaN), unless `poison` is False. `check` as for stash."""
+        ops.reload(*self._args(), data, scales, amax, zero_tail, poison)
         self._checked(check, "reload")
 
     def discard(self, *, check: Optional[bool] = None) -> None:

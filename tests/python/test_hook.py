@@ -333,6 +333,25 @@ class TestStrict:
             raised = e
         assert raised is not None
 
+    def test_not_strict_without_decide_gives_nan_gradients_not_finite_wrong_ones(self):
+        """A failed reload poisons what backward reads: every gradient that depends on it is
+        NaN, so a loop that forgets decide() cannot go on with plausible wrong gradients."""
+        pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)
+        gen = torch.Generator().manual_seed(8)
+        w = torch.randn(self.E, self.H, self.H, generator=gen).to(torch.bfloat16).requires_grad_()
+        x = torch.randn(self.E, self.C, self.H, generator=gen).to(torch.bfloat16)
+        counts = torch.tensor([32, 32], dtype=torch.int32)
+        with ps.paged_saved_tensors(pool) as paging:
+            torch.bmm(paging.mark(x, counts), w).sum().backward()  # the stash overflows
+        assert pool.flag_dict()["overflow"] == 1
+        assert bool(w.grad.isnan().all())
+        # Off, the flags are the only sign: the gradients are whatever the buffer held.
+        pool.reset()
+        w.grad = None
+        with ps.paged_saved_tensors(pool, poison=False) as paging:
+            torch.bmm(paging.mark(x, counts), w).sum().backward()
+        assert pool.decide() == "rerun_without_paging" and w.grad is not None
+
     def test_not_strict_leaves_it_to_the_loop(self):
         pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)
         self.forward(pool, torch.tensor([32, 32], dtype=torch.int32)).backward()  # no exception: sync-free

@@ -4,11 +4,15 @@ include/. From the repository's root, with torch installed:
 
     pip install --no-build-isolation .
 
+The build needs setuptools >= 77.0.3 (pyproject.toml); a fresh venv's is older:
+`pip install "setuptools>=77.0.3"` first.
+
 The host executor (CPU tensors) is compiled with the C++ compiler alone: no nvcc. It needs
-CUDA's runtime headers and libcudart and CCCL's headers, taken from CUDA_HOME when set,
-else from the PyPI packages a CUDA build of torch brings (nvidia-cuda-runtime,
-nvidia-cuda-cccl), else from the CUDA toolkit torch finds. The CUDA executor (CUDA tensors)
-is compiled too when nvcc and a CUDA build of torch are present.
+CUDA's runtime headers (with crt/) and libcudart and CCCL's headers, taken from CUDA_HOME
+when set, else from PyPI's nvidia-cuda-runtime, nvidia-cuda-crt and nvidia-cuda-cccl (a CUDA
+build of torch brings the runtime and, through nvshmem, CCCL; `pip install "cuda-toolkit[crt]"`
+adds crt/ at the CUDA version torch pinned), else from the CUDA toolkit torch finds. The CUDA
+executor (CUDA tensors) is compiled too when nvcc and a CUDA build of torch are present.
 
 Environment:
     PAGESTASH_CUDA        1: build the CUDA executor (fails without nvcc), 0: host executor
@@ -20,13 +24,20 @@ Build files go to build-python/ (setup.cfg), apart from the C++ build folders.
 """
 
 import glob
+import importlib.metadata
 import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
+import setuptools
 from setuptools import setup
+
+# torch's extension builder needs setuptools >= 77.0.3; older ones also lack bdist_wheel.
+if tuple(int(n) for n in re.findall(r"\d+", setuptools.__version__)[:3]) < (77, 0, 3):
+    sys.exit(f"pagestash: the build needs setuptools >= 77.0.3, this Python has {setuptools.__version__}: "
+             "`pip install 'setuptools>=77.0.3'`, then `pip install --no-build-isolation .` again")
 
 try:
     import torch
@@ -36,6 +47,7 @@ except ImportError:
 
 root = Path(__file__).resolve().parent
 include = root / "include"
+(root / "build-python").mkdir(exist_ok=True)  # setup.cfg's egg_base: setuptools wants it to exist
 
 
 def version():
@@ -55,38 +67,81 @@ def find_nvcc():
     return None
 
 
+# What the runtime's headers need besides, by PyPI package: crt/ (cuda_runtime_api.h includes
+# it) and CCCL, each with its extra of cuda-toolkit (the package by which torch pins CUDA).
+PYPI_PARTS = {"nvidia-cuda-crt": ("crt/", "crt"), "nvidia-cuda-cccl": ("CCCL", "cccl")}
+
+
 def pypi_cuda():
-    """(include dirs, library dir) of the CUDA runtime and CCCL from PyPI's nvidia-* packages."""
+    """(include dirs, library dir, missing packages) of the CUDA runtime, its crt/ headers and
+    CCCL from PyPI's nvidia-* packages, in any of the `nvidia` folders on sys.path (a venv's
+    and the system's); None without nvidia-cuda-runtime."""
     try:
         import nvidia
     except ImportError:
         return None
-    for base in map(Path, nvidia.__path__):
-        for runtime in [base / "cu13", base / "cuda_runtime"]:  # CUDA 13 layout, CUDA 12 layout
-            if not (runtime / "include" / "cuda_runtime_api.h").exists():
-                continue
-            cccl = [p for p in [runtime / "include" / "cccl", base / "cuda_cccl" / "include"]
-                    if (p / "cuda" / "std" / "atomic").exists()]
-            if cccl:
-                return [runtime / "include", cccl[0]], runtime / "lib"
-    return None
+    bases = list(map(Path, nvidia.__path__))
+    includes = [base / layout / "include" for base in bases for layout in ("cu13", "cuda_runtime")]  # CUDA 13, 12
+
+    def first(dirs, header):
+        return next((d for d in dirs if (d / header).exists()), None)
+
+    runtime = first(includes, "cuda_runtime_api.h")
+    if runtime is None:
+        return None
+    crt = first(includes, "crt/host_defines.h")
+    cccl = first([*(d / "cccl" for d in includes), *(base / "cuda_cccl" / "include" for base in bases)],
+                 "cuda/std/atomic")
+    missing = [name for name, found in zip(PYPI_PARTS, (crt, cccl)) if found is None]
+    return list(dict.fromkeys(filter(None, [runtime, crt, cccl]))), runtime.parent / "lib", missing
+
+
+def installed(distribution):
+    """The installed version of a distribution, or None."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def toolkit(home):
+    """(include dirs, library dir) of a CUDA toolkit, or None where it has no runtime headers."""
+    home = Path(home)
+    if not (home / "include" / "cuda_runtime_api.h").exists():
+        return None
+    lib = next((home / d for d in ("lib64", "lib") if glob.glob(str(home / d / "libcudart.so*"))), home / "lib64")
+    return [home / "include", home / "include" / "cccl"], lib
 
 
 def cuda_paths(with_cuda):
     """Where CUDA's runtime headers, CCCL and libcudart are: (include dirs, library dir)."""
-    homes = [os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")]
-    if not with_cuda:
-        found = None if homes[0] else pypi_cuda()
-        if found:
-            return found
-    homes.append(cpp_extension.CUDA_HOME)
-    for home in filter(None, homes):
-        home = Path(home)
-        if (home / "include" / "cuda_runtime_api.h").exists():
-            lib = next((home / d for d in ("lib64", "lib") if glob.glob(str(home / d / "libcudart.so*"))), home / "lib64")
-            return [home / "include", home / "include" / "cccl"], lib
-    sys.exit("pagestash: CUDA's runtime headers and CCCL are needed even for CPU tensors: set CUDA_HOME, or "
-             "`pip install nvidia-cuda-runtime nvidia-cuda-cccl`")
+    pypi = pypi_cuda()
+    use_pypi = pypi and not pypi[2] and not with_cuda
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home:
+            found = toolkit(home)
+            if found:
+                return found
+            also = " (or unset it: PyPI's packages have every part)" if use_pypi else ""
+            what = "has no include/cuda_runtime_api.h" if Path(home).exists() else "does not exist"
+            sys.exit(f"pagestash: {var}={home} {what}: point {var} at a CUDA toolkit{also}")
+    if use_pypi:
+        return pypi[:2]
+    found = cpp_extension.CUDA_HOME and toolkit(cpp_extension.CUDA_HOME)
+    if found:
+        return found
+    if pypi:  # a CUDA build of torch brought the runtime: the rest at the CUDA version it pinned
+        if installed("cuda-toolkit"):
+            command = f"pip install 'cuda-toolkit[{','.join(PYPI_PARTS[name][1] for name in pypi[2])}]'"
+        else:  # the runtime's own version (CUDA 12's package has another name: unpinned)
+            pin = f"=={installed('nvidia-cuda-runtime')}" if installed("nvidia-cuda-runtime") else ""
+            command = "pip install " + " ".join(f"'{name}{pin}'" for name in pypi[2])
+        lack = " and ".join(f"{PYPI_PARTS[name][0]} ({name})" for name in pypi[2])
+        sys.exit(f"pagestash: CUDA's runtime headers in {pypi[0][0]} lack {lack}, and no CUDA toolkit was found: "
+                 f"`{command}`")
+    sys.exit("pagestash: CUDA's runtime headers and CCCL are needed even for CPU tensors: set CUDA_HOME to a CUDA "
+             "toolkit, or `pip install nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl`")
 
 
 nvcc = find_nvcc()

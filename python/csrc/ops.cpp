@@ -22,7 +22,7 @@ namespace pagestash_torch {
 #ifdef PAGESTASH_TORCH_CUDA
 // ops_cuda.cu
 void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-              const RecordMemory& record, const Buffers& buffers, bool zero_tail);
+              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst);
 
@@ -41,7 +41,7 @@ cudaStream_t stream_of(const at::Tensor&) {
   return nullptr;
 }
 void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
-              const Buffers&, bool) {}
+              const Buffers&, ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolReport*) {}
 #endif
@@ -59,26 +59,8 @@ decltype(auto) checked(F&& f) {
   }
 }
 
-/// A dtype as Python spells it: torch.bfloat16.
-std::string torch_name(at::ScalarType t) {
-  switch (t) {
-    case at::kByte: return "torch.uint8";
-    case at::kChar: return "torch.int8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kBool: return "torch.bool";
-    case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
-    case at::kFloat8_e5m2: return "torch.float8_e5m2";
-    case at::kFloat8_e8m0fnu: return "torch.float8_e8m0fnu";
-    case at::kFloat4_e2m1fn_x2: return "torch.float4_e2m1fn_x2";
-    default: return std::string("torch.") + c10::toString(t);
-  }
-}
+/// A dtype as Python spells it: torch.bfloat16, torch.float8_e4m3fnuz (c10's own table).
+std::string torch_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 ps::MemorySpace space_of(const at::Tensor& control) {
   return control.is_cuda() ? ps::MemorySpace::device : ps::MemorySpace::host;
@@ -158,6 +140,15 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
                       recipe, "' must be ", torch_name(want), " (or torch.uint8 bytes), not ",
                       torch_name(t->scalar_type()));
   }
+  // The library's own check names the layout and an address: name the tensor and the fix.
+  const auto address = reinterpret_cast<std::uintptr_t>(t->data_ptr());
+  TORCH_CHECK_VALUE(std::string(what) == "amax" || address % ps::buffer_alignment == 0, "pagestash: ", what,
+                    " must be ", ps::buffer_alignment, "-byte aligned (the ops copy ", ps::buffer_alignment,
+                    "-byte vectors), but its data_ptr() % ", ps::buffer_alignment, " = ",
+                    address % ps::buffer_alignment,
+                    " (storage_offset() = ", t->storage_offset(), "): pass ", what,
+                    ".clone() (PyTorch's allocator aligns a new tensor), or a view that starts a multiple of ",
+                    ps::buffer_alignment, " bytes into its storage");
   const std::int64_t got = t->numel() * t->element_size();
   TORCH_CHECK_VALUE(got == bytes, "pagestash: ", what, " has ", got, " bytes; recipe '", recipe,
                     "' of this shape needs ", bytes);
@@ -213,12 +204,12 @@ void on_executor(const at::Tensor& control, const OnHost& on_host, const OnCuda&
 /// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
             std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const Shape& s,
-            const Buffers& buffers, bool zero_tail) {
+            const Buffers& buffers, ps::ReloadOptions options) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   on_executor(
-      control, [&] { run(ps::host, op, recipe, pool, s, rec, buffers, zero_tail); },
-      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, zero_tail); });
+      control, [&] { run(ps::host, op, recipe, pool, s, rec, buffers, options); },
+      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, options); });
 }
 
 /// A shape as the ops take it: [groups, tokens, hidden], the order of a capacity tensor's
@@ -228,26 +219,59 @@ Shape shape_of(at::IntArrayRef shape) {
   return Shape{shape[1], shape[2], shape[0]};
 }
 
+/// `shape` for `recipe`, checked in the ops' terms (shape[i], the recipe, the fix) before
+/// the library's own check (validate_shape), whose message names the layout's fields.
+Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
+  const Shape s = shape_of(shape);
+  checked([&] {
+    with_recipe(recipe, [&](auto tag) {
+      using L = typename decltype(tag)::layout;
+      const auto refuse = [&](const auto&... what) {
+        TORCH_CHECK_VALUE(false, "pagestash: shape ", shape, " does not fit recipe '", recipe, "': ", what...);
+      };
+      if (s.groups < 1 || s.groups > INT32_MAX) refuse("shape[0] (groups) = ", s.groups, " must be in [1, 2^31)");
+      if (s.max_tokens < 0) refuse("shape[1] (tokens) = ", s.max_tokens, " is negative");
+      if (s.hidden < 1) refuse("shape[2] (hidden) = ", s.hidden, " must be positive");
+      if (s.hidden % L::hidden_multiple != 0)
+        refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", L::hidden_multiple,
+               " for this recipe: pad hidden to ", (s.hidden / L::hidden_multiple + 1) * L::hidden_multiple);
+      ps::GroupedView<L> v;
+      v.max_tokens = s.max_tokens;
+      v.hidden = s.hidden;
+      v.groups = static_cast<std::int32_t>(s.groups);
+      const std::int64_t granule = v.token_granule();
+      if (s.max_tokens % granule != 0)
+        refuse("shape[1] (tokens) = ", s.max_tokens, " must be a multiple of ", granule,
+               " (the recipe's token granule for this hidden): pad the capacity (packed: the token buffer) to ",
+               (s.max_tokens / granule + 1) * granule, " tokens");
+      if (family_of(recipe) == "plain" && s.groups != 1) refuse("shape[0] (groups) = ", s.groups, " must be 1");
+    });
+  });
+  return s;
+}
+
 void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_arena, std::int64_t page_bytes,
               at::Tensor& record, const std::string& recipe, at::IntArrayRef shape, const at::Tensor& data,
               const at::Tensor& counts, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax) {
-  const Shape s = shape_of(shape);
+  const Shape s = checked_shape(recipe, shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, counts);
-  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, false);
+  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, {});
 }
 
 void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
                at::Tensor& data, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
-               bool zero_tail) {
-  const Shape s = shape_of(shape);
+               bool zero_tail, bool poison) {
+  const Shape s = checked_shape(recipe, shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, std::nullopt);
-  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, s, b, zero_tail);
+  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, s, b,
+         ps::ReloadOptions{zero_tail, poison});
 }
 
 void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                 std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape) {
-  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, shape_of(shape), Buffers{}, false);
+  const Shape s = checked_shape(recipe, shape);
+  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, s, Buffers{}, {});
 }
 
 void pool_step_op(PoolStep step, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -286,7 +310,7 @@ void report_op(const at::Tensor& control, const at::Tensor& device_arena, const 
 // ---- Helpers for the Python objects (not ops: made once, outside any graph) -------------
 
 py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& shape) {
-  const RecipeInfo i = checked([&] { return recipe_info(recipe, shape_of(shape)); });
+  const RecipeInfo i = checked([&] { return recipe_info(recipe, checked_shape(recipe, shape)); });
   py::dict d;
   d["data_bytes"] = i.data_bytes;
   d["scales_bytes"] = i.scales_bytes;
@@ -319,7 +343,7 @@ std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Te
                              std::int64_t page_bytes, const std::string& recipe, const std::vector<std::int64_t>& shape) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  return checked([&] { return record_bytes(recipe, pool, space_of(control), shape_of(shape)); });
+  return checked([&] { return record_bytes(recipe, pool, space_of(control), checked_shape(recipe, shape)); });
 }
 
 void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
@@ -327,7 +351,7 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  checked([&] { init_record(recipe, pool, space_of(control), shape_of(shape), rec); });
+  checked([&] { init_record(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
 }
 
 constexpr std::size_t flag_words = ps::flag_count;
@@ -368,7 +392,7 @@ py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tenso
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::RecordStatus s = checked(
-      [&] { return record_status(recipe, pool, space_of(control), shape_of(shape), rec); });
+      [&] { return record_status(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
   py::dict d;
   d["state"] = ps::name_of(s.state);
   d["error"] = ps::name_of(s.error);
@@ -485,7 +509,7 @@ TORCH_LIBRARY(pagestash, m) {
   m.def(
       "reload(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
       "str recipe, int[] shape, Tensor(e!) data, Tensor(f!)? scales=None, Tensor(g!)? amax=None, "
-      "bool zero_tail=False) -> ()");
+      "bool zero_tail=False, bool poison=True) -> ()");
   m.def(
       "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
       "str recipe, int[] shape) -> ()");

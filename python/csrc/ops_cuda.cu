@@ -10,8 +10,8 @@
 namespace pagestash_torch {
 
 void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-              const RecordMemory& record, const Buffers& buffers, bool zero_tail) {
-  run(ps::on(stream), op, recipe, pool, s, record, buffers, zero_tail);
+              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
+  run(ps::on(stream), op, recipe, pool, s, record, buffers, options);
 }
 
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step) {

@@ -232,7 +232,7 @@ ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedVi
 /// code) on the pool in `pool` and the record in `record`.
 template <class Exec>
 void run(const Exec& exec, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-         const RecordMemory& record, const Buffers& buffers, bool zero_tail) {
+         const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
   ps::PagePool p = attach_pool(pool, Exec::memory);
   with_recipe(recipe, [&](auto tag) {
     using L = typename decltype(tag)::layout;
@@ -240,7 +240,7 @@ void run(const Exec& exec, Op op, const std::string& recipe, const PoolParts& po
     auto rec = attach_record<Tr>(p, view_of<L>(s), record);
     switch (op) {
       case Op::stash: ps::stash(exec, p, view_of<L>(s, buffers), rec); break;
-      case Op::reload: ps::reload(exec, p, rec, view_of<L>(s, buffers), ps::ReloadOptions{zero_tail}); break;
+      case Op::reload: ps::reload(exec, p, rec, view_of<L>(s, buffers), options); break;
       case Op::discard: ps::discard(exec, p, rec); break;
     }
   });

@@ -7,7 +7,7 @@ its shape as [groups, tokens, hidden]; keyword arguments by these names work too
     stash(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts,
           scales=None, amax=None)
     reload(control, device_arena, host_arena, page_bytes, record, recipe, shape, data,
-           scales=None, amax=None, zero_tail=False)
+           scales=None, amax=None, zero_tail=False, poison=True)
     discard(control, device_arena, host_arena, page_bytes, record, recipe, shape)
     reset(control, device_arena, host_arena, page_bytes)
     end_step(control, device_arena, host_arena, page_bytes)
@@ -15,8 +15,9 @@ its shape as [groups, tokens, hidden]; keyword arguments by these names work too
 
 The ops mutate only their arguments (the pool's and the record's memory, and reload's
 destination) and return nothing, so their fake implementations, which torch.compile traces
-with, do nothing. The state lives in the tensors, never in the extension: an op is a
-function of its arguments, which is what functionalization and opcheck assume.
+with, do nothing (they refuse a meta tensor beside a real pool, which would reach them too).
+The state lives in the tensors, never in the extension: an op is a function of its
+arguments, which is what functionalization and opcheck assume.
 """
 
 import torch
@@ -26,21 +27,35 @@ from . import _C  # noqa: F401  (registers torch.ops.pagestash)
 ops = torch.ops.pagestash
 
 
+def _no_meta_beside_a_real_pool(control, **tensors):
+    """A meta tensor among real ones sends the op to its fake implementation (the Meta
+    kernel), which does nothing: refuse it rather than page nothing silently. Tracing
+    (torch.compile's fake tensors keep their real devices) and an all-meta call pass."""
+    if control.device.type == "meta":
+        return
+    for name, t in tensors.items():
+        if t is not None and t.device.type == "meta":
+            raise ValueError(f"pagestash: {name} is a meta tensor (it holds no data) and the pool is on "
+                             f"{control.device}: the op would do nothing. Pass {name} on {control.device}")
+
+
 @torch.library.register_fake("pagestash::stash")
 def _stash_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts, scales=None,
                 amax=None):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
+                                counts=counts, scales=scales, amax=amax)
 
 
 @torch.library.register_fake("pagestash::reload")
 def _reload_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, scales=None, amax=None,
-                 zero_tail=False):
-    return None
+                 zero_tail=False, poison=True):
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
+                                scales=scales, amax=amax)
 
 
 @torch.library.register_fake("pagestash::discard")
 def _discard_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record)
 
 
 @torch.library.register_fake("pagestash::reset")
@@ -55,7 +70,7 @@ def _end_step_fake(control, device_arena, host_arena, page_bytes):
 
 @torch.library.register_fake("pagestash::report")
 def _report_fake(control, device_arena, host_arena, page_bytes, out):
-    return None
+    _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, out=out)
 
 
 _DOCS = {
@@ -63,7 +78,9 @@ _DOCS = {
              "(int32, one per group) is read where the op runs. A stash that finds no room raises the pool's "
              "overflow flag instead of copying.",
     "reload": "Copies the record's stashed bytes into (data, scales, amax) and returns its pages; with zero_tail, "
-              "the paged buffers' bytes outside the live rows are cleared.",
+              "the paged buffers' bytes outside the live rows are cleared. A reload that does not restore (the "
+              "record's stash failed, a double or stale reload, a refused launch) fills data, scales and amax with "
+              "poison (every byte 0xFF: NaN) unless poison=False.",
     "discard": "Returns the record's pages without copying.",
     "reset": "Frees every page and clears the flags and counters; records stashed before become stale.",
     "end_step": "At the end of a step: counts the pages still held (pages_held_at_step_end) and raises the "

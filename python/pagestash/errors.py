@@ -1,5 +1,5 @@
 """PagingError: what strict mode and PagePool.check() raise when the pool's flags say a step
-cannot be trusted."""
+cannot be trusted; the warnings that say a pool's plan does not fit the run."""
 
 from __future__ import annotations
 
@@ -27,12 +27,29 @@ def failed_flags(flags: Dict[str, int]) -> list:
 class PagingError(RuntimeError):
     """The pool's flags say that paging failed in this step (`flags`: the raised ones, e.g.
     ['overflow'] or ['bad_counts']; `decision`: what the sync-free loop would do,
-    'rerun_without_paging' or 'report_error'). The step's reloaded activations cannot be
-    trusted: reset the pool and rerun the step (without paging, or with a larger pool)."""
+    'rerun_without_paging' or 'report_error'; `first`: the operation that first raised a
+    failure flag since the pool's reset, as far as the host knows, e.g. 'the stash of
+    marked tensor #0 (...)'; the flags are sticky, so a later operation's check sees them
+    too). The step's reloaded activations cannot be trusted: reset the pool and rerun the
+    step (without paging, or with a larger pool)."""
 
-    def __init__(self, flags: Iterable[str], decision: str, where: str = ""):
+    def __init__(self, flags: Iterable[str], decision: str, where: str = "", first: str = "",
+                 advice: str = "reset the pool and rerun the step"):
         self.flags = list(flags)
         self.decision = decision
+        self.first = first
         lines = "; ".join(f"{n}: {FLAG_MEANINGS.get(n, n)}" for n in self.flags)
-        super().__init__(f"pagestash: paging failed{' ' + where if where else ''} ({lines}); decision "
-                         f"{decision!r}: reset the pool and rerun the step")
+        raised = f"; first raised by {first}" if first and where != f"at {first}" else ""
+        super().__init__(f"pagestash: paging failed{' ' + where if where else ''} ({lines}){raised}; decision "
+                         f"{decision!r}: {advice}")
+
+
+class OverflowRateWarning(UserWarning):
+    """Far more steps overflow than the pool was planned for (PagePool(planned_overflow=...),
+    which PoolPlan.pool() and PagePool.resize(plan) set): each reruns without paging. Re-plan
+    from the run's own counts (PagePool.observe)."""
+
+
+class PoolCostWarning(UserWarning):
+    """A planned pool takes more memory than it saves: its device bytes exceed what the
+    marked tensors take without paging less those bytes."""

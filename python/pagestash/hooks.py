@@ -6,16 +6,23 @@ saves it, or any tensor over the same bytes (a view or reshape of it, as `x @ w`
 `nn.Linear` and `einsum` save), and reloaded when backward first needs it; every other saved
 tensor passes through untouched. The counts are read on the device: nothing synchronises.
 
+Backward order: a context's marked tensors are reloaded in reverse order of stashing.
+`prefetch=N` issues the reloads of the next N in that order on a side stream when backward
+needs one; `skip_next=K` stashes each only once K later ones are saved, so that the last K
+(whose backward runs first) are never paged. A mark under no_grad or inside a
+torch.utils.checkpoint region pages nothing: checkpoint frees and recomputes it itself.
+
 Failures: in strict mode (the pool's default: on for CPU pools) the first reload after a
-failed stash, a reset or a misuse raises PagingError naming the flags. Otherwise use the
-sync-free loop: after backward, pool.agree() across ranks, then pool.decide(), and on
-'rerun_without_paging' reset the pool and run the step again without the context.
+failed stash, a reset or a misuse raises PagingError naming the flags. Otherwise the flags
+are read once a step, after its last backward. Either way, the whole optimizer step reruns
+without paging: pagestash.run_step (step.py) does both.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Dict, Optional
+import weakref
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -25,7 +32,8 @@ from .recipes import Shape, infer
 
 
 class UnpagedWarning(UserWarning):
-    """A marked tensor that autograd never saved in the context: nothing of it was paged."""
+    """A marked tensor that autograd never saved whole in the context (it saved a copy, an
+    autocast copy, or a view of part of it): nothing of it was paged."""
 
 
 def count_activation(storages: Dict[int, int], t: torch.Tensor) -> None:
@@ -48,20 +56,87 @@ def _is_dense(t: torch.Tensor) -> bool:
     return True
 
 
+class _HostStreams:
+    """Where prefetched reloads run for a CPU pool: there are no streams, so a reload runs
+    when it is issued and there is nothing to wait for. The hook calls the same three
+    methods on CUDA (_CudaStreams) and the tests on a recorder."""
+
+    def capturing(self) -> bool:
+        return False
+
+    def issue(self, reload: Callable[[], None], outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+              name: str):
+        reload()
+        return None
+
+    def wait(self, event, name: str) -> None:
+        pass
+
+
+class _CudaStreams(_HostStreams):
+    """Prefetched reloads on a side stream, one per device: each waits for the current
+    stream (the stash, and the new buffers' allocation there), records an event that the
+    unpack makes the current stream wait on, and record_streams every tensor it touches so
+    that the caching allocator does not reuse their memory before the side stream is done."""
+
+    _side: Dict[int, "torch.cuda.Stream"] = {}
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    @property
+    def side(self) -> "torch.cuda.Stream":
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        if index not in self._side:
+            self._side[index] = torch.cuda.Stream(index)
+        return self._side[index]
+
+    def capturing(self) -> bool:
+        return torch.cuda.is_current_stream_capturing()
+
+    def issue(self, reload, outputs, inputs, name):
+        side = self.side
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            reload()
+        for t in (*outputs, *inputs):
+            if t.is_cuda and t.numel():
+                t.record_stream(side)
+        event = torch.cuda.Event()
+        event.record(side)
+        return event
+
+    def wait(self, event, name):
+        torch.cuda.current_stream(self.device).wait_event(event)
+
+
 class _Group:
     """The buffers of one grouped tensor (data, and scales and amax for quantized recipes),
     stashed together the first time autograd saves one of them and reloaded together the
     first time backward needs one."""
 
     def __init__(self, pool: PagePool, recipe: str, shape: Shape, counts: torch.Tensor,
-                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str):
+                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str, poison: bool = True):
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
+        self.poison = poison
         self.counts = counts
+        # The stash refuses counts changed since mark() (an inference tensor has no version: it cannot change).
+        self.counts_version = None if counts.is_inference() else counts._version
         self.buffers = buffers  # role -> tensor, until stashed
         self.meta = {role: (t.shape, t.dtype, t.device) for role, t in buffers.items()}
         self.record = None
         self.reloaded = None
-        self.version = None  # the data's version counter when stashed
+        self.version = None  # the data's version counter when autograd first saved it
+        self.saves = 0  # tensors autograd saved of it
+        self.skipped = False  # kept unpaged (skip_next)
+        self.order = None  # its place among the context's stashes
+        self.event = None  # a prefetched reload's, until waited on
+        self.unchecked = False  # reloaded, not yet waited on and checked
+        # For the warning when it is never paged: a view over part of its bytes that autograd
+        # saved instead, and the autocast dtype (autocast saves its own copy).
+        self.saved_part = None
+        device = buffers["data"].device.type
+        self.autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
     @property
     def stashed(self) -> bool:
@@ -70,23 +145,61 @@ class _Group:
     def stash(self) -> None:
         if self.stashed:
             return
+        b = self.buffers
+        if b["data"]._version != self.version:
+            raise RuntimeError(f"pagestash: {self.name} was changed in place after autograd saved it and before it was "
+                               "stashed (skip_next stashes a marked tensor once later ones are saved): autograd "
+                               "needs the saved values. Change a clone of it, or pass skip_next=0")
+        if self.counts_version is not None and self.counts._version != self.counts_version:
+            raise RuntimeError(f"pagestash: the counts of {self.name} were modified by an inplace operation after "
+                               f"mark() (version {self.counts_version} -> {self.counts._version}), before it was "
+                               "stashed: the stash would page the rows the new counts say. Mark it once its counts "
+                               "are final, or pass counts.clone() to mark()")
         with torch.no_grad():
             self.record = self.pool.record(self.recipe, self.shape)
-            b = self.buffers
-            self.version = b["data"]._version
+            self.record.name = self.name
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
         self.buffers = None  # the pages hold them now: let the caller's tensors go
         self.counts = None   # the record copied the counts
 
-    def reload(self, strict: bool) -> Dict[str, torch.Tensor]:
+    def issue(self, streams: Optional[_HostStreams] = None) -> None:
+        """Reloads the pages into new buffers (allocated on the current stream): here, or
+        with `streams`, as a prefetch on their side stream, whose event reload() waits on."""
+        with torch.no_grad():
+            out = {role: torch.empty(shape, dtype=dtype, device=device)
+                   for role, (shape, dtype, device) in self.meta.items()}
+            record = self.record
+
+            def run():
+                record.reload(out["data"], out.get("scales"), out.get("amax"), zero_tail=self.zero_tail,
+                              poison=self.poison, check=False)
+
+            if streams is None:
+                run()
+            else:
+                self.event = streams.issue(run, list(out.values()), [record.memory, *self.pool.state[:3]], self.name)
+        self.reloaded = out
+        self.record = None  # its pages are back in the pool (once the reload has run)
+        self.unchecked = True
+
+    def reload(self, strict: bool, streams: _HostStreams) -> Dict[str, torch.Tensor]:
+        """The buffers for backward: reloaded here unless a prefetch issued them (then the
+        current stream waits on the prefetch's own event); in strict mode the flags are
+        checked then, as for a reload here. A marked tensor never stashed (skip_next) gives back
+        the tensors autograd saved."""
+        if self.buffers is not None:
+            self.skipped = True
+            if self.buffers["data"]._version != self.version:
+                raise RuntimeError(f"pagestash: {self.name} was changed in place after autograd saved it (kept "
+                                   "unpaged by skip_next): backward needs the saved values")
+            return self.buffers
         if self.reloaded is None:
-            with torch.no_grad():
-                out = {role: torch.empty(shape, dtype=dtype, device=device)
-                       for role, (shape, dtype, device) in self.meta.items()}
-                self.record.reload(out["data"], out.get("scales"), out.get("amax"), zero_tail=self.zero_tail,
-                                   check=False)
-            self.reloaded = out
-            self.record = None  # its pages are back in the pool
+            self.issue()
+        if self.unchecked:
+            if self.event is not None:
+                streams.wait(self.event, self.name)
+                self.event = None
+            self.unchecked = False
             if strict:
                 self.pool.check(f"at the reload of {self.name}")
         return self.reloaded
@@ -101,6 +214,23 @@ class _Group:
                 record.discard(check=False)
             except Exception:
                 pass
+
+
+def _unpaged_message(g: _Group) -> str:
+    """What happened to a mark that was never paged, and what to do."""
+    dtype = g.meta["data"][1]
+    if g.saved_part is not None:
+        what = (f"autograd saved only {g.saved_part}, never all of its bytes: nothing of it was paged (a marked "
+                "tensor is paged whole: itself, a reshape or a permutation of it). Mark the tensor the layer saves")
+    elif g.autocast is not None and g.autocast != dtype:
+        what = (f"autocast saved its own {g.autocast} copy of it (it is {dtype}, marked under autocast to "
+                f"{g.autocast}): nothing of it was paged. Mark the copy the layer uses, "
+                f"paging.mark(x.to({g.autocast}), counts), which autocast passes through (docs/python.md, Autocast)")
+    else:
+        what = ("autograd never saved it (nor a view of all of its bytes) in this context: nothing of it was paged; "
+                "the layer saved something else, e.g. a copy. Mark the tensor the layer saves (inside a "
+                "torch.compile'd region, saved tensors are the compiled graph's own)")
+    return f"pagestash: {g.name} was marked but {what}; or pass warn_unpaged=False"
 
 
 class _Packed:
@@ -122,41 +252,62 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         y.sum().backward()              # backward needs x: reloaded (dead rows zeroed)
 
     `zero_tail`: reloaded buffers have their dead rows zeroed (else they are left as
-    torch.empty gives them). `strict`: raise PagingError at the first reload after a failure
-    (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
+    torch.empty gives them). `poison`: a reload that does not restore fills the buffers with
+    poison, NaN (Record.reload; off for those who check the flags). `strict`: raise PagingError
+    at the first reload after a failure (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
+
+    `prefetch`: when backward needs a marked tensor, the reloads of the next `prefetch` in
+    backward order (the context's stashes before it) are issued on a side stream, each
+    unpack waiting on its own event. `skip_next`: the last `skip_next` marked tensors
+    autograd saves in the context are never paged (each is stashed once that many later
+    ones are saved); their saved tensors are counted in `skipped_tensors`.
     """
 
-    def __init__(self, pool: PagePool, *, zero_tail: bool = True, strict: Optional[bool] = None,
-                 warn_unpaged: bool = True):
+    def __init__(self, pool: PagePool, *, zero_tail: bool = True, poison: bool = True,
+                 strict: Optional[bool] = None, warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0):
+        for arg, value in (("prefetch", prefetch), ("skip_next", skip_next)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"paged_saved_tensors: {arg} must be an int >= 0 (marked tensors), not {value!r}")
         self.pool = pool
         self.zero_tail = zero_tail
+        self.poison = poison
         self.strict = pool.strict if strict is None else bool(strict)
         self.warn_unpaged = warn_unpaged
+        self.prefetch, self.skip_next = prefetch, skip_next
+        self._streams = _CudaStreams(pool.device) if pool.device.type == "cuda" else _HostStreams()
         self._by_storage: Dict[int, list] = {}  # storage -> [(weak ref, group, role, geometry)]
         self._groups = []
+        self._saved: List[_Group] = []  # saved, not yet stashed (at most skip_next once a save is done)
+        self._stashes: List[weakref.ref] = []  # the stashed marked tensors in order: backward goes from the last
         self.paged_tensors = 0  # tensors autograd saved that were paged
         self.passed_tensors = 0  # and that passed through
+        self.skipped_tensors = 0  # and that were marked but kept unpaged (skip_next; final when the context ends)
         self._passed_storages: Dict[int, int] = {}
         self.paged_bytes = 0  # bytes of the buffers paged (their full, capacity-padded size)
+        self._active = False  # inside the with block: mark() pages only there
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self) -> "paged_saved_tensors":
         super().__enter__()
         self.pool._contexts += 1
+        self._active = True
         return self
 
     def __exit__(self, *exc):
         # Only autograd holds the groups from here on: one it lets go of without needing
         # (no backward) returns its pages.
-        unpaged = [g for g in self._groups if not g.stashed]
-        self._by_storage, self._groups = {}, []
-        if self.warn_unpaged and exc[0] is None:
+        unpaged = [g for g in self._groups if not g.saves]
+        for g in self._saved:  # the last skip_next: never paged
+            g.skipped = True
+            g.order = len(self._stashes)  # backward needs them first: their unpack prefetches the last stashes
+            self.skipped_tensors += g.saves
+        self._by_storage, self._groups, self._saved, self._active = {}, [], [], False
+        # Autograd saved nothing at all (torch.no_grad, inference_mode): nothing to page, nothing to say.
+        saved = self.paged_tensors + self.passed_tensors + self.skipped_tensors > 0
+        if self.warn_unpaged and exc[0] is None and saved:
             for g in unpaged:
-                warnings.warn(f"pagestash: {g.name} was marked but autograd never saved it (nor a view of it) in this "
-                              "context: nothing of it was paged. Mark the tensor the layer saves (inside a "
-                              "torch.compile'd region, saved tensors are the compiled graph's own), or pass "
-                              "warn_unpaged=False", UnpagedWarning, stacklevel=2)
+                warnings.warn(_unpaged_message(g), UnpagedWarning, stacklevel=2)
         return super().__exit__(*exc)
 
     def mark(self, data: torch.Tensor, counts: torch.Tensor, *, recipe: Optional[str] = None,
@@ -166,12 +317,24 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         """Marks `data` (with its `scales` and `amax`, for MXFP8 and NVFP4) as one grouped
         tensor whose live rows `counts` gives (int32, one per group, on the pool's device).
         `recipe` and `shape` are inferred from data where they can be (pagestash.infer);
-        `name` names it in warnings and errors. Returns `data`. The buffers are checked
-        when stashed."""
+        `name` names it in warnings and errors. Returns `data`. The buffers must be
+        contiguous (ValueError) and are checked when stashed; the counts must not change in
+        place until then. Only inside the with block: elsewhere (with grad on) it raises
+        RuntimeError.
+
+        Under no_grad or torch.utils.checkpoint it pages nothing and returns `data`:
+        checkpoint saves the region's tensors itself (non-reentrant) or nothing (reentrant:
+        no grad), and recomputes them in backward, where they are not paged either."""
         if torch.compiler.is_compiling():
             warnings.warn("pagestash: mark() inside a torch.compile'd region pages nothing: mark the layer's input "
                           "outside it", UnpagedWarning, stacklevel=2)
             return data
+        if _checkpointed():  # before the block check: a checkpoint recomputes in backward, after the block
+            return data
+        if not self._active:
+            raise RuntimeError("pagestash: mark() outside its `with paged_saved_tensors(pool)` block (before it "
+                               "entered or after it exited) would page nothing: call it inside the block, before "
+                               "the layer that saves the tensor")
         recipe, shape = infer(data, counts, recipe=recipe, shape=shape, scales=scale_layout)
         buffers = {"data": data}
         if scales is not None:
@@ -179,29 +342,37 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         if amax is not None:
             buffers["amax"] = amax
         name = name or f"marked tensor #{len(self._groups)} ({recipe}, shape {tuple(shape)})"
-        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name)
+        for role, t in buffers.items():  # the ops page contiguous buffers: refuse now, not at the save
+            if not t.is_contiguous():
+                raise ValueError(f"pagestash: mark(): {role} of {name} is not contiguous (strides {list(t.stride())}): "
+                                 f"mark {role}.contiguous() and give that to the layer")
+        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name, self.poison)
         self._groups.append(group)
         for role, t in buffers.items():
-            geometry = (t.dtype, t.storage_offset(), t.numel(), t.is_contiguous())
+            geometry = (t.dtype, t.storage_offset(), t.numel())
             entry = (StorageWeakRef(t.untyped_storage()), group, role, geometry)
             self._by_storage.setdefault(t.untyped_storage()._cdata, []).append(entry)
         return data
 
-    def _lookup(self, t: torch.Tensor):
-        """(group, role, view) when t is a marked buffer or a view over exactly its bytes."""
+    def _entries(self, t: torch.Tensor):
+        """The marks over t's storage: [(weak ref, group, role, geometry)]."""
         if not self._by_storage or t.layout != torch.strided:
-            return None
+            return ()
         try:
             key = t.untyped_storage()._cdata
         except (RuntimeError, NotImplementedError):  # a tensor without storage (fake, functional)
-            return None
-        for ref, group, role, (dtype, offset, numel, contiguous) in self._by_storage.get(key, ()):
+            return ()
+        return self._by_storage.get(key, ())
+
+    def _lookup(self, t: torch.Tensor):
+        """(group, role, view) when t is a marked buffer or a view over exactly its bytes."""
+        for ref, group, role, (dtype, offset, numel) in self._entries(t):
             if ref.expired() or t.dtype != dtype or t.storage_offset() != offset or t.numel() != numel:
                 continue
-            if not (contiguous and _is_dense(t)):
+            if not _is_dense(t):
                 continue
-            if group.stashed and t._version != group.version:
-                continue  # changed in place since it was stashed: what autograd saves now is not in the pages
+            if group.saves and t._version != group.version:
+                continue  # changed in place since autograd first saved it: not what the group holds
             marked_shape = group.meta[role][0]
             view = None if (t.is_contiguous() and t.shape == marked_shape) else (tuple(t.shape), tuple(t.stride()))
             return group, role, view
@@ -210,23 +381,76 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     def _pack(self, t: torch.Tensor):
         found = self._lookup(t)
         if found is None:
+            for ref, group, _, _ in self._entries(t):  # a view over part of a marked tensor's bytes
+                if not ref.expired() and not group.saves and group.saved_part is None:
+                    group.saved_part = (f"a view of shape {list(t.shape)}, strides {list(t.stride())} and dtype "
+                                        f"{t.dtype} at element offset {t.storage_offset()} of its storage")
             self.passed_tensors += 1
             count_activation(self._passed_storages, t)
             return t
         group, role, view = found
-        if not group.stashed:
-            self.paged_bytes += sum(b.numel() * b.element_size() for b in group.buffers.values())
-        group.stash()
-        self.paged_tensors += 1
+        if group.stashed:
+            self.paged_tensors += 1
+        elif not group.saves:
+            group.version = group.buffers["data"]._version
+            self._saved.append(group)
+        group.saves += 1
+        self._stash_behind()
         return _Packed(group, role, view)
+
+    def _stash_behind(self) -> None:
+        """Stashes the saved marked tensors but the last skip_next (0: each when autograd first saves it)."""
+        while len(self._saved) > self.skip_next:
+            group = self._saved.pop(0)
+            if group.skipped:  # backward (inside the context) already took it unpaged
+                self.skipped_tensors += group.saves
+                continue
+            self.paged_bytes += sum(b.numel() * b.element_size() for b in group.buffers.values())
+            group.stash()
+            self.paged_tensors += group.saves
+            group.order = len(self._stashes)
+            self._stashes.append(weakref.ref(group))
 
     @property
     def passed_bytes(self) -> int:
         """Bytes of the activations that passed through (each storage once; no parameters)."""
         return sum(self._passed_storages.values())
 
+    @property
+    def reload_streams(self) -> list:
+        """The CUDA streams prefetched reloads ran on: pass them to pool.end_step(streams=...)."""
+        return [self._streams.side] if self.prefetch and isinstance(self._streams, _CudaStreams) else []
+
     def _unpack(self, packed):
         if not isinstance(packed, _Packed):
             return packed
-        t = packed.group.reload(self.strict)[packed.role]
+        group = packed.group
+        t = group.reload(self.strict, self._streams)[packed.role]
+        if group.order is not None:
+            self._prefetch(group.order)
         return t if packed.view is None else t.as_strided(*packed.view)
+
+    def _prefetch(self, order: int) -> None:
+        """Issues the reloads of the `prefetch` stashes before `order` (next in backward
+        order) that are still in the pool. A guess that is wrong stays correct: a marked
+        tensor prefetched early waits in its buffers, one needed first is reloaded in place."""
+        if not self.prefetch:
+            return
+        if self._streams.capturing():
+            raise RuntimeError(f"pagestash: paged_saved_tensors(prefetch={self.prefetch}) reloads on a side stream, "
+                               "which this CUDA graph capture would not join: pass prefetch=0 to the context whose "
+                               "backward is captured")
+        for ref in reversed(self._stashes[max(0, order - self.prefetch):order]):
+            group = ref()
+            if group is not None and group.record is not None:
+                group.issue(self._streams)
+
+
+def _checkpointed() -> bool:
+    """Whether a mark now is under no_grad or inside torch.utils.checkpoint: its non-reentrant forward (its
+    hooks save the region's tensors) or recomputation (its hooks, or a reentrant one's
+    backward), or a reentrant forward (grad off: nothing is saved)."""
+    if not torch.is_grad_enabled() or torch._C._current_graph_task_id() != -1:
+        return True
+    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return top is not None and getattr(top[0], "__module__", None) == "torch.utils.checkpoint"

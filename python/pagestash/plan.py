@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numbers
 import os
+import warnings
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import _C
+from .errors import PoolCostWarning
 from .pool import Device, PagePool
 from .recipes import Shape
 
@@ -50,6 +52,7 @@ class PoolPlan:
     full_bytes: int  #: the alive stashes' tensors at full shape: what autograd holds without paging
     saved_fraction: float  #: 1 - device bytes / full_bytes
     overflow_probability: float  #: the planned pool's overflow rate on the sampled steps
+    overflow_target: float  #: the per-step overflow probability it was planned for (plan_pool's `overflow`)
     overflow_interval: Tuple[float, float]
     curve: List[CurvePoint]  #: overflow rate against pool size, from the smallest sampled peak to the largest
     alive_stashes: int  #: (layer, microbatch) stashes held at once at the schedule's peaks
@@ -61,10 +64,22 @@ class PoolPlan:
     mean_pages: float  #: per step at the peak
     page_rounding_bytes: float  #: per step at the peak: pages x page_bytes - the bytes they hold
 
+    @property
+    def device_bytes(self) -> int:
+        """The pool's pages on the device: what it costs there."""
+        return self.device_pages * self.page_bytes
+
+    @property
+    def saved_bytes(self) -> int:
+        """full_bytes - device_bytes: what the pool saves against autograd holding the
+        tensors (negative: the pool takes more)."""
+        return self.full_bytes - self.device_bytes
+
     def pool(self, device: Device = "cpu", strict: Optional[bool] = None) -> PagePool:
-        """A PagePool of the planned size: device_pages on `device`, host_pages of spill."""
+        """A PagePool of the planned size: device_pages on `device`, host_pages of spill,
+        planned for overflow_target (it warns when the steps overflow far more often)."""
         return PagePool(self.device_pages, page_bytes=self.page_bytes, host_pages=self.host_pages, device=device,
-                        strict=strict)
+                        strict=strict, planned_overflow=self.overflow_target)
 
     def __str__(self) -> str:
         low, high = self.pages_interval
@@ -74,7 +89,8 @@ class PoolPlan:
                 f"device {self.device_pages}, host {self.host_pages}\n"
                 f"overflow on {self.samples} sampled steps: {self.overflow_probability:.5f} "
                 f"({o_low:.5f}..{o_high:.5f}); {self.alive_stashes} stashes alive ({self.schedule})\n"
-                f"without paging: {self.full_bytes / 2**20:.2f} MiB; the pool saves {100 * self.saved_fraction:.1f}%")
+                f"without paging: {self.full_bytes / 2**20:.2f} MiB; the pool saves {self.saved_bytes / 2**20:.2f} MiB "
+                f"({100 * self.saved_fraction:.1f}%)")
 
 
 def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Saved]:
@@ -149,7 +165,9 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
       from `seed`; `bootstrap` replicates over measured steps widen the interval by the
       file's error; `page_bytes` and `host_pages` as PagePool takes them.
 
-    Returns a PoolPlan; `plan.pool(device)` makes the PagePool. Raises ValueError naming
+    Returns a PoolPlan; `plan.pool(device)` makes the PagePool (or `pool.resize(plan)` gives
+    a pool that size between steps). Warns (PoolCostWarning) when the planned pool costs more
+    than it saves: its device bytes above `saved_bytes`. Raises ValueError naming
     what is wrong for a bad argument (an unknown recipe, a shape the recipe cannot hold,
     tensors of different capacities, counts beyond the experts, a bad schedule, ...)."""
     pairs = _saved_list(saved)
@@ -167,15 +185,22 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
                      counts_file=path, cap_counts=bool(cap_counts), page_bytes=int(page_bytes),
                      host_pages=int(host_pages), samples=int(samples), seed=int(seed), overflow=float(overflow),
                      confidence=float(confidence), bootstrap=int(bootstrap), curve_points=int(curve_points))
-    return PoolPlan(pages=d["pages"], pages_interval=(d["pages_low"], d["pages_high"]),
+    plan = PoolPlan(pages=d["pages"], pages_interval=(d["pages_low"], d["pages_high"]),
                     pages_interval_bounded=d["pages_high_bounded"],
                     pages_interval_monte_carlo=(d["pages_low_monte_carlo"], d["pages_high_monte_carlo"]),
                     bootstrap_replicates=d["bootstrap_replicates"], peak_moments=d["peak_moments"],
                     page_bytes=d["page_bytes"],
                     device_pages=d["device_pages"], host_pages=d["host_pages"], bytes=d["bytes"],
                     full_bytes=d["full_bytes"], saved_fraction=d["saved_fraction"],
-                    overflow_probability=d["overflow_probability"],
+                    overflow_probability=d["overflow_probability"], overflow_target=float(overflow),
                     overflow_interval=(d["overflow_low"], d["overflow_high"]),
                     curve=[CurvePoint(p, o, (lo, hi)) for p, o, lo, hi in d["curve"]],
                     alive_stashes=d["alive_stashes"], schedule=d["schedule"], count_model=d["count_model"],
                     samples=d["samples"], confidence=float(confidence), mean_pages=d["mean_pages"], page_rounding_bytes=d["page_rounding_bytes"])
+    if plan.device_bytes > plan.saved_bytes:
+        warnings.warn(f"pagestash: the planned pool costs more than it saves: its {plan.device_bytes / 2**20:.2f} MiB "
+                      f"on the device save {plan.saved_bytes / 2**20:.2f} MiB of the {plan.full_bytes / 2**20:.2f} MiB "
+                      f"autograd holds for these tensors without paging ({100 * plan.saved_fraction:.1f}%). Paging pays "
+                      "where the router leaves capacity rows empty; with these counts page fewer tensors (or none), "
+                      "spill to the host (host_pages=), or plan for a higher overflow rate", PoolCostWarning, stacklevel=2)
+    return plan

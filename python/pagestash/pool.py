@@ -7,15 +7,19 @@ keep them together, check the flags and read them back.
 
 from __future__ import annotations
 
+import copy
+import math
+import numbers
+import warnings
 import weakref
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _C
 from ._ops import ops
-from .errors import FLAG_NAMES, PagingError, failed_flags
+from .errors import FLAG_NAMES, OverflowRateWarning, PagingError, failed_flags
 from .recipes import Shape, infer
 
 Device = Union[str, torch.device]
@@ -31,6 +35,18 @@ def _optimizer_stepped(optimizer, args, kwargs) -> None:
 
 
 register_optimizer_step_post_hook(_optimizer_stepped)
+
+
+def _graph_break_for_check() -> None:
+    """Under torch.compile a strict check reads the flags on the host, between two graphs:
+    the graph break says so (fullgraph=True raises it)."""
+    msg = ("pagestash: a strict check reads the pool's flags on the host, between two graphs: inside "
+           "torch.compile(fullgraph=True), pass check=False (or PagePool(strict=False)) and call pool.check() "
+           "after the compiled region")
+    try:
+        torch._dynamo.graph_break(msg=msg)
+    except TypeError:  # torch before graph_break(msg): a graph break all the same
+        torch._dynamo.graph_break()
 
 
 def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignment: int = 256) -> torch.Tensor:
@@ -53,14 +69,33 @@ class PagePool:
     soon as the pool's flags say a step failed. Checking reads the flags: free for a CPU
     pool (the default there), a synchronisation for a CUDA pool (off by default: use the
     sync-free loop, report() / agree() / decide(), or call check() where a sync is fine).
+
+    `planned_overflow`: the per-step overflow probability the pool was planned for
+    (PoolPlan.pool() passes the plan's target); decide() warns (OverflowRateWarning) once
+    the steps overflow far more often. None: no such check.
     """
 
     def __init__(self, device_pages: int, page_bytes: int = 64 << 10, host_pages: int = 0, device: Device = "cpu",
-                 strict: Optional[bool] = None):
+                 strict: Optional[bool] = None, planned_overflow: Optional[float] = None):
         self.device = torch.device(device)
-        self.page_bytes = int(page_bytes)
         self.strict = self.device.type == "cpu" if strict is None else bool(strict)
-        control, device_arena, host_arena = _C.pool_bytes(self.page_bytes, int(device_pages), int(host_pages))
+        #: Cumulative over the pool's life (reset() and resize() keep them, unlike the device
+        #: counters): steps decide() counted, those whose decision was not 'keep', reruns
+        #: count_rerun() counted.
+        self.steps = 0
+        self.overflowed_steps = 0
+        self.reruns = 0
+        self._planned(planned_overflow)
+        self._allocate(int(device_pages), int(page_bytes), int(host_pages))
+        self._observe_left = 0  # whole steps observe() still records
+        self._observed: List[torch.Tensor] = []  # [stashes, experts] per closed step
+        self._step_counts: List[Tuple[torch.Tensor, int]] = []  # this step's counts, version (kept alive: ids stay theirs)
+        self._step_copies: List[torch.Tensor] = []
+
+    def _allocate(self, device_pages: int, page_bytes: int, host_pages: int) -> None:
+        """Fresh memory for the pool (a new pool id: records of the old memory are another pool's)."""
+        self.page_bytes = page_bytes
+        control, device_arena, host_arena = _C.pool_bytes(page_bytes, device_pages, host_pages)
         cuda = self.device.type == "cuda"
         self.control = _aligned_bytes(control, self.device)
         self.device_arena = _aligned_bytes(device_arena, self.device)
@@ -78,6 +113,45 @@ class PagePool:
         self._contexts = 0
         self._contexts_kept: Optional[int] = None
         _POOLS.add(self)
+        # Which operation first raised a failure flag (the flags are sticky: a later
+        # operation's check sees them too). _first: that operation once found, until
+        # reset; _unread: (first, last, count) of the operations run since the flags were
+        # last read clean. A CPU pool reads them after each operation (free), so it knows
+        # the operation; a CUDA pool knows the range when it next reads them.
+        self._first: Optional[str] = None
+        self._unread: Optional[Tuple[str, str, int]] = None
+
+    def __deepcopy__(self, memo) -> "PagePool":
+        """A new, empty pool of the same config, device and strictness, with its own id (a
+        byte copy would share the id, and each pool would take the other's records)."""
+        return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict)
+
+    def _ran(self, operation: str) -> None:
+        """Notes that `operation` (e.g. 'the stash of a bf16/capacity record (2, 32, 64)')
+        was enqueued on the pool, for PagingError's `first`."""
+        if self._first is not None:
+            return
+        first, _, count = self._unread or (operation, operation, 0)
+        self._unread = (first, operation, count + 1)
+        if self.device.type == "cpu" and not torch.compiler.is_compiling():  # reading them would break the graph
+            self.flag_dict()
+
+    def _note(self, flags: Dict[str, int]) -> None:
+        """Flags just read: the first failure's operation, from the operations since the
+        last clean read."""
+        failed = failed_flags(flags)
+        if not failed:
+            self._unread = None
+        elif self._first is None:
+            if self._unread is None:
+                where = ("no operation of this pool since its flags were last read clean (a raw "
+                         "torch.ops.pagestash op, or a write to pool.flags)")
+            elif self._unread[2] == 1:
+                where = self._unread[0]
+            else:
+                where = (f"one of the {self._unread[2]} operations from {self._unread[0]} to {self._unread[1]} "
+                         "(a CUDA pool reads its flags only when asked: check() after an operation to know which)")
+            self._first = where
 
     @property
     def state(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -118,8 +192,121 @@ class PagePool:
         return Record(self, recipe, shape)
 
     def stats(self) -> dict:
-        """Flags and counters, read back (synchronises the device for a CUDA pool)."""
-        return _C.pool_stats(*self.state)
+        """Flags and counters, read back (synchronises the device for a CUDA pool); with the
+        cumulative `steps`, `overflowed_steps` and `reruns` (totals), which reset() keeps."""
+        return {**_C.pool_stats(*self.state), **self.totals}
+
+    @property
+    def totals(self) -> Dict[str, int]:
+        """The cumulative counters, kept on the host (no sync): steps decide() counted, those
+        whose decision was not 'keep', and reruns count_rerun() counted."""
+        return dict(steps=self.steps, overflowed_steps=self.overflowed_steps, reruns=self.reruns)
+
+    def count_rerun(self) -> None:
+        """Counts a step rerun without paging (in `totals`): call it when you rerun one."""
+        self.reruns += 1
+
+    def _planned(self, overflow: Optional[float]) -> None:
+        """Arms the overflow-rate warning for a plan's target, counting from this step."""
+        if overflow is not None and (isinstance(overflow, bool) or not isinstance(overflow, numbers.Real)
+                                     or not 0 < overflow < 1):
+            raise ValueError(f"pagestash: planned_overflow = {overflow!r} must be a probability in (0, 1), or None")
+        self.planned_overflow = overflow
+        self._planned_since = (self.steps, self.overflowed_steps)
+        self._rate_warned = False
+
+    def _check_overflow_rate(self) -> None:
+        """Warns once per plan when the steps since it overflow more than twice as often as
+        planned and so often that the planned rate would give as many with probability below
+        1e-6 (the Chernoff bound exp(-n KL(observed || planned)) of the binomial tail)."""
+        p = self.planned_overflow
+        if p is None or self._rate_warned:
+            return
+        n = self.steps - self._planned_since[0]
+        k = self.overflowed_steps - self._planned_since[1]
+        q = k / n
+        if q <= 2 * p:
+            return
+        divergence = q * math.log(q / p) + (0 if q == 1 else (1 - q) * math.log((1 - q) / (1 - p)))
+        if n * divergence <= math.log(1e6):  # the bound must be below 1e-6
+            return
+        self._rate_warned = True
+        warnings.warn(f"pagestash: {k} of the {n} steps since this pool was planned overflowed ({q:.1%}) against "
+                      f"the planned {p:.3g}: its plan does not describe this run's router, and every overflowed step "
+                      f"reruns without paging (double compute). Re-plan from the run's own counts: pool.observe(steps), "
+                      f"then plan = pagestash.plan_pool(saved, counts=pool.observed_counts(), ...) and "
+                      f"pool.resize(plan) (docs/python.md, 'Sizing the pool')", OverflowRateWarning, stacklevel=3)
+
+    def resize(self, plan) -> None:
+        """Replaces the pool's memory by a pool of `plan`'s size (a PoolPlan: its device_pages,
+        host_pages and page_bytes), between steps, and checks the overflow rate against the
+        plan's target from here on. The cumulative counters and an observation go on; the old
+        memory goes back to PyTorch's allocator. Records made before are another pool's (an op
+        on one raises ValueError for a CPU pool, the `foreign_record` flag for a CUDA one): the
+        hook makes its records per stash, so none survives a finished step. Reads the counters
+        (synchronises); raises ValueError while records hold pages."""
+        from .plan import PoolPlan  # plan.py imports this module
+
+        if not isinstance(plan, PoolPlan):
+            raise ValueError(f"pagestash: PagePool.resize takes a PoolPlan (from pagestash.plan_pool), not {plan!r}")
+        held = self.pages_in_use()
+        if held:
+            raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
+                             "discard them, and call end_step(), first)")
+        self._allocate(plan.device_pages, plan.page_bytes, plan.host_pages)
+        self._planned(plan.overflow_target)
+
+    def observe(self, steps: int) -> None:
+        """Records the counts of every stash of the next `steps` whole steps, without a sync
+        (each stash's counts are copied on the device); end_step() closes a step, and
+        observed_counts() gives them for pagestash.plan_pool(saved, counts=...). A layer's
+        marks share its counts tensor: stashes of one counts tensor are one (layer,
+        microbatch) stash, one count vector. A step that overflows is recorded all the same.
+        Observe eager steps: the recording is host code, which a replayed CUDA graph skips.
+        Calling it again drops what was recorded."""
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+            raise ValueError(f"pagestash: PagePool.observe(steps): steps = {steps!r} must be a positive integer")
+        self._observe_left = int(steps)
+        self._observed, self._step_counts, self._step_copies = [], [], []
+
+    @property
+    def observing(self) -> int:
+        """Whole steps observe() still records (0: not recording)."""
+        return self._observe_left
+
+    def _observe_stash(self, counts: torch.Tensor) -> None:
+        if not self._observe_left:
+            return
+        seen = (counts, counts._version)  # a counts buffer rewritten in place is another stash's
+        if any(c.data_ptr() == counts.data_ptr() and c.shape == counts.shape and v == seen[1]
+               for c, v in self._step_counts):
+            return  # another tensor of the same (layer, microbatch)
+        self._step_counts.append(seen)
+        self._step_copies.append(counts.detach().clone())
+
+    def _close_observed_step(self) -> None:
+        if not self._observe_left or not self._step_copies:
+            return  # a step without stashes is not a step of the schedule
+        self._observed.append(torch.stack(self._step_copies))
+        self._step_counts, self._step_copies = [], []
+        self._observe_left -= 1
+
+    def observed_counts(self) -> torch.Tensor:
+        """The whole steps observed so far (closed by end_step()), as an int32 tensor
+        [steps, stashes, experts] on the pool's device (nothing synchronises): the stashes of
+        a step in the order they came (microbatch * layers + layer when each microbatch runs
+        the layers in order), what pagestash.plan_pool(saved, counts=...) takes. Raises
+        ValueError when no step was observed or the steps differ in shape."""
+        if not self._observed:
+            raise ValueError("pagestash: no observed step: call pool.observe(steps) before the steps, and "
+                             "pool.end_step() at the end of each")
+        first = self._observed[0].shape
+        for i, step in enumerate(self._observed):
+            if step.shape != first:
+                raise ValueError(f"pagestash: observed step {i} holds {step.shape[0]} count vectors of {step.shape[1]} "
+                                 f"experts, step 0 {first[0]} of {first[1]}: whole steps must have the schedule's "
+                                 "stashes (each layer's marks sharing one counts tensor)")
+        return torch.stack(self._observed)
 
     def report(self, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Writes the flags and counters into `out` (uint8, _C.report_bytes(), on the pool's
@@ -131,11 +318,13 @@ class PagePool:
         return out
 
     def reset(self) -> None:
-        """Every page free, flags and counters cleared (graph-capturable). Records stashed
-        before are stale: reloading one raises the `stale` flag. Refused inside an open
-        PagedStep (run_step resets between the failed run and the rerun)."""
+        """Every page free, flags and device counters cleared (graph-capturable; the
+        cumulative `totals` stay). Records stashed before are stale: reloading one raises the
+        `stale` flag. Refused inside an open PagedStep (run_step resets between the failed
+        run and the rerun)."""
         self._not_in_step("reset")
         ops.reset(*self.state)
+        self._first, self._unread = None, None
 
     def _not_in_step(self, what: str) -> None:
         if self._step is not None:
@@ -152,7 +341,7 @@ class PagePool:
         It counts what is held when it runs on the current stream: every other stream that
         reloaded or discarded in this step goes in `streams`, and the current stream waits
         for what each has enqueued so far (no host sync), so that its work is counted.
-        Enqueue the next step's first stash after it."""
+        Enqueue the next step's first stash after it. It closes a step observe() records."""
         streams = list(streams)
         if streams and self.device.type != "cuda":
             raise ValueError(f"end_step: streams are for a CUDA pool; this pool is on {self.device}")
@@ -162,22 +351,28 @@ class PagePool:
                 if s != current:
                     current.wait_stream(s)
         ops.end_step(*self.state)
+        self._close_observed_step()
+        self._ran("the end_step")
 
     def flag_dict(self) -> Dict[str, int]:
         """Each flag by name, read back (synchronises for a CUDA pool)."""
-        return dict(zip(FLAG_NAMES, (int(x) for x in self.flags.cpu())))
+        flags = dict(zip(FLAG_NAMES, self.flags.tolist()))
+        self._note(flags)
+        return flags
 
     def decide(self) -> str:
         """'keep', 'rerun_without_paging' or 'report_error', from the flags (reads them back:
-        synchronises). After agree(), every rank decides the same.
+        synchronises). After agree(), every rank decides the same. Call it once per
+        optimizer step, after the step's last backward: it counts the step and its outcome
+        (`totals`), and warns (OverflowRateWarning) when the steps overflow far more often
+        than `planned_overflow`.
 
-        Call it once per optimizer step, after the step's last backward. A decision to
-        rerun after an earlier decide() of the same optimizer step kept microbatches that
-        ran paged, and more ran paged since, raises PagingError: their gradients are accumulated, and a rerun of the
-        failed microbatch alone would drop them (zero_grad) or count them twice; rerun the
-        whole step (run_step)."""
+        A decision to rerun after an earlier decide() of the same optimizer step kept
+        microbatches that ran paged, and more ran paged since, raises PagingError: their
+        gradients are accumulated, and a rerun of the failed microbatch alone would drop them
+        (zero_grad) or count them twice; rerun the whole step (run_step)."""
         self._not_in_step("decide")
-        flags = [int(x) for x in self.flags.cpu()]
+        flags = list(self.flag_dict().values())
         decision = _C.decide(flags)
         if decision == "keep":
             self._contexts_kept = self._contexts
@@ -187,10 +382,14 @@ class PagePool:
                               "decide() kept: their gradients are accumulated, so rerunning only what failed drops "
                               "them or counts them twice. Decide once per optimizer step and rerun the whole step "
                               "(pagestash.run_step)")
+        self._count_step(decision)
         return decision
 
-    def count_rerun(self) -> None:
-        """Counts a rerun of a step (run_step calls it)."""
+    def _count_step(self, decision: str) -> None:
+        """A step decided (by decide(), or by run_step from a strict-mode PagingError)."""
+        self.steps += 1
+        self.overflowed_steps += decision != "keep"
+        self._check_overflow_rate()
 
     def check(self, where: str = "") -> None:
         """Raises PagingError naming the raised flags when the step cannot be trusted
@@ -199,15 +398,17 @@ class PagePool:
         flags = self.flag_dict()
         failed = failed_flags(flags)
         if failed:
-            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where + self._accumulated())
+            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where, self._first or "",
+                              *self._advice())
 
-    def _accumulated(self) -> str:
-        """What the gradients hold when a check fails in the middle of an optimizer step."""
+    def _advice(self) -> Tuple[str, ...]:
+        """What to do when a check fails in the middle of an optimizer step: the gradients
+        hold part of it."""
         if not self._contexts:
-            return ""
-        return (f"; {self._contexts} paged context(s) ran since the last optimizer step: the gradients hold the "
-                "backward of every microbatch that finished and part of this one's, so zero them and rerun the whole "
-                "step without paging (pagestash.run_step does)")
+            return ()
+        return (f"{self._contexts} paged context(s) ran since the last optimizer step, and the gradients hold the "
+                "backward of every microbatch that finished and part of this one's: zero them, reset the pool and "
+                "rerun the whole step without paging (pagestash.run_step does)",)
 
     def agree(self, group=None) -> None:
         """All-reduces the flags with MAX over `group` (torch.distributed; the default
@@ -221,10 +422,11 @@ class PagePool:
         takes_device = ("nccl" in backend) if self.device.type == "cuda" else not wants_cuda
         if takes_device:
             dist.all_reduce(self.flags, op=dist.ReduceOp.MAX, group=group)
-            return
-        staged = self.flags.to("cuda" if wants_cuda else "cpu")
-        dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
-        self.flags.copy_(staged)
+        else:
+            staged = self.flags.to("cuda" if wants_cuda else "cpu")
+            dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
+            self.flags.copy_(staged)
+        self._ran("agree() (the flags of every rank)")
 
 
 def decode_report(report: torch.Tensor) -> dict:
@@ -243,16 +445,26 @@ class Record:
         self.pool = pool
         self.recipe = recipe
         self.shape = shape
+        #: How errors name it (the hook names it after the marked tensor).
+        self.name = f"a {recipe} record {tuple(shape)}"
         nbytes = _C.record_bytes(*pool.state, recipe, list(shape))
         self.memory = _aligned_bytes(nbytes, pool.device)
         _C.init_record(*pool.state, self.memory, recipe, list(shape))
+
+    def __deepcopy__(self, memo) -> "Record":
+        """An empty record of the same recipe and shape in the deep copy of its pool (a new
+        pool: see PagePool.__deepcopy__); stashed pages are not copied."""
+        return Record(copy.deepcopy(self.pool, memo), self.recipe, self.shape)
 
     def _args(self):
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
 
     def _checked(self, check: Optional[bool], op: str) -> None:
+        self.pool._ran(f"the {op} of {self.name}")
         if self.pool.strict if check is None else check:
-            self.pool.check(f"at the {op} of a {self.recipe} record {tuple(self.shape)}")
+            if torch.compiler.is_compiling():
+                _graph_break_for_check()
+            self.pool.check(f"at the {op} of {self.name}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,
               amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None) -> None:
@@ -261,14 +473,16 @@ class Record:
         With `check` (default: the pool's strict), raises PagingError when the pool's flags
         say the step failed."""
         ops.stash(*self._args(), data, counts, scales, amax)
+        self.pool._observe_stash(counts)
         self._checked(check, "stash")
 
     def reload(self, data: torch.Tensor, scales: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None,
-               *, zero_tail: bool = False, check: Optional[bool] = None) -> None:
+               *, zero_tail: bool = False, poison: bool = True, check: Optional[bool] = None) -> None:
         """Copies the stashed bytes into (data, scales, amax) and returns the pages; with
-        zero_tail, every byte of the paged buffers outside the live rows is cleared. `check`
-        as for stash."""
-        ops.reload(*self._args(), data, scales, amax, zero_tail)
+        zero_tail, every byte of the paged buffers outside the live rows is cleared. A reload
+        that does not restore (docs/python.md, "Failures") fills data, scales and amax with
+        poison, every byte 0xFF (NaN), unless `poison` is False. `check` as for stash."""
+        ops.reload(*self._args(), data, scales, amax, zero_tail, poison)
         self._checked(check, "reload")
 
     def discard(self, *, check: Optional[bool] = None) -> None:

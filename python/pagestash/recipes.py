@@ -42,6 +42,9 @@ class Shape:
     def __iter__(self) -> Iterator[int]:  # the ops' `int[] shape`
         return iter((int(self.groups), int(self.tokens), int(self.hidden)))
 
+    def __len__(self) -> int:  # torch.compile guards an iterable's length
+        return 3
+
 
 def recipes() -> List[str]:
     """The recipe names this build instantiates, e.g. 'bf16/capacity', 'nvfp4/packed/swizzled'."""

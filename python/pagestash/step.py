@@ -58,6 +58,7 @@ class PagedStep:
             raise RuntimeError("pagestash: this pool already has an open step (PagedStep): finish() it first")
         self.pool, self.paged, self.hook_options = pool, paged, hook_options
         self.microbatches = 0
+        self.reload_streams: list = []  # the side streams its contexts prefetch on: end_step joins them
         self.decision: Optional[str] = None
         if pool is not None:
             pool._step = self
@@ -70,17 +71,20 @@ class PagedStep:
         self.microbatches += 1
         if not self.paged:
             return _Unpaged()
-        return paged_saved_tensors(self.pool, **{**self.hook_options, **hook_options})
+        context = paged_saved_tensors(self.pool, **{**self.hook_options, **hook_options})
+        self.reload_streams += [s for s in context.reload_streams if s not in self.reload_streams]
+        return context
 
     def finish(self, group=None, streams: Sequence["torch.cuda.Stream"] = ()) -> str:
-        """After the step's last backward: end_step(streams), agree(group) when a group is
-        given or torch.distributed is initialised, then decide (reads the flags: one sync).
+        """After the step's last backward: end_step(streams, and the side streams its
+        contexts prefetched on), agree(group) when a group is given or torch.distributed is
+        initialised, then decide (reads the flags: one sync).
         Returns the decision; an unpaged step keeps."""
         self.abandon()
         if not self.paged:
             self.decision = "keep"
             return self.decision
-        self.pool.end_step(streams)
+        self.pool.end_step([*streams, *self.reload_streams])
         if group is not None or (torch.distributed.is_available() and torch.distributed.is_initialized()):
             self.pool.agree(group)
         self.decision = self.pool.decide()
@@ -119,12 +123,15 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     The gradients start from zero: accumulate across run_step calls by summing yourself.
     `group`, `streams`: as for PagedStep.finish. `hook_options` go to every
     paged_saved_tensors (zero_tail, strict, ...). In strict mode, the PagingError a reload
-    raises in the middle of backward is caught here: the step reruns. A rerun for
+    raises in the middle of backward is caught here: the step reruns (while the pool
+    observes, the paged run is not strict, so that it stashes the whole step). A rerun for
     'report_error' (a misuse: a bug) warns (PagingWarning) naming the flags."""
     _zero_grad(zero_grad)
     if pool is None:
         _run(PagedStep(None, paged=False), microbatches)
         return "eager"
+    if pool.observing:  # an observed step runs to its end, even when it fails: its counts are whole
+        hook_options = {**hook_options, "strict": False}
     step = PagedStep(pool, **hook_options)
     failure = None
     try:
@@ -134,7 +141,11 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     finally:
         step.abandon()
     # The failed run's graph (and its groups) is gone before the reset, as the exception went.
-    decision = step.finish(group, streams) if failure is None else failure[1]
+    if failure is None:
+        decision = step.finish(group, streams)
+    else:
+        decision = failure[1]
+        pool._count_step(decision)
     if decision == "keep":
         return "paged"
     if decision == "report_error":

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <memory>
 #include <random>
 #include <type_traits>
@@ -413,6 +414,86 @@ void end_step_balance() {
   CHECK(s.flags.error == 1);
 }
 
+// ---- A reload that does not restore poisons its destination ----------------------------
+
+/// Each way a reload of a record can fail to restore (its stash overflowed, its stash's
+/// counts failed, a double reload, a stash before a reset) leaves every paged and kept byte
+/// of the destination 0xFF (poison: NaN in every float format) and the dropped ones as they
+/// were; with poison off, the destination as it was. Returns the failed reloads checked.
+template <class Tr, class Backend>
+int failed_reload_poisons(std::uint32_t seed) {
+  using L = typename Tr::layout;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(seed % 2 == 1);
+  ps::PoolConfig cfg;  // one full stash, no two
+  cfg.page_bytes = 256;
+  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, Backend::space);
+  Tensor<L, Backend> src(shape), dest(shape), scratch(shape);
+  auto rec = ps::make_record<Tr>(pool, shape), other = ps::make_record<Tr>(pool, shape);
+  const auto stashed = [&](ps::StashRecord<Tr>& r, const std::vector<std::int32_t>& counts) {
+    fill(src, counts, rng);
+    Backend::stash(pool, src.view, r);
+    return r.status().state;
+  };
+  const std::pair<const char*, std::function<void()>> failures[] = {
+      {"the stash overflowed",
+       [&] {
+         REQUIRE(stashed(other, full_counts(shape)) == ps::RecordState::stashed);
+         REQUIRE(stashed(rec, full_counts(shape)) == ps::RecordState::overflowed);
+       }},
+      {"the stash's counts failed", [&] { REQUIRE(stashed(rec, bad_counts(shape, rng)) == ps::RecordState::failed); }},
+      {"a double reload",
+       [&] {
+         REQUIRE(stashed(rec, random_counts(shape, rng)) == ps::RecordState::stashed);
+         Backend::reload(pool, rec, scratch.view, false);
+         REQUIRE(rec.status().state == ps::RecordState::reloaded);
+       }},
+      {"a stash before a reset",
+       [&] {
+         REQUIRE(stashed(rec, random_counts(shape, rng)) == ps::RecordState::stashed);
+         Backend::reset(pool);
+       }},
+  };
+  int checked = 0;
+  for (const auto& [why, fail] : failures) {
+    for (bool poison_on : {true, false}) {
+      CAPTURE(why);
+      CAPTURE(poison_on);
+      fail();
+      std::array<std::vector<std::uint8_t>, 3> before;
+      poison(dest, rng, before);
+      const ps::RecordState state = rec.status().state;
+      Backend::reload(pool, rec, dest.view, seed % 2 == 0, poison_on);
+      CHECK(rec.status().state == state);  // nothing restored, nothing returned
+      for (BufferRole role : all_roles) {
+        CAPTURE(ps::name_of(role));
+        const auto r = static_cast<std::size_t>(role);
+        CHECK(dest.bytes(role) == (poison_on ? expected_unrestored<Tr>(role, before[r]) : before[r]));
+      }
+      Backend::reset(pool);
+      checked += 1;
+    }
+  }
+  return checked;
+}
+
+/// failed_reload_poisons for every layout's default traits and the non-default ones.
+template <class Backend>
+void every_layout_failed_reloads() {
+  std::uint32_t seed = 500;
+#define PAGESTASH_SUITE_FAILED_RELOADS(L)                                           \
+  {                                                                                 \
+    CAPTURE(#L);                                                                    \
+    CHECK(failed_reload_poisons<ps::StashTraits<L>, Backend>(++seed) == 8);        \
+  }
+  PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_FAILED_RELOADS)
+#undef PAGESTASH_SUITE_FAILED_RELOADS
+#define PAGESTASH_SUITE_FAILED_RELOADS_TRAITS(Tr) CHECK(failed_reload_poisons<Tr, Backend>(++seed) == 8);
+  PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(PAGESTASH_SUITE_FAILED_RELOADS_TRAITS)
+#undef PAGESTASH_SUITE_FAILED_RELOADS_TRAITS
+}
+
 // ---- Refused before a launch, and in memory ---------------------------------------------
 
 /// A stash the host checks refuse (a record of another pool) throws before anything runs
@@ -441,8 +522,8 @@ void refused_before_launch(More&& more) {
 /// Pool A's record used with pool B where the host cannot tell (attached device objects
 /// carry no ids): `refuse(pool_b, src, dst, rec_a)` runs a stash, a reload (zero_tail) and a
 /// discard of A's record on B past the host checks. The steps refuse it in memory: B
-/// counts three errors and changes nothing else, A's record and the destination stay as
-/// they were, and the record still reloads on A.
+/// counts three errors and changes nothing else, A's record stays as it was, the refused
+/// reload poisons the destination, and the record still reloads on A.
 template <class Backend, class Refuse>
 void foreign_record_refused(Refuse&& refuse) {
   using L = RuBf16;
@@ -477,11 +558,13 @@ void foreign_record_refused(Refuse&& refuse) {
   CHECK(rec_a.status().error == ps::Flag::foreign_record);
   CHECK(rec_a.status().state == ps::RecordState::stashed);
   CHECK(rec_a.page_ids() == held);
-  CHECK(dst.bytes(BufferRole::data) == poisoned);
+  // The refused reload did not restore: it poisoned its destination.
+  const std::vector<std::uint8_t> unrestored = dst.bytes(BufferRole::data);
+  CHECK(unrestored == expected_unrestored<Tr>(BufferRole::data, poisoned));
 
   // A's record is intact: it reloads on its own pool.
   Backend::reload(pool_a, rec_a, dst.view, false);
-  CHECK(dst.bytes(BufferRole::data) == expected_reload<Tr>(shape, BufferRole::data, counts, source, poisoned, false));
+  CHECK(dst.bytes(BufferRole::data) == expected_reload<Tr>(shape, BufferRole::data, counts, source, unrestored, false));
   CHECK(pool_a.stats().flags.error == 0);
 }
 

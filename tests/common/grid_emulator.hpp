@@ -387,18 +387,18 @@ struct Emulator {
   template <class Tr>
   void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) const {
     ps::detail::check_stash(ps::MemorySpace::host, pool, v, rec);
-    launch<Tr, ps::detail::Operation::stash>(pool, v, rec, false);
+    launch<Tr, ps::detail::Operation::stash>(pool, v, rec, {});
   }
   template <class Tr>
   void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
-              bool zero_tail) const {
+              bool zero_tail, bool poison = true) const {
     ps::detail::check_reload(ps::MemorySpace::host, pool, rec, dest);
-    launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, zero_tail);
+    launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, ps::ReloadOptions{zero_tail, poison});
   }
   template <class Tr>
   void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) const {
     ps::detail::check_pool_and_record("discard", ps::MemorySpace::host, pool, rec);
-    launch<Tr, ps::detail::Operation::discard>(pool, rec.shape(), rec, false);
+    launch<Tr, ps::detail::Operation::discard>(pool, rec.shape(), rec, {});
   }
   /// The report kernel is one block of 32 threads: write_report over its team.
   void report(const ps::PagePool& pool, ps::PoolReport* dst) const {
@@ -428,16 +428,16 @@ struct Emulator {
 
   template <class Tr, ps::detail::Operation Op>
   void launch(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec,
-              bool zero_tail) const {
-    launch<Tr, Op>(pool.ref(), v, rec.ref(), zero_tail);
+              ps::ReloadOptions options) const {
+    launch<Tr, Op>(pool.ref(), v, rec.ref(), options);
   }
   /// One launch on the handles, with no host check: what runs where the host cannot tell
   /// a record of another pool (attached device objects).
   template <class Tr, ps::detail::Operation Op>
   void launch(const ps::PoolRef& pool, const ps::GroupedView<typename Tr::layout>& v, const ps::RecordRef& rec,
-              bool zero_tail) const {
+              ps::ReloadOptions options) const {
     emulate_launch(shape, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Tr, Op>(ctx, pool, v, rec, zero_tail);
+      ps::detail::run_operation<Tr, Op>(ctx, pool, v, rec, options);
     });
   }
 };

@@ -13,7 +13,8 @@
 //   struct Bytes { explicit Bytes(std::size_t); std::uint8_t* ptr() const;
 //                  void upload(const std::vector<std::uint8_t>&); std::vector<std::uint8_t> download() const; };
 //   template <class Tr> static void stash(ps::PagePool&, const ps::GroupedView<L>&, ps::StashRecord<Tr>&);
-//   template <class Tr> static void reload(ps::PagePool&, ps::StashRecord<Tr>&, const ps::GroupedView<L>&, bool zero_tail);
+//   template <class Tr> static void reload(ps::PagePool&, ps::StashRecord<Tr>&, const ps::GroupedView<L>&, bool zero_tail,
+//                                          bool poison = true);  // ReloadOptions{zero_tail, poison}
 //   template <class Tr> static void discard(ps::PagePool&, ps::StashRecord<Tr>&);
 //   static void reset(ps::PagePool&);
 
@@ -65,8 +66,8 @@ struct HostBackend {
   }
   template <class Tr>
   static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
-                     bool zero_tail) {
-    ps::reload(executor, pool, rec, dest, ps::ReloadOptions{zero_tail});
+                     bool zero_tail, bool poison = true) {
+    ps::reload(executor, pool, rec, dest, ps::ReloadOptions{zero_tail, poison});
   }
   template <class Tr>
   static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
@@ -148,6 +149,15 @@ std::vector<std::uint8_t> expected_reload(const ps::GroupedView<typename Traits:
     std::copy_n(source.begin() + run.offset, run.bytes, out.begin() + run.offset);
   }
   return out;
+}
+
+/// The bytes a reload that does not restore (with poison on) leaves in one buffer of the
+/// destination: every byte 0xFF where Traits pages or keeps it, the buffer as it was where it
+/// drops it.
+template <class Traits>
+std::vector<std::uint8_t> expected_unrestored(BufferRole role, const std::vector<std::uint8_t>& before) {
+  if (ps::handling_of<Traits>(role) == ps::Handling::dropped) return before;
+  return std::vector<std::uint8_t>(before.size(), 0xFF);
 }
 
 /// Pages a stash of these counts takes: each segment's runs back to back, rounded up to 16
@@ -351,14 +361,20 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
 
     if (overflow || error) {
       // What a trainer does: the records of the failed step are dropped, the pool is reset.
-      // A reload of a record stashed before the reset is refused and leaves dest alone.
+      // A reload of a record stashed before the reset is refused: it poisons dest, or, with
+      // poison off, leaves it alone.
       if (!stashed.empty()) {
         const std::size_t r = stashed.front();
         Backend::reset(pool);
-        const auto before = dest.bytes(BufferRole::data);
+        std::array<std::vector<std::uint8_t>, 3> before;
+        for (BufferRole role : all_roles) before[static_cast<std::size_t>(role)] = dest.bytes(role);
+        Backend::reload(pool, *records[r], dest.view, true, false);
+        CHECK(records[r]->status().error == ps::Flag::stale);
+        for (BufferRole role : all_roles) CHECK(dest.bytes(role) == before[static_cast<std::size_t>(role)]);
         Backend::reload(pool, *records[r], dest.view, true);
         CHECK(records[r]->status().error == ps::Flag::stale);
-        CHECK(dest.bytes(BufferRole::data) == before);
+        for (BufferRole role : all_roles)
+          CHECK(dest.bytes(role) == expected_unrestored<Traits>(role, before[static_cast<std::size_t>(role)]));
       }
       Backend::reset(pool);
       for (std::size_t r : stashed) idle.push_back(r);

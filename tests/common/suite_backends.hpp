@@ -102,8 +102,8 @@ struct EmulatorBackend : HostBackend<1> {
   }
   template <class Tr>
   static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
-                     bool zero_tail) {
-    emulator().reload(pool, rec, dest, zero_tail);
+                     bool zero_tail, bool poison = true) {
+    emulator().reload(pool, rec, dest, zero_tail, poison);
   }
   template <class Tr>
   static void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) {

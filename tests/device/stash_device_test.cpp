@@ -57,8 +57,8 @@ struct DeviceBackendWith {
   }
   template <class Tr>
   static void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
-                     bool zero_tail) {
-    reload_on(cudaStreamPerThread, pool, rec, dest, zero_tail);
+                     bool zero_tail, bool poison = true) {
+    reload_on(cudaStreamPerThread, pool, rec, dest, ps::ReloadOptions{zero_tail, poison});
     sync();
   }
   template <class Tr>
@@ -92,7 +92,7 @@ struct DeviceBackendWith {
     template <class Tr>
     void reload(int k, ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
                 bool zero_tail) {
-      reload_on(s_[static_cast<std::size_t>(k)], pool, rec, dest, zero_tail);
+      reload_on(s_[static_cast<std::size_t>(k)], pool, rec, dest, ps::ReloadOptions{zero_tail});
     }
     void synchronize() { PAGESTASH_CUDA_TRY(cudaDeviceSynchronize()); }
 
@@ -121,7 +121,7 @@ struct DeviceBackendWith {
     template <class Tr>
     void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
                 bool zero_tail) {
-      reload_on(stream_, pool, rec, dest, zero_tail);
+      reload_on(stream_, pool, rec, dest, ps::ReloadOptions{zero_tail});
     }
     void instantiate() {
       PAGESTASH_CUDA_TRY(cudaStreamEndCapture(stream_, &graph_));
@@ -169,6 +169,10 @@ TEST_CASE("stashes and reloads of different records on concurrent streams share 
 // scripts/gpu-check runs this one under compute-sanitizer memcheck ("exact-size").
 TEST_CASE("exact-size buffers: every layout at odd shapes, stashed and reloaded from buffers allocated to the exact byte") {
   suite::every_layout_exact_buffers<ExactDeviceBackend>();
+}
+
+TEST_CASE("a reload that does not restore poisons its destination on the device, in the same launch (poison off: untouched)") {
+  suite::every_layout_failed_reloads<DeviceBackend>();
 }
 
 TEST_CASE("end_step on the device: a clean step is balanced, a record left stashed raises unbalanced") {

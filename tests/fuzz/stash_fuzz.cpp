@@ -139,14 +139,16 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
   const bool valid = ps::check_counts(shape, counts.data()).verdict() == ps::Flag::none;
   if (!valid && host.stashed.state != ps::RecordState::failed) fail(where + ": bad counts not reported");
 
-  // The oracle: the source's live bytes (when the stash happened), poison elsewhere.
+  // The oracle: the source's live bytes (when the stash happened), the destination's bytes
+  // elsewhere; a reload that did not restore poisons the paged and kept buffers.
   std::mt19937 rng(seed);
   const bool reloaded = host.stashed.state == ps::RecordState::reloaded;
   for (std::size_t r = 0; r < all_roles.size(); ++r) {
     const auto n = static_cast<std::size_t>(shape.buffer_bytes(all_roles[r]));
     const std::vector<std::uint8_t> source = random_bytes(n, rng), poison = random_bytes(n, rng);
     const std::vector<std::uint8_t> expected =
-        reloaded ? expected_reload<Tr>(shape, all_roles[r], counts, source, poison, zero_tail) : poison;
+        reloaded ? expected_reload<Tr>(shape, all_roles[r], counts, source, poison, zero_tail)
+                 : expected_unrestored<Tr>(all_roles[r], poison);
     if (host.reloaded[r] != expected) fail(where + ": host executor reload differs from the oracle, role " + std::to_string(r));
     if (grid.reloaded[r] != expected) fail(where + ": emulator reload differs from the oracle, role " + std::to_string(r));
   }

@@ -295,10 +295,11 @@ TEST_CASE("emulated grid: one record relaunched with new counts, as a graph repl
     for (auto& b : in.bytes) std::generate(b.begin(), b.end(), [&] { return static_cast<std::uint8_t>(rng()); });
     launch.seed = static_cast<std::uint32_t>(replay);
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), false);
+      ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
     });
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), true);
+      ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
+                                                                       ps::ReloadOptions{true});
     });
     bool same = rec.status().state == ps::RecordState::reloaded;
     for (BufferRole role : all_roles) {
@@ -379,9 +380,10 @@ void overlap_same_arguments(bool same_id) {
     auto run = [&](const LaunchShape& launch) {
       emulate_launch(launch, [&](const EmulatedContext& ctx) {
         if (op == ps::detail::Operation::stash)
-          ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), false);
-        else
-          ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), true);
+          ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
+        else  // poison off: the refused twin would poison the destination both write
+          ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
+                                                                           ps::ReloadOptions{true, false});
       });
     };
     const std::int64_t errors_before = pool.stats().errors;
@@ -576,6 +578,15 @@ std::string check_overlap(const OverlapCase& c, std::uint32_t seed) {
     const Outcome<L> expected =
         play<Traits>(c, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, Buffers<L>* out) {
           for (int k : cand.order) apply(SerialOracle{}, c.op[k], c.zero_tail[k], pool, rec, d, out[k]);
+          // A refused reload did not restore: it poisoned its destination.
+          for (int k = 0; k < 2; ++k) {
+            if (c.op[k] != LaunchOp::reload || std::count(cand.order.begin(), cand.order.end(), k) != 0) continue;
+            for (BufferRole role : all_roles) {
+              std::vector<std::uint8_t>& b = out[k].bytes[static_cast<std::size_t>(role)];
+              const std::vector<std::uint8_t> unrestored = expected_unrestored<Traits>(role, b);
+              std::copy(unrestored.begin(), unrestored.end(), b.begin());
+            }
+          }
           SerialOracle{}.reload(pool, rec, out[0].view, c.zero_tail[0]);
         });
     matched = matched || expected == seen;
@@ -670,7 +681,9 @@ TEST_CASE("emulated grid: a launch straddling another (refused blocks first, lat
     CHECK(st.state == ps::RecordState::stashed);
     CHECK(pool.stats().flags.refused_launch == 1);
     CHECK(pool.stats().errors == 1);
-    CHECK(out.bytes[0] == untouched);
+    // A refused reload did not restore: it poisoned its destination.
+    CHECK(out.bytes[0] == (second == LaunchOp::reload ? expected_unrestored<Traits>(BufferRole::data, untouched)
+                                                      : untouched));
     const std::int64_t pages = expected_pages<Traits>(d.shape, d.x.counts, cfg.page_bytes);
     CHECK(st.pages == pages);
     CHECK(pool.stats().device_pages_free == cfg.device_pages - pages);

@@ -48,6 +48,10 @@ TEST_CASE("executor suite, host executor: end_step, a clean step is balanced, a 
   suite::end_step_balance<Host>();
 }
 
+TEST_CASE("executor suite, host executor: a reload that does not restore poisons its destination (poison off: untouched)") {
+  suite::every_layout_failed_reloads<Host>();
+}
+
 TEST_CASE("executor suite, host executor: bad input is rejected before anything runs") {
   suite::refused_before_launch<Host>([](ps::PagePool&, const auto&, auto&) {});
 }
@@ -57,7 +61,7 @@ TEST_CASE("executor suite, host executor: the steps refuse a record of another p
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
     // Past the host checks, as on the device with attached objects (no ids on the host).
     ps::detail::stash_on_host<Tr>(ps::host, pool_b.ref(), src, rec_a.ref());
-    ps::detail::reload_on_host<Tr>(ps::host, pool_b.ref(), rec_a.ref(), dst, true);
+    ps::detail::reload_on_host<Tr>(ps::host, pool_b.ref(), rec_a.ref(), dst, ps::ReloadOptions{true});
     ps::detail::discard_pages(ps::detail::SerialTeam{}, pool_b.ref(), rec_a.ref());
   });
 }
@@ -104,6 +108,15 @@ TEST_CASE("emulated grid: executor suite, odd shapes, buffers allocated to the e
 #undef PAGESTASH_SUITE_EMULATED_EXACT
 }
 
+TEST_CASE("emulated grid: executor suite, a reload that does not restore poisons its destination, one layout of each family") {
+  std::uint32_t seed = 500;
+#define PAGESTASH_SUITE_EMULATED_FAILED_RELOADS(L) \
+  CHECK(suite::failed_reload_poisons<ps::StashTraits<L>, Emulated>(++seed) == 8);
+  PAGESTASH_SUITE_FEW_LAYOUTS(PAGESTASH_SUITE_EMULATED_FAILED_RELOADS)
+#undef PAGESTASH_SUITE_EMULATED_FAILED_RELOADS
+  CHECK(suite::failed_reload_poisons<traits::ScalesOnly, Emulated>(++seed) == 8);  // a dropped buffer stays
+}
+
 TEST_CASE("emulated grid: executor suite, end_step, a clean step is balanced, a record left stashed raises unbalanced") {
   suite::end_step_balance<Emulated>();
 }
@@ -114,9 +127,9 @@ TEST_CASE("emulated grid: executor suite, the kernels refuse a record of another
     using ps::detail::Operation;
     // Launches on the handles, past the host checks, as on the device with attached objects.
     const Emulator em = Emulated::emulator();
-    em.launch<Tr, Operation::stash>(pool_b.ref(), src, rec_a.ref(), false);
-    em.launch<Tr, Operation::reload>(pool_b.ref(), dst, rec_a.ref(), true);
-    em.launch<Tr, Operation::discard>(pool_b.ref(), rec_a.shape(), rec_a.ref(), false);
+    em.launch<Tr, Operation::stash>(pool_b.ref(), src, rec_a.ref(), {});
+    em.launch<Tr, Operation::reload>(pool_b.ref(), dst, rec_a.ref(), ps::ReloadOptions{true});
+    em.launch<Tr, Operation::discard>(pool_b.ref(), rec_a.shape(), rec_a.ref(), {});
   });
 }
 

@@ -63,15 +63,18 @@ struct Ops {
   // The same past the host checks, on the handles: what runs where the host cannot compare
   // a pool's and a record's ids (attached device objects).
   void unchecked_stash(const ps::PoolRef& pool, const ps::GroupedView<L>& v, const ps::RecordRef& rec) const {
-    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::stash>(pool, v, rec, false);
+    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::stash>(pool, v, rec, {});
     else ps::detail::stash_on_host<Tr>(ps::host, pool, v, rec);
   }
+  // Poison off: the tests of these check that a refused step writes nothing (the executor
+  // suite checks that a refused reload poisons its destination).
   void unchecked_reload(const ps::PoolRef& pool, const ps::RecordRef& rec, const ps::GroupedView<L>& dest) const {
-    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, true);
-    else ps::detail::reload_on_host<Tr>(ps::host, pool, rec, dest, true);
+    const ps::ReloadOptions no_poison{true, false};
+    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, no_poison);
+    else ps::detail::reload_on_host<Tr>(ps::host, pool, rec, dest, no_poison);
   }
   void unchecked_discard(const ps::PoolRef& pool, const ps::GroupedView<L>& shape, const ps::RecordRef& rec) const {
-    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::discard>(pool, shape, rec, false);
+    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::discard>(pool, shape, rec, {});
     else ps::detail::discard_pages(ps::detail::SerialTeam{}, pool, rec);
   }
 };

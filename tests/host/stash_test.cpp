@@ -184,9 +184,11 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(!pool.stats().overflow);
     const auto first = dest.bytes(BufferRole::data);
     dest.set(BufferRole::data, std::vector<std::uint8_t>(first.size(), 0x77));
-    ps::reload(ps::host, pool, a, dest.view);
+    ps::reload(ps::host, pool, a, dest.view, ps::ReloadOptions{false, /*poison=*/false});
     CHECK(a.status().error == ps::Flag::not_stashed);
     CHECK(dest.bytes(BufferRole::data) == std::vector<std::uint8_t>(first.size(), 0x77));
+    ps::reload(ps::host, pool, a, dest.view);  // poisons what it did not restore
+    CHECK(dest.bytes(BufferRole::data) == std::vector<std::uint8_t>(first.size(), 0xFF));
     CHECK(pool.stats().error);
     CHECK(pool.stats().flags.not_stashed == 1);
     CHECK(!pool.stats().overflow);

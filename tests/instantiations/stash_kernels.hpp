@@ -19,7 +19,7 @@ void stash_on(cudaStream_t stream, ps::PagePool& pool, const ps::GroupedView<typ
               ps::StashRecord<Tr>& rec);
 template <class Tr>
 void reload_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec,
-               const ps::GroupedView<typename Tr::layout>& dest, bool zero_tail);
+               const ps::GroupedView<typename Tr::layout>& dest, ps::ReloadOptions options);
 template <class Tr>
 void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec);
 void reset_on(cudaStream_t stream, ps::PagePool& pool);

@@ -16,8 +16,8 @@ void stash_on(cudaStream_t stream, ps::PagePool& pool, const ps::GroupedView<typ
 }
 template <class Tr>
 void reload_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec,
-               const ps::GroupedView<typename Tr::layout>& dest, bool zero_tail) {
-  ps::reload(ps::on(stream), pool, rec, dest, ps::ReloadOptions{zero_tail});
+               const ps::GroupedView<typename Tr::layout>& dest, ps::ReloadOptions options) {
+  ps::reload(ps::on(stream), pool, rec, dest, options);
 }
 template <class Tr>
 void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec) {
@@ -30,6 +30,6 @@ void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& re
   template void pagestash_test::stash_on<Tr>(cudaStream_t, pagestash::PagePool&,                                 \
                                              const pagestash::GroupedView<Tr::layout>&, pagestash::StashRecord<Tr>&); \
   template void pagestash_test::reload_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&,   \
-                                              const pagestash::GroupedView<Tr::layout>&, bool);                  \
+                                              const pagestash::GroupedView<Tr::layout>&, pagestash::ReloadOptions);  \
   template void pagestash_test::discard_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&);
 #define PAGESTASH_INSTANTIATE_STASH(L) PAGESTASH_INSTANTIATE_STASH_TRAITS(pagestash::StashTraits<pagestash_test::layouts::L>)

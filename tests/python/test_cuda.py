@@ -7,7 +7,7 @@ import torch
 
 import moe_example as moe
 import pagestash as ps
-from test_ops import SEED, buffers_for, shape_of
+from test_ops import RELOAD_FAILURES, SEED, buffers_for, check_poisoned, failed_reload, shape_of
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() and ps.with_cuda),
@@ -39,6 +39,32 @@ def test_cuda_matches_the_host_executor(recipe, zero_tail):
         assert (h is None) == (c is None)
         if h is not None:
             assert torch.equal(h, c)
+
+
+@pytest.mark.parametrize("failure", RELOAD_FAILURES)
+@pytest.mark.parametrize("recipe", ps.recipes())
+def test_cuda_a_reload_that_does_not_restore_poisons_its_destination_in_the_launch(recipe, failure):
+    """The kernel's blocks fill the destination with the poison (NaN for floats, 0xFF bytes),
+    as the host executor does; poison=False leaves it as it was."""
+    before, after = failed_reload("cuda", recipe, failure, poison=True)
+    check_poisoned(recipe, before, after)
+    host_before, host_after = failed_reload("cpu", recipe, failure, poison=True)
+    for h, c in zip(host_after, after):
+        assert (h is None and c is None) or torch.equal(h.view(torch.uint8), c.view(torch.uint8))
+    before, after = failed_reload("cuda", recipe, failure, poison=False)
+    for b, a in zip(before, after):
+        assert (b is None and a is None) or torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_cuda_not_strict_without_decide_gives_nan_gradients():
+    pool = ps.PagePool(device_pages=1, page_bytes=4096, device="cuda")  # not strict: CUDA's default
+    gen = torch.Generator().manual_seed(8)
+    w = torch.randn(2, 64, 64, generator=gen).to(torch.bfloat16).cuda().requires_grad_()
+    x = torch.randn(2, 32, 64, generator=gen).to(torch.bfloat16).cuda()
+    counts = torch.tensor([32, 32], dtype=torch.int32).cuda()
+    with ps.paged_saved_tensors(pool) as paging:
+        torch.bmm(paging.mark(x, counts), w).sum().backward()  # the stash overflows
+    assert bool(w.grad.isnan().all()) and pool.decide() == "rerun_without_paging"
 
 
 def test_cuda_moe_gradients_bit_identical_and_report_without_sync():
@@ -143,3 +169,27 @@ def test_cuda_strict_is_opt_in():
     counts = torch.tensor([64, 64], dtype=torch.int32).cuda()
     with pytest.raises(ps.PagingError, match="overflow"):
         strict.record(like=x, counts=counts).stash(x, counts)
+
+
+def test_cuda_paging_error_names_the_operations_since_the_flags_were_last_read():
+    """A CUDA pool reads its flags only when asked: PagingError names the range of
+    operations since they were last read clean, or the operation itself when it was checked."""
+    x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(SEED)).to(torch.bfloat16).cuda()
+    counts = torch.tensor([32, 32], dtype=torch.int32).cuda()
+    pool = ps.PagePool(device_pages=3, page_bytes=4096, device="cuda")  # not strict
+    a, b = (pool.record("bf16/capacity", ps.Shape(2, 32, 64)) for _ in range(2))
+    a.name, b.name = "a", "b"
+    assert pool.decide() == "keep"  # read clean
+    a.stash(x, counts)  # 2 pages
+    b.stash(x, counts)  # no room
+    a.reload(torch.empty_like(x))
+    with pytest.raises(ps.PagingError, match=r"first raised by one of the 3 operations from the stash of a to the "
+                                             r"reload of a \(a CUDA pool reads its flags only when asked"):
+        pool.check()
+    pool.reset()
+    a.stash(x, counts, check=True)
+    with pytest.raises(ps.PagingError, match=r"paging failed at the stash of b \(overflow: ") as e:
+        b.stash(x, counts, check=True)
+    assert e.value.first == "the stash of b"
+    with pytest.raises(ValueError, match=r"data is a meta tensor \(it holds no data\) and the pool is on cuda:0"):
+        a.reload(torch.empty_like(x, device="meta"))

@@ -27,6 +27,7 @@ def snippets():
 def test_docs_python_md_quotes_the_snippets():
     doc = (ROOT / "docs" / "python.md").read_text()
     found = list(snippets())
-    assert {name for _, name, _ in found} >= {"trainer_step", "hook", "pool_and_record", "views", "strict"}
+    assert {name for _, name, _ in found} >= {"trainer_step", "hook", "pool_and_record", "views", "strict", "sized_step",
+                                                "size_from_run", "guessed_plan"}
     missing = [f"{source}: [{name}]" for source, name, text in found if text not in doc]
     assert not missing, "docs/python.md does not quote: " + ", ".join(missing)

@@ -184,7 +184,12 @@ def _rank(rank, world, init_file, results):
     rec.stash(x, torch.tensor([64, 40], dtype=torch.int32))
     alone = pool.decide()
     pool.agree()  # all-reduces the flags with MAX, in place in the pool
-    results.put((rank, alone, pool.decide(), rec.status()["state"]))
+    first = None
+    try:
+        pool.check()
+    except ps.PagingError as e:  # which operation raised the flags, on this rank
+        first = e.first
+    results.put((rank, alone, pool.decide(), rec.status()["state"], first))
     torch.distributed.destroy_process_group()
 
 
@@ -195,9 +200,11 @@ def test_ranks_agree_by_all_reducing_the_flags(tmp_path):
     torch.multiprocessing.start_processes(_rank, args=(world, tmp_path / "init", results), nprocs=world,
                                           start_method="spawn")
     got = sorted(results.get() for _ in range(world))
-    assert [alone for _, alone, _, _ in got] == ["keep", "rerun_without_paging", "keep"]
-    assert all(agreed == "rerun_without_paging" for _, _, agreed, _ in got)
-    assert [state for _, _, _, state in got] == ["stashed", "overflowed", "stashed"]
+    assert [alone for _, alone, _, _, _ in got] == ["keep", "rerun_without_paging", "keep"]
+    assert all(agreed == "rerun_without_paging" for _, _, agreed, _, _ in got)
+    assert [state for _, _, _, state, _ in got] == ["stashed", "overflowed", "stashed"]
+    agreed = "agree() (the flags of every rank)"
+    assert [first for *_, first in got] == [agreed, "the stash of a bf16/capacity record (2, 64, 128)", agreed]
 
 
 class MixedExperts(torch.nn.Module):
@@ -325,6 +332,25 @@ class TestStrict:
             # [strict]
             raised = e
         assert raised is not None
+
+    def test_not_strict_without_decide_gives_nan_gradients_not_finite_wrong_ones(self):
+        """A failed reload poisons what backward reads: every gradient that depends on it is
+        NaN, so a loop that forgets decide() cannot go on with plausible wrong gradients."""
+        pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)
+        gen = torch.Generator().manual_seed(8)
+        w = torch.randn(self.E, self.H, self.H, generator=gen).to(torch.bfloat16).requires_grad_()
+        x = torch.randn(self.E, self.C, self.H, generator=gen).to(torch.bfloat16)
+        counts = torch.tensor([32, 32], dtype=torch.int32)
+        with ps.paged_saved_tensors(pool) as paging:
+            torch.bmm(paging.mark(x, counts), w).sum().backward()  # the stash overflows
+        assert pool.flag_dict()["overflow"] == 1
+        assert bool(w.grad.isnan().all())
+        # Off, the flags are the only sign: the gradients are whatever the buffer held.
+        pool.reset()
+        w.grad = None
+        with ps.paged_saved_tensors(pool, poison=False) as paging:
+            torch.bmm(paging.mark(x, counts), w).sum().backward()
+        assert pool.decide() == "rerun_without_paging" and w.grad is not None
 
     def test_not_strict_leaves_it_to_the_loop(self):
         pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)

@@ -96,6 +96,84 @@ def test_round_trip_every_recipe(recipe):
         assert torch.equal(out[1], torch.where(dead_of["scales"], torch.zeros_like(scales), scales))
 
 
+# What the poison (every byte 0xFF) reads as: NaN in every floating-point format of a
+# recipe's buffers; NVFP4's E2M1 data has no NaN, its E4M3 scales and FP32 amax do.
+POISON_NAN = {
+    "bf16": {"data": torch.bfloat16}, "fp16": {"data": torch.float16}, "fp32": {"data": torch.float32},
+    "mxfp8": {"data": torch.float8_e4m3fn, "scales": torch.float8_e8m0fnu},
+    "mxfp8_e5m2": {"data": torch.float8_e5m2, "scales": torch.float8_e8m0fnu},
+    "nvfp4": {"scales": torch.float8_e4m3fn, "amax": torch.float32},
+}
+RELOAD_FAILURES = ("overflowed", "failed", "not_stashed", "stale")
+
+
+def failed_reload(device, recipe, failure, poison):
+    """A reload of a `recipe` record that does not restore (`failure`: its stash overflowed,
+    its stash's counts failed, it was never stashed, or stashed before a reset) into
+    destinations of random bytes, on `device`. Returns the destinations before and after."""
+    gen = torch.Generator().manual_seed(SEED)
+    shape = shape_of(recipe)
+    data, scales, amax, counts = buffers_for(recipe, shape, gen)
+    info = ps.recipe_info(recipe, shape)
+    if failure == "overflowed":  # every count full: more than one page of 256 bytes
+        full = shape.tokens // info["count_alignment"] * info["count_alignment"]
+        counts = torch.tensor([full] + [0 if info["packed"] else full] * (shape.groups - 1), dtype=torch.int32)
+    if failure == "failed":  # one count beyond what the view holds
+        counts = counts.clone()
+        counts[0] = shape.tokens + info["count_alignment"]
+    pool = ps.PagePool(device_pages=1 if failure == "overflowed" else 1024, page_bytes=256, device=device, strict=False)
+    rec = pool.record(recipe, shape)
+    to = (lambda t: None if t is None else t.to(device))
+    if failure != "not_stashed":
+        rec.stash(to(data), to(counts), to(scales), to(amax))
+        assert rec.status()["state"] == ("stashed" if failure == "stale" else failure)
+    if failure == "stale":
+        pool.reset()
+    before = [t if t is None else random_bytes(t.numel() * t.element_size(), gen).view(t.dtype).view(t.shape)
+              for t in (data, scales, amax)]
+    after = [to(t if t is None else t.clone()) for t in before]
+    rec.reload(*after, zero_tail=True, poison=poison)
+    assert rec.status()["state"] != "reloaded"
+    return before, [t if t is None else t.cpu() for t in after]
+
+
+def check_poisoned(recipe, before, after):
+    """Every byte of every buffer 0xFF, and NaN in each float format the recipe stores."""
+    for role, b, a in zip(("data", "scales", "amax"), before, after):
+        assert (b is None) == (a is None)
+        if a is None:
+            continue
+        assert bool((a.view(torch.uint8) == 0xFF).all()), f"{recipe}: a {role} byte is not the poison"
+        dtype = POISON_NAN.get(recipe.split("/")[0], {}).get(role)
+        if dtype is not None:
+            assert bool(a.view(torch.uint8).view(dtype).float().isnan().all()), f"{recipe}: {role} is not NaN"
+
+
+@pytest.mark.parametrize("failure", RELOAD_FAILURES)
+@pytest.mark.parametrize("recipe", ps.recipes())
+def test_a_reload_that_does_not_restore_poisons_its_destination(recipe, failure):
+    """NaN for floats, 0xFF bytes for quantized and raw data; poison=False leaves the
+    destination as it was, for those who check the flags."""
+    before, after = failed_reload("cpu", recipe, failure, poison=True)
+    check_poisoned(recipe, before, after)
+    before, after = failed_reload("cpu", recipe, failure, poison=False)
+    for b, a in zip(before, after):
+        assert (b is None and a is None) or torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_the_raw_op_poisons_unless_told_not_to():
+    gen = torch.Generator().manual_seed(SEED)
+    pool = make_pool()
+    rec = pool.record("bf16/capacity", ps.Shape(2, 32, 64))
+    out = torch.randn(2, 32, 64, generator=gen).to(torch.bfloat16)
+    kept = out.clone()
+    torch.ops.pagestash.reload(*pool.state, rec.memory, rec.recipe, [2, 32, 64], out, poison=False)  # never stashed
+    assert torch.equal(out, kept)
+    torch.ops.pagestash.reload(*pool.state, rec.memory, rec.recipe, [2, 32, 64], out)
+    assert bool(out.isnan().all())
+    assert pool.flag_dict()["not_stashed"] == 1
+
+
 def test_pool_and_record_as_docs_python_md_shows_them():
     gen = torch.Generator().manual_seed(SEED)
     experts, capacity, hidden, device = 4, 32, 64, "cpu"
@@ -247,7 +325,7 @@ class TestErrors:
 
     def test_alignment(self):
         raw = torch.zeros(self.x.numel() + 1, dtype=torch.bfloat16)
-        self.refused("not 16-byte aligned", data=raw[1:].view(2, 32, 64))
+        self.refused(r"data must be 16-byte aligned .*: pass data.clone\(\)", data=raw[1:].view(2, 32, 64))
 
     def test_counts(self):
         self.refused("counts must be torch.int32, not torch.int64", counts=self.counts.long())
@@ -256,7 +334,7 @@ class TestErrors:
     def test_unknown_recipe_and_bad_shape(self):
         with pytest.raises(ValueError, match="unknown recipe 'bf8'"):
             self.pool.record("bf8", self.shape)
-        with pytest.raises(ValueError, match="not a multiple of the granule"):
+        with pytest.raises(ValueError, match=r"shape\[1\] \(tokens\) = 100 must be a multiple of 128"):
             self.pool.record("nvfp4/capacity/swizzled", ps.Shape(2, 100, 64))
         with pytest.raises(ValueError, match="no recipe"):
             ps.recipe("nvfp4", placement="padded")

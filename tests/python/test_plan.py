@@ -9,6 +9,9 @@ from test_ops import buffers_for
 
 SEED = 4321
 
+# Many plans here are of pools that save little on purpose (test_sizing.py tests the warning).
+pytestmark = pytest.mark.filterwarnings("ignore::pagestash.PoolCostWarning")
+
 
 def layer_shape(recipe, groups=4):
     """A shape the planner takes for the recipe: 2 token granules per expert (a multiple of
@@ -62,8 +65,7 @@ def test_planned_pages_are_the_stash_pages_for_a_fixed_count_vector(recipe):
         assert (pool.decide() == "keep") == fits, (pages, pool.flag_dict())
 
 
-def test_plan_for_the_example_block_as_docs_python_md_shows_it():
-    # [plan_pool]
+def test_plan_for_the_example_block_from_a_router_model():
     experts, tokens, hidden, ffn = 8, 256, 256, 512  # examples/torch/moe_example.py's block
     capacity = 2 * tokens // experts  # capacity factor 2
     saved = [("bf16/capacity", ps.Shape(experts, capacity, hidden)),  # the dispatched input
@@ -73,7 +75,6 @@ def test_plan_for_the_example_block_as_docs_python_md_shows_it():
                         layers=1, microbatches=1, overflow=1e-3, page_bytes=4096, seed=1)
     print(plan)
     pool = plan.pool(device="cpu")  # a PagePool of plan.device_pages pages of plan.page_bytes
-    # [plan_pool]
     assert pool.device_pages == plan.device_pages == plan.pages and pool.page_bytes == 4096
     assert plan.pages_interval[0] <= plan.pages <= plan.pages_interval[1]
     assert plan.overflow_probability <= 1e-3 and 0 < plan.saved_fraction < 1

@@ -140,7 +140,7 @@ def test_strict_mode_says_what_the_gradients_hold_when_it_raises():
             loss = model(*batch[i], paging=paging)
         if i == 0:
             loss.backward()
-    with pytest.raises(ps.PagingError, match=r"2 paged context\(s\) ran since the last optimizer step: the gradients "
+    with pytest.raises(ps.PagingError, match=r"2 paged context\(s\) ran since the last optimizer step, and the gradients "
                                              r"hold the backward of every microbatch that finished .*run_step"):
         loss.backward()
 

@@ -41,8 +41,8 @@ __device__ inline GridContext<PolicyBlockTeam, WarpLanes> device_grid_context() 
 // the device pass, sm_90's in the host's, the same count (stash/policy.hpp asserts it).
 template <class Traits, Operation Op>
 __global__ void __launch_bounds__(StashPolicy::threads_per_block, StashPolicy::min_blocks_per_sm)
-    operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, bool zero_tail) {
-  run_operation<Traits, Op>(device_grid_context(), pool, view, rec, zero_tail);
+    operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, ReloadOptions options) {
+  run_operation<Traits, Op>(device_grid_context(), pool, view, rec, options);
 }
 
 template <int Unused = 0>  // a template, so that the header defines it in every TU
@@ -97,12 +97,12 @@ int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
 
 template <class Traits, Operation Op>
 void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
-            StashRecord<Traits>& rec, bool zero_tail, cuda::std::int64_t max_tiles) {
+            StashRecord<Traits>& rec, ReloadOptions options, cuda::std::int64_t max_tiles) {
   check_stream_device(Op == Operation::stash ? "stash" : (Op == Operation::reload ? "reload" : "discard"), ex.stream,
                       pool.device());
   const int blocks = grid_for<Traits, Op>(ex, max_tiles);
   operation_kernel<Traits, Op>
-      <<<blocks, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), zero_tail);
+      <<<blocks, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), options);
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 
@@ -113,7 +113,7 @@ template <class Traits>
 void stash(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {
   detail::check_stash(ex.memory, pool, view, rec);
-  detail::launch<Traits, detail::Operation::stash>(ex, pool, view, rec, false, rec.max_tiles());
+  detail::launch<Traits, detail::Operation::stash>(ex, pool, view, rec, {}, rec.max_tiles());
 }
 
 /// Enqueues the reload of `rec` into `dest` on the executor's stream.
@@ -122,14 +122,14 @@ void reload(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
   // A larger destination has more bytes to zero than the record's shape.
   const cuda::std::int64_t max_tiles = detail::check_reload(ex.memory, pool, rec, dest);
-  detail::launch<Traits, detail::Operation::reload>(ex, pool, dest, rec, options.zero_tail, max_tiles);
+  detail::launch<Traits, detail::Operation::reload>(ex, pool, dest, rec, options, max_tiles);
 }
 
 /// Enqueues the return of `rec`'s pages, without copying.
 template <class Traits>
 void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
   detail::check_pool_and_record("discard", ex.memory, pool, rec);
-  detail::launch<Traits, detail::Operation::discard>(ex, pool, rec.shape(), rec, false, 0);
+  detail::launch<Traits, detail::Operation::discard>(ex, pool, rec.shape(), rec, {}, 0);
 }
 
 /// Enqueues a write of the pool's flags and counters into *dst (the caller's memory: pinned,

@@ -19,6 +19,9 @@ PAGESTASH_NAMESPACE_BEGIN
 /// Options of reload (either executor).
 struct ReloadOptions {
   bool zero_tail = false;  ///< also clear the bytes of the paged buffers outside the live rows
+  /// A reload that does not restore (docs/api.md "Failures") fills the paged and kept
+  /// buffers with poison (every byte 0xFF: NaN), so that any use shows; off: left as they were.
+  bool poison = true;
 };
 
 struct HostExecutor {

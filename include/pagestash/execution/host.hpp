@@ -46,8 +46,11 @@ void stash_on_host(const HostExecutor& ex, const PoolRef& pool, const GroupedVie
 
 template <class Traits>
 void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef& rec,
-                    const GroupedView<typename Traits::layout>& dest, bool zero_tail) {
-  if (!begin_reload<Traits>(SerialTeam{}, pool, dest, rec, zero_tail, tile_shift_on_host(pool))) return;
+                    const GroupedView<typename Traits::layout>& dest, ReloadOptions options) {
+  if (!begin_reload<Traits>(SerialTeam{}, pool, dest, rec, options.zero_tail, tile_shift_on_host(pool))) {
+    if (options.poison) poison_buffers<Traits>(dest, 0, 1);
+    return;
+  }
   run_tiles_on_host(ex, tile_work<Traits>(pool, dest, rec, false), rec.header->tiles);
   end_reload(SerialTeam{}, pool, rec);
 }
@@ -69,7 +72,7 @@ template <class Traits>
 void reload(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
   detail::check_reload(ex.memory, pool, rec, dest);
-  detail::reload_on_host<Traits>(ex, pool.ref(), rec.ref(), dest, options.zero_tail);
+  detail::reload_on_host<Traits>(ex, pool.ref(), rec.ref(), dest, options);
 }
 
 /// Returns the record's pages without copying (a backward that is skipped).

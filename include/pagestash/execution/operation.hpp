@@ -25,12 +25,15 @@
 //            read-modify-write, and claims its next chunk while it copies the current one.
 //            Each warp moves a run of consecutive tiles of its block's chunk, carrying its
 //            item along.
+//   poison   a reload that does not restore (refused, or its verdict skip) fills its
+//            destination with poison (ReloadOptions::poison), every block its share.
 //   finish   the last block out (finished == blocks - 1) completes the operation
 //            (end_reload returns the pages) and releases the record (`arrival`'s held bit).
 // Per block that is two read-modify-writes on the launch's line (arrival, finish) and one
 // per claim; the grid is sized so that few blocks carry them (stash/policy.hpp).
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
 
+#include <pagestash/execution/executor.hpp>
 #include <pagestash/stash/policy.hpp>
 #include <pagestash/stash/steps.hpp>
 
@@ -122,23 +125,33 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   }
 }
 
+/// A reload that does not restore poisons its destination (unless `options` say not to):
+/// the grid's threads split the buffers.
+template <class Traits, Operation Op, class Context>
+PAGESTASH_HOST_DEVICE void poison_unrestored(const Context& ctx, const GroupedView<typename Traits::layout>& view,
+                                             ReloadOptions options) {
+  if (Op == Operation::reload && options.poison)
+    poison_buffers<Traits>(view, ctx.block * ctx.team.size() + ctx.team.rank(), ctx.blocks * ctx.team.size());
+}
+
 /// One launch of operation Op on `rec`, as thread (ctx.block, ctx.team.rank()) runs it.
 template <class Traits, Operation Op, class Team, class Lanes>
 PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, const PoolRef& pool,
                                          const GroupedView<typename Traits::layout>& view, const RecordRef& rec,
-                                         bool zero_tail) {
+                                         ReloadOptions options) {
   const Team& team = ctx.team;
   LaunchWords& words = rec.header->launch;
 
   const Arrival arrival = team.share(team.leader() ? arrive(ctx, pool, words) : Arrival::joined);
-  if (arrival == Arrival::refused) return;
+  if (arrival == Arrival::refused) return poison_unrestored<Traits, Op>(ctx, view, options);
 
   cuda::std::int32_t verdict = verdict_skip;
   if (arrival == Arrival::owner) {
     bool copy = false;
     const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
     if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec, tile_shift);
-    if constexpr (Op == Operation::reload) copy = begin_reload<Traits>(team, pool, view, rec, zero_tail, tile_shift);
+    if constexpr (Op == Operation::reload)
+      copy = begin_reload<Traits>(team, pool, view, rec, options.zero_tail, tile_shift);
     if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
     verdict = copy ? verdict_copy : verdict_skip;
     team.publish();  // the header and plan, by every thread, before the verdict
@@ -149,6 +162,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     acquire_fence();  // the owner's header and plan
   }
   verdict = team.share(verdict);
+  if (verdict == verdict_skip) poison_unrestored<Traits, Op>(ctx, view, options);
 
   if (Op != Operation::discard && verdict == verdict_copy) {
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);

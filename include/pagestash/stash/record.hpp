@@ -35,7 +35,8 @@ enum class RecordState : cuda::std::int32_t {
 /// its id in `owner`, plans and publishes `verdict`; blocks claim tiles from `next_tile`;
 /// the last block to finish releases the record. A launch that arrives while another holds
 /// the record is refused as a whole: each of its blocks counts itself in `refused`, the
-/// pool's error flag (refused_launch) is raised, and it does nothing, so that an
+/// pool's error flag (refused_launch) is raised, and it does nothing (a reload poisons its
+/// destination: ReloadOptions::poison), so that an
 /// overlapping or never-finished launch is reported, never a hang. Padded rather than
 /// over-aligned: caller memory need only be 16-byte aligned (the words are on their own
 /// line when it is 128-byte aligned).

@@ -30,6 +30,21 @@ PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typenam
   });
 }
 
+/// Fills the buffers Traits pages or keeps with poison, every byte 0xFF: NaN in BF16, FP16,
+/// FP32, FP8 and E8M0, and in NVFP4's E4M3 scales and FP32 amax (its E2M1 data has no NaN).
+/// Thread i of n takes the 16-byte pieces i, i + n, ... of each buffer (amax may be unaligned).
+template <class Traits>
+PAGESTASH_HOST_DEVICE void poison_buffers(const GroupedView<typename Traits::layout>& v, cuda::std::int64_t i,
+                                          cuda::std::int64_t n) {
+  for_each_role([&](BufferRole role) {
+    if (handling_of<Traits>(role) == Handling::dropped) return;
+    auto* buf = static_cast<unsigned char*>(v.buffer(role));
+    const cuda::std::int64_t bytes = v.buffer_bytes(role);
+    for (cuda::std::int64_t q = 16 * i; q < bytes; q += 16 * n)
+      store_bytes(buf + q, Vector16{{~0u, ~0u, ~0u, ~0u}}, bytes - q < 16 ? static_cast<unsigned>(bytes - q) : 16u);
+  });
+}
+
 /// Whether the record holds pages of the pool's current generation.
 PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const RecordHeader& h) {
   if (h.summary.state != RecordState::stashed) return Flag::not_stashed;

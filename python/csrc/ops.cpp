@@ -573,7 +573,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["seed"] = defaults.seed;
     d["confidence"] = defaults.confidence;
     d["bootstrap"] = defaults.bootstrap;
-    m.attr("plan_defaults") = d;
+    m.attr("sizing_defaults") = d;
   }
 #ifdef PAGESTASH_TORCH_CUDA
   m.attr("with_cuda") = true;

@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace pagestash_torch {
-namespace sizing = ps::plan;
+namespace sizing = ps::sizing;
 
 /// What size_pool is asked: the tensors one MoE layer saves, the schedule, and the router
 /// (Dirichlet) or measured count vectors.

@@ -3,7 +3,7 @@
 torch.ops.pagestash.{stash, reload, discard, reset, report} over tensors (the host executor
 for CPU tensors, the CUDA executor for CUDA ones), a PagePool and records in memory from
 PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor hook context
-that pages marked activations between forward and backward, and `plan_pool`, which sizes a
+that pages marked activations between forward and backward, and `size_pool`, which sizes a
 pool for a target overflow probability (from the run's own counts: PagePool.observe), and
 `run_step`, which runs one optimizer step's microbatches paged and reruns the whole step
 without paging when paging failed. See
@@ -16,7 +16,7 @@ from . import _C
 from ._ops import ops
 from .errors import FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning
 from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
-from .plan import CurvePoint, PoolPlan, plan_pool
+from .sizing import CurvePoint, PoolSizing, size_pool
 from .pool import PagePool, Record, decode_report
 from .recipes import FAMILIES, Shape, infer, recipe, recipe_info, recipes
 from .step import PagedStep, PagingWarning, run_step
@@ -27,5 +27,5 @@ __version__: str = _C.version
 
 __all__ = ["ops", "FAMILIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedWarning", "count_activation",
-           "paged_saved_tensors", "CurvePoint", "PoolPlan", "plan_pool", "PagePool", "Record", "decode_report", "Shape",
+           "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
            "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "with_cuda", "__version__"]

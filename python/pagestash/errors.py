@@ -1,5 +1,5 @@
 """PagingError: what strict mode and PagePool.check() raise when the pool's flags say a step
-cannot be trusted; the warnings that say a pool's plan does not fit the run."""
+cannot be trusted; the warnings that say a pool's sizing does not fit the run."""
 
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ class PagingError(RuntimeError):
 
 
 class OverflowRateWarning(UserWarning):
-    """Far more steps overflow than the pool was planned for (PagePool(planned_overflow=...),
-    which PoolPlan.pool() and PagePool.resize(plan) set): each reruns without paging. Re-plan
+    """Far more steps overflow than the pool was sized for (PagePool(overflow_target=...),
+    which PoolSizing.pool() and PagePool.resize(sizing) set): each reruns without paging. Re-size
     from the run's own counts (PagePool.observe)."""
 
 
 class PoolCostWarning(UserWarning):
-    """A planned pool takes more memory than it saves: its device bytes exceed what the
+    """A sized pool takes more memory than it saves: its device bytes exceed what the
     marked tensors take without paging less those bytes."""

@@ -70,13 +70,13 @@ class PagePool:
     pool (the default there), a synchronisation for a CUDA pool (off by default: use the
     sync-free loop, report() / agree() / decide(), or call check() where a sync is fine).
 
-    `planned_overflow`: the per-step overflow probability the pool was planned for
-    (PoolPlan.pool() passes the plan's target); decide() warns (OverflowRateWarning) once
+    `overflow_target`: the per-step overflow probability the pool was sized for
+    (PoolSizing.pool() passes the sizing's target); decide() warns (OverflowRateWarning) once
     the steps overflow far more often. None: no such check.
     """
 
     def __init__(self, device_pages: int, page_bytes: int = 64 << 10, host_pages: int = 0, device: Device = "cpu",
-                 strict: Optional[bool] = None, planned_overflow: Optional[float] = None):
+                 strict: Optional[bool] = None, overflow_target: Optional[float] = None):
         self.device = torch.device(device)
         self.strict = self.device.type == "cpu" if strict is None else bool(strict)
         #: Cumulative over the pool's life (reset() and resize() keep them, unlike the device
@@ -85,7 +85,7 @@ class PagePool:
         self.steps = 0
         self.overflowed_steps = 0
         self.reruns = 0
-        self._planned(planned_overflow)
+        self._target(overflow_target)
         self._allocate(int(device_pages), int(page_bytes), int(host_pages))
         self._observe_left = 0  # whole steps observe() still records
         self._observed: List[torch.Tensor] = []  # [stashes, experts] per closed step
@@ -206,24 +206,24 @@ class PagePool:
         """Counts a step rerun without paging (in `totals`): call it when you rerun one."""
         self.reruns += 1
 
-    def _planned(self, overflow: Optional[float]) -> None:
-        """Arms the overflow-rate warning for a plan's target, counting from this step."""
+    def _target(self, overflow: Optional[float]) -> None:
+        """Arms the overflow-rate warning for a sizing's target, counting from this step."""
         if overflow is not None and (isinstance(overflow, bool) or not isinstance(overflow, numbers.Real)
                                      or not 0 < overflow < 1):
-            raise ValueError(f"pagestash: planned_overflow = {overflow!r} must be a probability in (0, 1), or None")
-        self.planned_overflow = overflow
-        self._planned_since = (self.steps, self.overflowed_steps)
+            raise ValueError(f"pagestash: overflow_target = {overflow!r} must be a probability in (0, 1), or None")
+        self.overflow_target = overflow
+        self._target_since = (self.steps, self.overflowed_steps)
         self._rate_warned = False
 
     def _check_overflow_rate(self) -> None:
-        """Warns once per plan when the steps since it overflow more than twice as often as
-        planned and so often that the planned rate would give as many with probability below
-        1e-6 (the Chernoff bound exp(-n KL(observed || planned)) of the binomial tail)."""
-        p = self.planned_overflow
+        """Warns once per sizing when the steps since it overflow more than twice as often as
+        the target and so often that the target rate would give as many with probability below
+        1e-6 (the Chernoff bound exp(-n KL(observed || target)) of the binomial tail)."""
+        p = self.overflow_target
         if p is None or self._rate_warned:
             return
-        n = self.steps - self._planned_since[0]
-        k = self.overflowed_steps - self._planned_since[1]
+        n = self.steps - self._target_since[0]
+        k = self.overflowed_steps - self._target_since[1]
         q = k / n
         if q <= 2 * p:
             return
@@ -231,35 +231,35 @@ class PagePool:
         if n * divergence <= math.log(1e6):  # the bound must be below 1e-6
             return
         self._rate_warned = True
-        warnings.warn(f"pagestash: {k} of the {n} steps since this pool was planned overflowed ({q:.1%}) against "
-                      f"the planned {p:.3g}: its plan does not describe this run's router, and every overflowed step "
-                      f"reruns without paging (double compute). Re-plan from the run's own counts: pool.observe(steps), "
-                      f"then plan = pagestash.plan_pool(saved, counts=pool.observed_counts(), ...) and "
-                      f"pool.resize(plan) (docs/python.md, 'Sizing the pool')", OverflowRateWarning, stacklevel=3)
+        warnings.warn(f"pagestash: {k} of the {n} steps since this pool was sized overflowed ({q:.1%}) against "
+                      f"the target {p:.3g}: its sizing does not describe this run's router, and every overflowed step "
+                      f"reruns without paging (double compute). Re-size from the run's own counts: pool.observe(steps), "
+                      f"then sizing = pagestash.size_pool(saved, counts=pool.observed_counts(), ...) and "
+                      f"pool.resize(sizing) (docs/python.md, 'Sizing the pool')", OverflowRateWarning, stacklevel=3)
 
-    def resize(self, plan) -> None:
-        """Replaces the pool's memory by a pool of `plan`'s size (a PoolPlan: its device_pages,
+    def resize(self, sizing) -> None:
+        """Replaces the pool's memory by a pool of `sizing`'s size (a PoolSizing: its device_pages,
         host_pages and page_bytes), between steps, and checks the overflow rate against the
-        plan's target from here on. The cumulative counters and an observation go on; the old
+        sizing's target from here on. The cumulative counters and an observation go on; the old
         memory goes back to PyTorch's allocator. Records made before are another pool's (an op
         on one raises ValueError for a CPU pool, the `foreign_record` flag for a CUDA one): the
         hook makes its records per stash, so none survives a finished step. Reads the counters
         (synchronises); raises ValueError while records hold pages."""
-        from .plan import PoolPlan  # plan.py imports this module
+        from .sizing import PoolSizing  # sizing.py imports this module
 
-        if not isinstance(plan, PoolPlan):
-            raise ValueError(f"pagestash: PagePool.resize takes a PoolPlan (from pagestash.plan_pool), not {plan!r}")
+        if not isinstance(sizing, PoolSizing):
+            raise ValueError(f"pagestash: PagePool.resize takes a PoolSizing (from pagestash.size_pool), not {sizing!r}")
         held = self.pages_in_use()
         if held:
             raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
                              "discard them, and call end_step(), first)")
-        self._allocate(plan.device_pages, plan.page_bytes, plan.host_pages)
-        self._planned(plan.overflow_target)
+        self._allocate(sizing.device_pages, sizing.page_bytes, sizing.host_pages)
+        self._target(sizing.overflow_target)
 
     def observe(self, steps: int) -> None:
         """Records the counts of every stash of the next `steps` whole steps, without a sync
         (each stash's counts are copied on the device); end_step() closes a step, and
-        observed_counts() gives them for pagestash.plan_pool(saved, counts=...). A layer's
+        observed_counts() gives them for pagestash.size_pool(saved, counts=...). A layer's
         marks share its counts tensor: stashes of one counts tensor are one (layer,
         microbatch) stash, one count vector. A step that overflows is recorded all the same.
         Observe eager steps: the recording is host code, which a replayed CUDA graph skips.
@@ -295,7 +295,7 @@ class PagePool:
         """The whole steps observed so far (closed by end_step()), as an int32 tensor
         [steps, stashes, experts] on the pool's device (nothing synchronises): the stashes of
         a step in the order they came (microbatch * layers + layer when each microbatch runs
-        the layers in order), what pagestash.plan_pool(saved, counts=...) takes. Raises
+        the layers in order), what pagestash.size_pool(saved, counts=...) takes. Raises
         ValueError when no step was observed or the steps differ in shape."""
         if not self._observed:
             raise ValueError("pagestash: no observed step: call pool.observe(steps) before the steps, and "
@@ -365,7 +365,7 @@ class PagePool:
         synchronises). After agree(), every rank decides the same. Call it once per
         optimizer step, after the step's last backward: it counts the step and its outcome
         (`totals`), and warns (OverflowRateWarning) when the steps overflow far more often
-        than `planned_overflow`.
+        than `overflow_target`.
 
         A decision to rerun after an earlier decide() of the same optimizer step kept
         microbatches that ran paged, and more ran paged since, raises PagingError: their

@@ -1,7 +1,7 @@
 """Sizing a pool from the run itself: the cumulative counters (steps, overflowed steps,
-reruns) that survive reset(), the overflow-rate warning against the plan's target, observing
+reruns) that survive reset(), the overflow-rate warning against the sizing's target, observing
 the counts of whole steps (PagePool.observe) and planning from them, resize, and what the
-pool saves against eager (PoolPlan.saved_bytes, PoolCostWarning)."""
+pool saves against eager (PoolSizing.saved_bytes, PoolCostWarning)."""
 
 import math
 import warnings
@@ -73,11 +73,11 @@ def test_counters_survive_reset_and_count_overflowed_steps_and_reruns():
 
 
 def test_the_overflow_rate_warning_fires_once_for_a_pool_overflowing_far_above_its_plan():
-    """A pool planned at 1e-3 that overflows every step warns at the third step (the first
-    whose count the planned rate gives with probability below 1e-6), and only once."""
+    """A pool sized at 1e-3 that overflows every step warns at the third step (the first
+    whose count the target rate gives with probability below 1e-6), and only once."""
     gen = torch.Generator().manual_seed(SEED)
     source = source_tensor(gen)
-    pool = ps.PagePool(device_pages=8, page_bytes=PAGE, strict=False, planned_overflow=1e-3)
+    pool = ps.PagePool(device_pages=8, page_bytes=PAGE, strict=False, overflow_target=1e-3)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for _ in range(2):
@@ -86,11 +86,11 @@ def test_the_overflow_rate_warning_fires_once_for_a_pool_overflowing_far_above_i
         run_step(pool, [full_counts()], source)
         assert len(overflow_warnings(seen)) == 1
         message = str(overflow_warnings(seen)[0].message)
-        assert "3 of the 3 steps since this pool was planned overflowed (100.0%) against the planned 0.001" in message
-        assert "pool.observe(steps)" in message and "pool.resize(plan)" in message
+        assert "3 of the 3 steps since this pool was sized overflowed (100.0%) against the target 0.001" in message
+        assert "pool.observe(steps)" in message and "pool.resize(sizing)" in message
         for _ in range(20):
             run_step(pool, [full_counts()], source)
-        assert len(overflow_warnings(seen)) == 1  # once per plan
+        assert len(overflow_warnings(seen)) == 1  # once per sizing
     assert pool.totals == dict(steps=23, overflowed_steps=23, reruns=23)
 
 
@@ -102,11 +102,11 @@ def binomial_tail(n, k, p):
 @pytest.mark.parametrize("every, warns_at", [(5, 100), (3, 36), (10, None), (20, None)])
 def test_the_warning_needs_a_rate_twice_the_plan_and_a_tiny_binomial_tail(every, warns_at):
     """Planned 0.05: a step in 5 overflowing (0.2) warns once the tail is below 1e-6; a step in
-    10 (0.1, twice the plan) or in 20 never does. Where it warns, the exact binomial tail is
+    10 (0.1, twice the sizing) or in 20 never does. Where it warns, the exact binomial tail is
     below 1e-6 (the Chernoff bound is above it) and one step earlier it was not flagged."""
     gen = torch.Generator().manual_seed(SEED)
     source = source_tensor(gen)
-    pool = ps.PagePool(device_pages=8, page_bytes=PAGE, strict=False, planned_overflow=0.05)
+    pool = ps.PagePool(device_pages=8, page_bytes=PAGE, strict=False, overflow_target=0.05)
     light = [torch.ones(EXPERTS, dtype=torch.int32)]
     warned_at = None
     with warnings.catch_warnings(record=True) as seen:
@@ -183,7 +183,7 @@ def test_observe_records_exactly_the_stashes_counts_in_whole_steps():
 
 def test_observe_with_the_hook_gives_one_vector_per_layer_and_eager_bytes_match_the_plan():
     """The example's block under paged_saved_tensors: three marks of one counts tensor are one
-    count vector, the router's counts; a plan from the observed steps counts exactly the
+    count vector, the router's counts; a sizing from the observed steps counts exactly the
     bytes the hook paged as what eager holds, and saved_bytes = full_bytes - the pool's bytes."""
     E, H, F, tokens = 8, 64, 128, 128
     capacity = 2 * tokens // E
@@ -203,32 +203,32 @@ def test_observe_with_the_hook_gives_one_vector_per_layer_and_eager_bytes_match_
     assert torch.equal(pool.observed_counts(), expected.unsqueeze(1))  # [steps, 1 layer x 1 microbatch, experts]
     saved = [("bf16/capacity", ps.Shape(E, capacity, H)), ("bf16/capacity", ps.Shape(E, capacity, F)),
              ("bf16/capacity", ps.Shape(E, capacity, F))]
-    plan = ps.plan_pool(saved, counts=pool.observed_counts(), layers=1, microbatches=1, overflow=0.2,
+    sizing = ps.size_pool(saved, counts=pool.observed_counts(), layers=1, microbatches=1, overflow=0.2,
                         page_bytes=PAGE, samples=2000)
-    assert paged == [plan.full_bytes] * 4 == [E * capacity * (H + 2 * F) * 2] * 4
-    assert plan.device_bytes == plan.device_pages * PAGE
-    assert plan.saved_bytes == plan.full_bytes - plan.device_pages * PAGE
-    assert plan.saved_fraction == pytest.approx(plan.saved_bytes / plan.full_bytes)
-    # A step takes each tensor's live rows rounded up to pages; the plan, a quantile of the
+    assert paged == [sizing.full_bytes] * 4 == [E * capacity * (H + 2 * F) * 2] * 4
+    assert sizing.device_bytes == sizing.device_pages * PAGE
+    assert sizing.saved_bytes == sizing.full_bytes - sizing.device_pages * PAGE
+    assert sizing.saved_fraction == pytest.approx(sizing.saved_bytes / sizing.full_bytes)
+    # A step takes each tensor's live rows rounded up to pages; the sizing, a quantile of the
     # observed steps, lies between the smallest and the largest.
     pages = [sum(math.ceil(int(c.sum()) * 2 * width / PAGE) for width in (H, F, F)) for c in expected]
-    assert min(pages) <= plan.device_pages <= max(pages)
+    assert min(pages) <= sizing.device_pages <= max(pages)
 
 
 @pytest.mark.filterwarnings("ignore::pagestash.PoolCostWarning")  # capacity factor 1.25: it does
 def test_sizing_from_observed_steps_of_a_correlated_router_holds_the_planned_rate():
     """A router more balanced than the docs' old guess and correlated (Dirichlet(2) popularity
-    shared by a step's 2 layers x 2 microbatches, capacity factor 1.25): a pool planned at 5%
+    shared by a step's 2 layers x 2 microbatches, capacity factor 1.25): a pool sized at 5%
     from 150 observed whole steps overflows at about that rate on 300 fresh steps, and does not
     warn; the guess, independent Dirichlet(1) stashes at 1e-3, overflows a hundred times as
-    often as planned and warns."""
+    often as sized and warns."""
     gen = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
     source = source_tensor(gen)
     saved = [("bf16/capacity", SAVED_SHAPE)]
     layout = dict(layers=2, microbatches=2, page_bytes=PAGE)
     # [guessed_plan]
-    guessed = ps.plan_pool(saved, tokens=TOKENS, top_k=1, alpha=1.0,  # a router model: Dirichlet(1), top-1
+    guessed = ps.size_pool(saved, tokens=TOKENS, top_k=1, alpha=1.0,  # a router model: Dirichlet(1), top-1
                            layers=2, microbatches=2, overflow=1e-3, page_bytes=PAGE, seed=1)
     # [guessed_plan]
     pool = guessed.pool()
@@ -236,11 +236,11 @@ def test_sizing_from_observed_steps_of_a_correlated_router_holds_the_planned_rat
     with pytest.warns(ps.OverflowRateWarning):  # the guess is wrong already while observing
         for step in dirichlet_router(gen, 150, 4, 2.0):
             run_step(pool, step, source)
-    plan = ps.plan_pool(saved, counts=pool.observed_counts(), overflow=0.05, seed=1, **layout)
-    assert plan.device_pages > guessed.device_pages
+    sizing = ps.size_pool(saved, counts=pool.observed_counts(), overflow=0.05, seed=1, **layout)
+    assert sizing.device_pages > guessed.device_pages
     sized = ps.PagePool(1, page_bytes=PAGE, strict=False)
-    sized.resize(plan)
-    assert (sized.device_pages, sized.planned_overflow) == (plan.device_pages, 0.05)
+    sized.resize(sizing)
+    assert (sized.device_pages, sized.overflow_target) == (sizing.device_pages, 0.05)
     guess = guessed.pool(strict=False)
     fresh = dirichlet_router(gen, 300, 4, 2.0)
     with warnings.catch_warnings(record=True) as seen:
@@ -254,7 +254,7 @@ def test_sizing_from_observed_steps_of_a_correlated_router_holds_the_planned_rat
     print(f"\nguessed alpha=1 at 1e-3: {guess.device_pages} pages, {guess.overflowed_steps}/300 overflowed; "
           f"observed steps at 0.05: {sized.device_pages} pages, {sized.overflowed_steps}/300")
     assert 0.01 * 300 <= sized.overflowed_steps <= 0.05 * 300 * 2.5  # 15 expected; 9 seen
-    assert guess.overflowed_steps >= 0.1 * 300  # 0.3 planned; 46 seen
+    assert guess.overflowed_steps >= 0.1 * 300  # 0.3 sized; 46 seen
     assert sized.totals == dict(steps=300, overflowed_steps=sized.overflowed_steps, reruns=sized.overflowed_steps)
 
 
@@ -267,42 +267,42 @@ def test_a_pool_that_costs_more_than_it_saves_warns_and_one_that_pays_does_not()
     layout = dict(layers=2, microbatches=2, page_bytes=PAGE, overflow=0.05)
     balanced = [[c.tolist() for c in step] for step in dirichlet_router(gen, 50, 4, 50.0)]
     with pytest.warns(ps.PoolCostWarning, match=r"costs more than it saves: its 0\.\d\d MiB on the device save"):
-        plan = ps.plan_pool(saved, counts=balanced, **layout)
-    assert plan.device_bytes > plan.saved_bytes > 0
+        sizing = ps.size_pool(saved, counts=balanced, **layout)
+    assert sizing.device_bytes > sizing.saved_bytes > 0
     wide = [("bf16/capacity", ps.Shape(EXPERTS, 32, HIDDEN))]  # capacity factor 2
     with warnings.catch_warnings():
         warnings.simplefilter("error", ps.PoolCostWarning)
-        plan = ps.plan_pool(wide, tokens=TOKENS, top_k=1, alpha=1.0, **layout)
-    assert plan.device_bytes < plan.saved_bytes
+        sizing = ps.size_pool(wide, tokens=TOKENS, top_k=1, alpha=1.0, **layout)
+    assert sizing.device_bytes < sizing.saved_bytes
 
 
 @pytest.mark.filterwarnings("ignore::pagestash.PoolCostWarning", "ignore::pagestash.OverflowRateWarning")
 def test_resize_between_steps_keeps_the_counters_and_refuses_while_records_hold_pages():
     gen = torch.Generator().manual_seed(SEED)
     source = source_tensor(gen)
-    pool = ps.PagePool(device_pages=8, page_bytes=PAGE, strict=False, planned_overflow=1e-3)
+    pool = ps.PagePool(device_pages=8, page_bytes=PAGE, strict=False, overflow_target=1e-3)
     for _ in range(3):
         run_step(pool, [full_counts()], source)
     old = pool.record("bf16/capacity", SAVED_SHAPE)
     old.stash(source, torch.ones(EXPERTS, dtype=torch.int32))
-    plan = ps.plan_pool([("bf16/capacity", SAVED_SHAPE)], counts=[full_counts().tolist()], layers=2,
+    sizing = ps.size_pool([("bf16/capacity", SAVED_SHAPE)], counts=[full_counts().tolist()], layers=2,
                         microbatches=1, page_bytes=PAGE, samples=16)
     with pytest.raises(ValueError, match="between steps: records still hold 1 pages"):
-        pool.resize(plan)
+        pool.resize(sizing)
     old.discard()
-    pool.resize(plan)
-    assert (pool.device_pages, pool.planned_overflow) == (plan.device_pages, 1e-3) and plan.device_pages > 8
+    pool.resize(sizing)
+    assert (pool.device_pages, pool.overflow_target) == (sizing.device_pages, 1e-3) and sizing.device_pages > 8
     assert pool.totals == dict(steps=3, overflowed_steps=3, reruns=3)
     with pytest.raises(ValueError, match="another pool"):
         old.discard()  # a record of the old memory
     assert run_step(pool, [full_counts()], source) == "keep"
-    with pytest.raises(ValueError, match="takes a PoolPlan"):
+    with pytest.raises(ValueError, match="takes a PoolSizing"):
         pool.resize(64)
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: ps.PagePool(8, planned_overflow=1.5), r"planned_overflow = 1.5 must be a probability in \(0, 1\)"),
-    (lambda: ps.PagePool(8, planned_overflow=0.0), "planned_overflow = 0.0"),
+    (lambda: ps.PagePool(8, overflow_target=1.5), r"overflow_target = 1.5 must be a probability in \(0, 1\)"),
+    (lambda: ps.PagePool(8, overflow_target=0.0), "overflow_target = 0.0"),
     (lambda: ps.PagePool(8).observe(0), r"observe\(steps\): steps = 0 must be a positive integer"),
     (lambda: ps.PagePool(8).observe(2.5), "steps = 2.5"),
 ])
@@ -331,7 +331,7 @@ def train_step(model, opt, batch, capacity, pool):
         loss = moe.loss_of(model, batch, capacity, paging)
     loss.backward()
     pool.end_step()  # after the step's last reload: closes it (and an observed step)
-    if pool.decide() != "keep":  # counts the step (pool.totals); warns when far above the plan's rate
+    if pool.decide() != "keep":  # counts the step (pool.totals); warns when far above the sizing's rate
         pool.reset()
         pool.count_rerun()
         opt.zero_grad(set_to_none=True)
@@ -342,7 +342,7 @@ def train_step(model, opt, batch, capacity, pool):
 
 def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
     """The docs' loop: 32 observed steps of examples/torch/moe_example.py's block (16 experts),
-    a plan at 5% from them, the pool resized, 16 more steps; the parameters are bit-identical to eager
+    a sizing at 5% from them, the pool resized, 16 more steps; the parameters are bit-identical to eager
     training's, the observed counts are the router's, and the resized pool does not warn."""
     experts, tokens, hidden, ffn = 16, 256, 128, 256  # examples/torch/moe_example.py's block, 16 experts
     capacity = 2 * tokens // experts
@@ -360,10 +360,10 @@ def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
         pool.observe(steps=32)  # records the counts of the next 32 whole steps, on the device: no sync
         for batch in batches[:32]:
             train_step(model, opt, batch, capacity, pool)
-        plan = ps.plan_pool(saved, counts=pool.observed_counts(),  # [32 steps, layers x microbatches, experts]
+        sizing = ps.size_pool(saved, counts=pool.observed_counts(),  # [32 steps, layers x microbatches, experts]
                             layers=1, microbatches=1, overflow=0.05, page_bytes=4096, seed=1)
-        print(plan)
-        pool.resize(plan)  # between steps: the planned size, and its target for the overflow-rate warning
+        print(sizing)
+        pool.resize(sizing)  # between steps: the size it found, and its target for the overflow-rate warning
         for batch in batches[32:]:
             train_step(model, opt, batch, capacity, pool)
         print(pool.totals)
@@ -372,9 +372,9 @@ def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
     assert torch.equal(pool.observed_counts(), router.to(torch.int32).unsqueeze(1))
     full = experts * capacity * (hidden + 2 * ffn) * 2 // 4096  # 160: the first pool
     routed = tokens * (hidden + 2 * ffn) * 2 // 4096  # 80: every token's rows
-    assert pool.device_pages == plan.device_pages <= routed < full and pool.planned_overflow == 0.05
+    assert pool.device_pages == sizing.device_pages <= routed < full and pool.overflow_target == 0.05
     assert pool.totals["steps"] == 48 and pool.totals["reruns"] == pool.totals["overflowed_steps"]
-    assert plan.saved_bytes >= plan.device_bytes  # capacity factor 2: at most half the rows live
+    assert sizing.saved_bytes >= sizing.device_bytes  # capacity factor 2: at most half the rows live
     for batch in batches:
         twin_opt.zero_grad(set_to_none=True)
         moe.loss_of(twin, batch, capacity).backward()
@@ -388,7 +388,7 @@ def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
 @pytest.mark.filterwarnings("ignore::pagestash.PoolCostWarning")
 def test_cuda_observe_records_without_a_sync_and_resize_makes_old_records_foreign():
     """On a CUDA pool, the stashes, their observation and end_step() run under torch's sync
-    debug mode set to error; the observed counts are the router's. After resize(plan), a record
+    debug mode set to error; the observed counts are the router's. After resize(sizing), a record
     of the old memory is another pool's: its stash raises the foreign_record flag."""
     gen = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
@@ -416,10 +416,10 @@ def test_cuda_observe_records_without_a_sync_and_resize_makes_old_records_foreig
     assert observed.device.type == "cuda"
     assert torch.equal(observed.cpu(), torch.stack([torch.stack(s) for s in steps]))
     assert pool.decide() == "keep"
-    plan = ps.plan_pool([("bf16/capacity", SAVED_SHAPE)], counts=observed, layers=2, microbatches=2, page_bytes=PAGE,
+    sizing = ps.size_pool([("bf16/capacity", SAVED_SHAPE)], counts=observed, layers=2, microbatches=2, page_bytes=PAGE,
                         samples=100)
-    pool.resize(plan)
-    assert pool.device_pages == plan.device_pages and pool.totals["steps"] == 1
+    pool.resize(sizing)
+    assert pool.device_pages == sizing.device_pages and pool.totals["steps"] == 1
     old.stash(source, on_device[0][0])  # made for the memory before the resize
     assert pool.flag_dict()["foreign_record"] == 1
     assert pool.decide() == "report_error"

@@ -223,7 +223,7 @@ class DirichletRouting final : public CountModel {
 /// What MeasuredCounts does with a count above the capacity.
 enum class Excess {
   refuse,  ///< throw, naming the vector: a capacity other than training's is a mistake
-  cap,     ///< keep the capacity, the rest dropped (a planned capacity smaller than training's)
+  cap,     ///< keep the capacity, the rest dropped (a sizing capacity smaller than training's)
 };
 
 /// Count vectors measured in training. In whole steps (each step's vectors for every

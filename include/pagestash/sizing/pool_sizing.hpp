@@ -136,7 +136,7 @@ struct PoolSizing {
   Interval bootstrap_interval;            ///< the replicates' pools' percentile interval
   std::int64_t device_pages = 0;  ///< pool.value - host pages (at least 0)
   std::int64_t host_pages = 0;
-  double overflow_at_pool = 0;  ///< the planned pool's empirical overflow probability
+  double overflow_at_pool = 0;  ///< the sized pool's empirical overflow probability
   Interval overflow_interval;
   // Means per step at the peak, over the sampled steps.
   double mean_pages = 0;
@@ -147,7 +147,7 @@ struct PoolSizing {
 
   std::int64_t pool_bytes() const { return pool.value * settings.page_bytes; }
   std::int64_t device_bytes() const { return device_pages * settings.page_bytes; }
-  /// Device bytes the planned pool saves against holding every tensor at full shape.
+  /// Device bytes the sized pool saves against holding every tensor at full shape.
   std::int64_t saved_bytes() const { return full_bytes - device_bytes(); }
   double saved_fraction() const { return full_bytes > 0 ? static_cast<double>(saved_bytes()) / static_cast<double>(full_bytes) : 0; }
   /// Rounding, per step at the peak on average: of streams to whole pages, and of live runs

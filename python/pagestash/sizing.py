@@ -1,7 +1,7 @@
-"""plan_pool: how many pages a PagePool needs so that a training step overflows it with a
-chosen probability. The C++ planner (pagestash/plan.hpp, docs/planning.md) samples steps:
+"""size_pool: how many pages a PagePool needs so that a training step overflows it with a
+chosen probability. The C++ sizer (pagestash/sizing.hpp, docs/sizing.md) samples steps:
 each draws the per-expert counts of every stash alive at the schedule's peak and sums their
-exact pages, computed by the library's own work plan for the package's recipes."""
+exact pages, computed by the library's own work size for the package's recipes."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ Saved = Tuple[str, Shape]
 @dataclass(frozen=True)
 class CurvePoint:
     """A pool of `pages` pages overflows in `overflow` of the sampled steps (`interval`:
-    Wilson, at the plan's confidence)."""
+    Wilson, at the sizing's confidence)."""
 
     pages: int
     overflow: float
@@ -33,8 +33,8 @@ class CurvePoint:
 
 
 @dataclass(frozen=True)
-class PoolPlan:
-    """What plan_pool found. `pages` (device + host) is the smallest pool whose sampled
+class PoolSizing:
+    """What size_pool found. `pages` (device + host) is the smallest pool whose sampled
     overflow rate is at most the target; `pages_interval` its confidence interval: the
     Monte Carlo error and, with measured counts, the file's own sampling error (a bootstrap
     over its steps; `pages_interval_monte_carlo` without it). The upper end is the largest
@@ -51,8 +51,8 @@ class PoolPlan:
     bytes: int  #: pages x page_bytes
     full_bytes: int  #: the alive stashes' tensors at full shape: what autograd holds without paging
     saved_fraction: float  #: 1 - device bytes / full_bytes
-    overflow_probability: float  #: the planned pool's overflow rate on the sampled steps
-    overflow_target: float  #: the per-step overflow probability it was planned for (plan_pool's `overflow`)
+    overflow_probability: float  #: the sized pool's overflow rate on the sampled steps
+    overflow_target: float  #: the per-step overflow probability it was sized for (size_pool's `overflow`)
     overflow_interval: Tuple[float, float]
     curve: List[CurvePoint]  #: overflow rate against pool size, from the smallest sampled peak to the largest
     alive_stashes: int  #: (layer, microbatch) stashes held at once at the schedule's peaks
@@ -76,10 +76,10 @@ class PoolPlan:
         return self.full_bytes - self.device_bytes
 
     def pool(self, device: Device = "cpu", strict: Optional[bool] = None) -> PagePool:
-        """A PagePool of the planned size: device_pages on `device`, host_pages of spill,
-        planned for overflow_target (it warns when the steps overflow far more often)."""
+        """A PagePool of the size it found: device_pages on `device`, host_pages of spill,
+        sized for overflow_target (it warns when the steps overflow far more often)."""
         return PagePool(self.device_pages, page_bytes=self.page_bytes, host_pages=self.host_pages, device=device,
-                        strict=strict, planned_overflow=self.overflow_target)
+                        strict=strict, overflow_target=self.overflow_target)
 
     def __str__(self) -> str:
         low, high = self.pages_interval
@@ -98,16 +98,16 @@ def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Saved]:
         saved = [saved]
     out = list(saved)
     if not out:
-        raise ValueError("pagestash.plan_pool: saved is empty: give the (recipe, Shape) pairs one layer saves")
+        raise ValueError("pagestash.size_pool: saved is empty: give the (recipe, Shape) pairs one layer saves")
     for item in out:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], Shape)):
-            raise ValueError(f"pagestash.plan_pool: saved must be (recipe, pagestash.Shape) pairs, not {item!r}")
+            raise ValueError(f"pagestash.size_pool: saved must be (recipe, pagestash.Shape) pairs, not {item!r}")
     return out
 
 
 def _integer(value, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"pagestash.plan_pool: {where} = {value!r} is not an integer (counts are whole tokens)")
+        raise ValueError(f"pagestash.size_pool: {where} = {value!r} is not an integer (counts are whole tokens)")
     return int(value)
 
 
@@ -117,13 +117,13 @@ def _measured(counts):
         return [], [], os.fspath(counts)
     if isinstance(counts, torch.Tensor):
         if counts.dim() not in (2, 3) or counts.dtype.is_floating_point or counts.dtype.is_complex:
-            raise ValueError(f"pagestash.plan_pool: counts must be an integer [vectors, experts] or "
+            raise ValueError(f"pagestash.size_pool: counts must be an integer [vectors, experts] or "
                              f"[steps, stashes, experts] tensor, not {list(counts.shape)} of {counts.dtype}")
         rows = counts.cpu().tolist()
         return (rows, [], "") if counts.dim() == 2 else ([], rows, "")
     rows = list(counts)
     if not rows:
-        raise ValueError("pagestash.plan_pool: counts has no count vectors")
+        raise ValueError("pagestash.size_pool: counts has no count vectors")
     steps = all(isinstance(r, (list, tuple)) and r and isinstance(r[0], (list, tuple)) for r in rows)
     if steps:
         return [], [[[_integer(x, f"counts[{s}][{i}][{e}]") for e, x in enumerate(v)] for i, v in enumerate(step)]
@@ -131,17 +131,17 @@ def _measured(counts):
     return [[_integer(x, f"counts[{i}][{e}]") for e, x in enumerate(row)] for i, row in enumerate(rows)], [], ""
 
 
-#: The command's defaults (pagestash_plan), from the C++ planner: one set for both.
-DEFAULTS = dict(_C.plan_defaults)
+#: The command's defaults (pagestash_size), from the C++ sizer: one set for both.
+DEFAULTS = dict(_C.sizing_defaults)
 
 
-def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", layers: Optional[int] = None,
+def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", layers: Optional[int] = None,
               microbatches: Optional[int] = None, tokens: Optional[int] = None, top_k: int = 1, alpha: float = 1.0,
               correlation: float = 0.0, counts=None, cap_counts: bool = False, capacity: Optional[int] = None,
               sampler: str = "multinomial", overflow: float = DEFAULTS["overflow"],
               page_bytes: int = DEFAULTS["page_bytes"], host_pages: int = 0, samples: int = DEFAULTS["samples"],
               seed: int = DEFAULTS["seed"], confidence: float = DEFAULTS["confidence"],
-              bootstrap: int = DEFAULTS["bootstrap"], curve_points: int = 24) -> PoolPlan:
+              bootstrap: int = DEFAULTS["bootstrap"], curve_points: int = 24) -> PoolSizing:
     """Sizes a PagePool for a target per-step overflow probability.
 
     - `saved`: what one MoE layer saves for backward, as (recipe, Shape) pairs, e.g.
@@ -159,22 +159,22 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
       'multinomial' (fast) or 'per_token' (exact, slower). Or `counts` measured in training:
       whole steps ([steps, layers x microbatches, experts] nested lists or tensor; stash
       index microbatch * layers + layer), a step drawn at a time; independent vectors
-      ([vectors, experts]), one drawn per stash; or a file path (docs/planning.md's format).
+      ([vectors, experts]), one drawn per stash; or a file path (docs/sizing.md's format).
       Counts above the capacity are refused unless `cap_counts`.
     - `overflow`: the target probability that a step overflows; `samples` steps are drawn
       from `seed`; `bootstrap` replicates over measured steps widen the interval by the
       file's error; `page_bytes` and `host_pages` as PagePool takes them.
 
-    Returns a PoolPlan; `plan.pool(device)` makes the PagePool (or `pool.resize(plan)` gives
-    a pool that size between steps). Warns (PoolCostWarning) when the planned pool costs more
+    Returns a PoolSizing; `sizing.pool(device)` makes the PagePool (or `pool.resize(sizing)` gives
+    a pool that size between steps). Warns (PoolCostWarning) when the sized pool costs more
     than it saves: its device bytes above `saved_bytes`. Raises ValueError naming
     what is wrong for a bad argument (an unknown recipe, a shape the recipe cannot hold,
     tensors of different capacities, counts beyond the experts, a bad schedule, ...)."""
     pairs = _saved_list(saved)
     if counts is None and tokens is None:
-        raise ValueError("pagestash.plan_pool: give the router (tokens=, top_k=, alpha=) or measured counts=")
+        raise ValueError("pagestash.size_pool: give the router (tokens=, top_k=, alpha=) or measured counts=")
     if seed < 0:
-        raise ValueError(f"pagestash.plan_pool: seed = {seed} must not be negative")
+        raise ValueError(f"pagestash.size_pool: seed = {seed} must not be negative")
     vectors, steps, path = ([], [], "") if counts is None else _measured(counts)
     layers = DEFAULTS["layers"] if layers is None else layers
     microbatches = DEFAULTS["microbatches"] if microbatches is None else microbatches
@@ -185,7 +185,7 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
                      counts_file=path, cap_counts=bool(cap_counts), page_bytes=int(page_bytes),
                      host_pages=int(host_pages), samples=int(samples), seed=int(seed), overflow=float(overflow),
                      confidence=float(confidence), bootstrap=int(bootstrap), curve_points=int(curve_points))
-    plan = PoolPlan(pages=d["pages"], pages_interval=(d["pages_low"], d["pages_high"]),
+    sizing = PoolSizing(pages=d["pages"], pages_interval=(d["pages_low"], d["pages_high"]),
                     pages_interval_bounded=d["pages_high_bounded"],
                     pages_interval_monte_carlo=(d["pages_low_monte_carlo"], d["pages_high_monte_carlo"]),
                     bootstrap_replicates=d["bootstrap_replicates"], peak_moments=d["peak_moments"],
@@ -197,10 +197,10 @@ def plan_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
                     curve=[CurvePoint(p, o, (lo, hi)) for p, o, lo, hi in d["curve"]],
                     alive_stashes=d["alive_stashes"], schedule=d["schedule"], count_model=d["count_model"],
                     samples=d["samples"], confidence=float(confidence), mean_pages=d["mean_pages"], page_rounding_bytes=d["page_rounding_bytes"])
-    if plan.device_bytes > plan.saved_bytes:
-        warnings.warn(f"pagestash: the planned pool costs more than it saves: its {plan.device_bytes / 2**20:.2f} MiB "
-                      f"on the device save {plan.saved_bytes / 2**20:.2f} MiB of the {plan.full_bytes / 2**20:.2f} MiB "
-                      f"autograd holds for these tensors without paging ({100 * plan.saved_fraction:.1f}%). Paging pays "
+    if sizing.device_bytes > sizing.saved_bytes:
+        warnings.warn(f"pagestash: the sized pool costs more than it saves: its {sizing.device_bytes / 2**20:.2f} MiB "
+                      f"on the device save {sizing.saved_bytes / 2**20:.2f} MiB of the {sizing.full_bytes / 2**20:.2f} MiB "
+                      f"autograd holds for these tensors without paging ({100 * sizing.saved_fraction:.1f}%). Paging pays "
                       "where the router leaves capacity rows empty; with these counts page fewer tensors (or none), "
-                      "spill to the host (host_pages=), or plan for a higher overflow rate", PoolCostWarning, stacklevel=2)
-    return plan
+                      "spill to the host (host_pages=), or size for a higher overflow rate", PoolCostWarning, stacklevel=2)
+    return sizing

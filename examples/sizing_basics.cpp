@@ -31,11 +31,11 @@ int main() {
   const sizing::PoolSizing p = sizing::size_pool(layer, schedule, counts, settings);
 
   std::printf("pool: %lld pages (95%% CI %lld..%lld), %.1f MiB; saves %.1f%% against full buffers\n",
-              static_cast<long long>(p.pool.value), static_cast<long long>(p.pool.low),
-              static_cast<long long>(p.pool.high), static_cast<double>(p.pool_bytes()) / (1 << 20),
+              static_cast<long long>(p.pages.value), static_cast<long long>(p.pages.low),
+              static_cast<long long>(p.pages.high), static_cast<double>(p.bytes()) / (1 << 20),
               100 * p.saved_fraction());
-  std::printf("a pool of %lld pages overflows %.4f of the steps\n", static_cast<long long>(p.pool.value - 20),
-              p.peaks.overflow_probability(p.pool.value - 20));
+  std::printf("a pool of %lld pages overflows %.4f of the steps\n", static_cast<long long>(p.pages.value - 20),
+              p.peaks.overflow_probability(p.pages.value - 20));
   // [sizing]
-  return p.pool.value > p.peaks.min() && p.pool.value <= p.peaks.max() ? 0 : 1;
+  return p.pages.value > p.peaks.min() && p.pages.value <= p.peaks.max() ? 0 : 1;
 }

@@ -406,15 +406,15 @@ class Step {
     settings.samples = sizing_samples;
     settings.seed = o_.seed;
     settings.overflow = o_.overflow > 0 ? o_.overflow : shown_overflow;
-    const ps::sizing::PoolSizing sized = ps::sizing::size_pool(layer, sizing_sched, router, settings);
-    r.planned = sized.pool;
+    const ps::sizing::PoolSizing sizer = ps::sizing::size_pool(layer, sizing_sched, router, settings);
+    r.planned = sizer.pages;
     r.planned_for = settings.overflow;
-    r.planned_overflow = sized.overflow_at_pool;
+    r.planned_overflow = sizer.overflow_probability;
 
     // The measured step, on a pool sized from the eager one or by the sizer.
-    ps::PoolConfig sized = ps::size_pool(observed, o_.pool_factor, o_.spill_factor);
+    ps::PoolConfig sized = ps::size_from_peak(observed, o_.pool_factor, o_.spill_factor);
     r.sized_by_sizer = o_.overflow > 0;
-    if (r.sized_by_sizer) sized.device_pages = sized.pool.value;
+    if (r.sized_by_sizer) sized.device_pages = sizer.pages.value;
     ps::PagePool pool(sized, space_);
     Pass(*this, pool, r, true).run(events);
     const ps::PoolStats st = pool.stats();
@@ -437,8 +437,8 @@ class Step {
       peak_held = std::max(peak_held, held);
     }
     r.oversized_bytes = peak_held * per_tensor;
-    if (peak_held != sized.alive_stashes)  // the sizer's schedule must be the one run here
-      throw std::logic_error("the sizer's schedule holds " + std::to_string(sized.alive_stashes) + " stashes, the demo's " +
+    if (peak_held != sizer.alive_stashes)  // the sizer's schedule must be the one run here
+      throw std::logic_error("the sizer's schedule holds " + std::to_string(sizer.alive_stashes) + " stashes, the demo's " +
                              std::to_string(peak_held));
     return r;
   }

@@ -7,7 +7,22 @@ if(NOT _rc EQUAL 0)
 endif()
 set(_file "${CMAKE_CURRENT_BINARY_DIR}/pagestash_size_check.json")
 file(WRITE "${_file}" "${_json}")
-execute_process(COMMAND python3 -c "import json, sys; p = json.load(open(sys.argv[1])); assert p['pool_pages'] > 0 and p['curve'] and p['warmup'], p" "${_file}"
+# What the JSON must say of itself: the pool within its intervals and the sampled peaks, its
+# pages' bytes, device + host, the overflow at the pool under the target (within the
+# interval's reach), the curve falling, the saving consistent with the bytes.
+set(_check [=[
+import json, sys
+p = json.load(open(sys.argv[1]))
+pages = p["pool_pages"]
+assert 0 < p["peak_pages"]["min"] <= pages <= p["peak_pages"]["max"], p["peak_pages"]
+assert p["pool_pages_ci"][0] <= pages <= p["pool_pages_ci"][1], p["pool_pages_ci"]
+assert p["pool_bytes"] == pages * p["page_bytes"] and p["device_pages"] + p["host_pages"] == pages
+assert p["overflow_at_pool"] <= p["overflow_target"] and p["overflow_at_pool_ci"][0] <= p["overflow_at_pool"]
+curve = p["curve"]
+assert curve and all(a["pages"] < b["pages"] and a["overflow"] >= b["overflow"] for a, b in zip(curve, curve[1:])), curve
+assert p["saved_bytes"] == p["full_bytes"] - p["device_bytes"] and p["warmup"]
+]=])
+execute_process(COMMAND python3 -c "${_check}" "${_file}"
                 RESULT_VARIABLE _rc ERROR_VARIABLE _err)
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "pagestash_size --json is not the JSON expected: ${_err}\n${_json}")

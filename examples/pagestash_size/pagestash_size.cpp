@@ -185,19 +185,19 @@ void print_text(const Report& r) {
     std::printf("  saves %s: hidden %lld, %.2f MiB at full shape\n", t.name().c_str(), (long long)t.hidden(),
                 mib(double(t.full_bytes())));
   std::printf("schedule %s: %lld stashes held at each of %lld peaks of a step; counts: %s\n", p.schedule.c_str(),
-              (long long)p.alive_stashes, (long long)p.peak_moments, p.counts.c_str());
+              (long long)p.alive_stashes, (long long)p.peak_moments, p.count_model.c_str());
   std::printf("%lld sampled steps (seed %llu), pages of %lld bytes\n\n", (long long)p.peaks.samples(),
               (unsigned long long)p.settings.seed, (long long)page);
   std::printf("pool for overflow <= %g per step: %lld pages = %.1f MiB (%.0f%% CI %.0f..%.0f%s)\n", p.settings.overflow,
-              (long long)p.pool.value, mib(double(p.pool_bytes())), 100 * p.settings.confidence, p.pool_interval.low,
-              p.pool_interval.high, p.pool.high_bounded ? "" : ", upper end unbounded: sample more");
+              (long long)p.pages.value, mib(double(p.bytes())), 100 * p.settings.confidence, p.pages_interval.low,
+              p.pages_interval.high, p.pages.high_bounded ? "" : ", upper end unbounded: sample more");
   if (p.bootstrap_replicates > 0)
     std::printf("  the interval: Monte Carlo %lld..%lld, bootstrap over the measured steps %.0f..%.0f (%lld replicates)\n",
-                (long long)p.pool.low, (long long)p.pool.high, p.bootstrap_interval.low, p.bootstrap_interval.high,
+                (long long)p.pages.low, (long long)p.pages.high, p.bootstrap_interval.low, p.bootstrap_interval.high,
                 (long long)p.bootstrap_replicates);
   std::printf("  device %lld pages (%.1f MiB), host %lld pages\n", (long long)p.device_pages, mib(double(p.device_bytes())),
               (long long)p.host_pages);
-  std::printf("  its overflow probability on the samples: %.5f (%.0f%% CI %.5f..%.5f)\n", p.overflow_at_pool,
+  std::printf("  its overflow probability on the samples: %.5f (%.0f%% CI %.5f..%.5f)\n", p.overflow_probability,
               100 * p.settings.confidence, p.overflow_interval.low, p.overflow_interval.high);
   const auto& s = p.peaks.sorted();
   const auto at = [&](double q) { return (long long)s[std::min(s.size() - 1, static_cast<std::size_t>(q * double(s.size())))]; };
@@ -219,8 +219,8 @@ void print_text(const Report& r) {
   for (const auto& w : r.warmup)
     std::printf("%8.2f %12lld %10.1f %21.5f %16.5f %22.1f%%\n", w.factor, (long long)w.median_pages,
                 mib(double(w.median_pages * page)), w.overflow_at_median, w.mean_overflow, 100 * w.missed_target);
-  std::printf("%8s %12lld %10.1f %21.5f %16s %22s\n", "planned", (long long)p.pool.value, mib(double(p.pool_bytes())),
-              p.overflow_at_pool, "", "");
+  std::printf("%8s %12lld %10.1f %21.5f %16s %22s\n", "planned", (long long)p.pages.value, mib(double(p.bytes())),
+              p.overflow_probability, "", "");
 }
 
 std::string json_string(const std::string& s) {
@@ -247,16 +247,16 @@ std::string to_json(const Report& r) {
   }
   j << "],\n  \"schedule\": " << json_string(p.schedule) << ", \"alive_stashes\": " << p.alive_stashes
     << ", \"peak_moments\": " << p.peak_moments
-    << ", \"counts\": " << json_string(p.counts) << ",\n  \"samples\": " << p.peaks.samples() << ", \"seed\": " << p.settings.seed
+    << ", \"counts\": " << json_string(p.count_model) << ",\n  \"samples\": " << p.peaks.samples() << ", \"seed\": " << p.settings.seed
     << ", \"page_bytes\": " << p.settings.page_bytes << ", \"overflow_target\": " << p.settings.overflow
-    << ", \"confidence\": " << p.settings.confidence << ",\n  \"pool_pages\": " << p.pool.value
-    << ", \"pool_pages_ci\": [" << p.pool_interval.low << ", " << p.pool_interval.high << "], \"pool_pages_ci_monte_carlo\": ["
-    << p.pool.low << ", " << p.pool.high << "], \"bootstrap_replicates\": " << p.bootstrap_replicates
+    << ", \"confidence\": " << p.settings.confidence << ",\n  \"pool_pages\": " << p.pages.value
+    << ", \"pool_pages_ci\": [" << p.pages_interval.low << ", " << p.pages_interval.high << "], \"pool_pages_ci_monte_carlo\": ["
+    << p.pages.low << ", " << p.pages.high << "], \"bootstrap_replicates\": " << p.bootstrap_replicates
     << ", \"pool_ci_bounded\": ["
-    << (p.pool.low_bounded ? "true" : "false") << ", " << (p.pool.high_bounded ? "true" : "false") << "]"
-    << ", \"pool_bytes\": " << p.pool_bytes() << ", \"device_pages\": " << p.device_pages
+    << (p.pages.low_bounded ? "true" : "false") << ", " << (p.pages.high_bounded ? "true" : "false") << "]"
+    << ", \"pool_bytes\": " << p.bytes() << ", \"device_pages\": " << p.device_pages
     << ", \"host_pages\": " << p.host_pages << ", \"device_bytes\": " << p.device_bytes()
-    << ",\n  \"overflow_at_pool\": " << p.overflow_at_pool << ", \"overflow_at_pool_ci\": [" << p.overflow_interval.low
+    << ",\n  \"overflow_at_pool\": " << p.overflow_probability << ", \"overflow_at_pool_ci\": [" << p.overflow_interval.low
     << ", " << p.overflow_interval.high << "],\n  \"peak_pages\": {\"min\": " << p.peaks.min() << ", \"max\": " << p.peaks.max()
     << ", \"mean\": " << p.mean_pages << "},\n  \"mean_live_bytes\": " << p.mean_live_bytes
     << ", \"mean_stream_bytes\": " << p.mean_stream_bytes << ", \"page_rounding_bytes\": " << p.page_rounding_bytes()

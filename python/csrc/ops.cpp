@@ -34,10 +34,10 @@ cudaStream_t stream_of(const at::Tensor& control) {
   return s == nullptr ? cudaStreamPerThread : s;
 }
 #else
-// Built without CUDA (PAGESTASH_TORCH_CUDA=0): a CUDA pool is refused when its stream is asked for.
+// Built without CUDA (PAGESTASH_TORCH_CUDA undefined): a CUDA pool is refused when its stream is asked for.
 // The stubs below are never reached.
 cudaStream_t stream_of(const at::Tensor&) {
-  TORCH_CHECK(false, "pagestash_torch was built without CUDA (PAGESTASH_TORCH_CUDA=0)");
+  TORCH_CHECK(false, "pagestash was built without the CUDA executor (no nvcc, or PAGESTASH_CUDA=0 at install): CUDA tensors need a build with it");
   return nullptr;
 }
 void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
@@ -464,27 +464,27 @@ py::dict size_pool_py(const std::vector<std::string>& recipes, const std::vector
     return checked([&] { return plan_of(r); });
   }();
   py::dict d;
-  d["pages"] = p.pool.value;
-  d["pages_low"] = static_cast<std::int64_t>(p.pool_interval.low);
-  d["pages_high"] = static_cast<std::int64_t>(p.pool_interval.high);
-  d["pages_low_monte_carlo"] = p.pool.low;
-  d["pages_high_monte_carlo"] = p.pool.high;
+  d["pages"] = p.pages.value;
+  d["pages_low"] = static_cast<std::int64_t>(p.pages_interval.low);
+  d["pages_high"] = static_cast<std::int64_t>(p.pages_interval.high);
+  d["pages_low_monte_carlo"] = p.pages.low;
+  d["pages_high_monte_carlo"] = p.pages.high;
   d["bootstrap_replicates"] = p.bootstrap_replicates;
   d["peak_moments"] = p.peak_moments;
-  d["pages_high_bounded"] = p.pool.high_bounded;
+  d["pages_high_bounded"] = p.pages.high_bounded;
   d["page_bytes"] = p.settings.page_bytes;
   d["device_pages"] = p.device_pages;
   d["host_pages"] = p.host_pages;
-  d["bytes"] = p.pool_bytes();
+  d["bytes"] = p.bytes();
   d["device_bytes"] = p.device_bytes();
   d["full_bytes"] = p.full_bytes;
   d["saved_fraction"] = p.saved_fraction();
-  d["overflow_probability"] = p.overflow_at_pool;
+  d["overflow_probability"] = p.overflow_probability;
   d["overflow_low"] = p.overflow_interval.low;
   d["overflow_high"] = p.overflow_interval.high;
   d["alive_stashes"] = p.alive_stashes;
   d["schedule"] = p.schedule;
-  d["count_model"] = p.counts;
+  d["count_model"] = p.count_model;
   d["samples"] = p.peaks.samples();
   d["peak_min"] = p.peaks.min();
   d["peak_max"] = p.peaks.max();

@@ -1,6 +1,6 @@
 """pagestash for PyTorch: paged stashing of grouped MoE activations.
 
-torch.ops.pagestash.{stash, reload, discard, reset, report} over tensors (the host executor
+torch.ops.pagestash.{stash, reload, discard, reset, end_step, report} over tensors (the host executor
 for CPU tensors, the CUDA executor for CUDA ones), a PagePool and records in memory from
 PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor hook context
 that pages marked activations between forward and backward, and `size_pool`, which sizes a

@@ -354,10 +354,9 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
 
 /// Two launches of `op` on one record with the same arguments (what two executables of one
 /// captured graph, or two copies of the library, enqueue), the second while the first is in
-/// flight. `same_id` gives both the same launch id, as launch epochs drawn on the host did:
-/// then they join, which the test must catch.
+/// flight, with its own launch id (a grid's own): the second is refused.
 template <class Traits>
-void overlap_same_arguments(bool same_id) {
+void overlap_same_arguments() {
   using L = typename Traits::layout;
   const auto shape = sequence_shape<L>(true);
   const ps::PoolConfig cfg = room_for<Traits>(shape, 256, 2);
@@ -376,7 +375,7 @@ void overlap_same_arguments(bool same_id) {
     LaunchShape twin = held.shape;
     twin.before_start = nullptr;
     twin.slots = 2;
-    if (!same_id) twin.launch = next_grid_id();
+    twin.launch = next_grid_id();
     auto run = [&](const LaunchShape& launch) {
       emulate_launch(launch, [&](const EmulatedContext& ctx) {
         if (op == ps::detail::Operation::stash)
@@ -420,8 +419,8 @@ void overlap_same_arguments(bool same_id) {
 }
 
 TEST_CASE("emulated grid: two overlapping launches with the same arguments on one record: the second is refused") {
-  overlap_same_arguments<ps::StashTraits<RuBf16Cap>>(false);
-  overlap_same_arguments<ps::StashTraits<ColNv4CapCo>>(false);
+  overlap_same_arguments<ps::StashTraits<RuBf16Cap>>();
+  overlap_same_arguments<ps::StashTraits<ColNv4CapCo>>();
 }
 
 namespace {

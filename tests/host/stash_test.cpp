@@ -312,13 +312,13 @@ TEST_CASE("the sizing helper turns an observed peak into a pool") {
   ps::PoolStats observed{};
   observed.config.page_bytes = 4096;
   observed.peak_pages_used = 1000;
-  const ps::PoolConfig c = ps::size_pool(observed);
+  const ps::PoolConfig c = ps::size_from_peak(observed);
   CHECK(c.page_bytes == 4096);
   CHECK(c.device_pages == 1100);
   CHECK(c.host_pages == 0);
-  CHECK(ps::size_pool(observed, 1.0, 0.5).host_pages == 500);
+  CHECK(ps::size_from_peak(observed, 1.0, 0.5).host_pages == 500);
   CHECK(ps::pages_for(4097, 4096) == 2);
-  CHECK_THROWS_AS(ps::size_pool(observed, -1.0), std::invalid_argument);
+  CHECK_THROWS_AS(ps::size_from_peak(observed, -1.0), std::invalid_argument);
 
   // An eager step with a generous pool observes the peak; the sized pool then holds it.
   ps::PoolConfig generous;
@@ -339,7 +339,7 @@ TEST_CASE("the sizing helper turns an observed peak into a pool") {
   CHECK(seen.peak_live_bytes == ra.status().stream_bytes + rb.status().stream_bytes);
   CHECK(seen.live_bytes == rb.status().stream_bytes);
 
-  ps::PagePool sized(ps::size_pool(seen, 1.0), ps::MemorySpace::host);
+  ps::PagePool sized(ps::size_from_peak(seen, 1.0), ps::MemorySpace::host);
   auto sa = ps::make_record<NvTraits>(sized, a.view);
   auto sb = ps::make_record<NvTraits>(sized, b.view);
   ps::stash(ps::host, sized, a.view, sa);

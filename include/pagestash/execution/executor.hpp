@@ -5,7 +5,7 @@
 //                          (HostExecutor{n} copies with n threads), on a host-memory pool
 //   pagestash::on(stream)  CUDA kernels enqueued on `stream`, on a device-memory pool
 //
-// The operations themselves (stash, reload, discard, reset) are declared in
+// The operations themselves (stash, reload, discard, reset, end_step, report) are declared in
 // execution/host.hpp and execution/cuda.cuh.
 
 #include <pagestash/pool/memory_space.hpp>
@@ -26,7 +26,7 @@ struct ReloadOptions {
 
 struct HostExecutor {
   static constexpr MemorySpace memory = MemorySpace::host;
-  unsigned threads = 1;  ///< CPU threads that copy tiles (the planning step runs on the caller's)
+  unsigned threads = 1;  ///< CPU threads that copy tiles (the plan is made on the caller's)
 };
 inline constexpr HostExecutor host{};
 

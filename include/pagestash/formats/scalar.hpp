@@ -25,7 +25,6 @@ struct Minifloat {
   storage_type bits;
 
   static constexpr const char* name = Spec::name;
-  static constexpr int storage_bits = Spec::exponent_bits + Spec::mantissa_bits + 1;
 
   PAGESTASH_HOST_DEVICE static Minifloat from_float(float x) {
     return Minifloat{static_cast<storage_type>(codec::encode(x))};

@@ -60,9 +60,9 @@ inline std::int64_t pages_for(std::int64_t bytes, std::int64_t page_bytes) {
 /// the peak number of pages held at once, times a safety factor for each memory. Pages
 /// already include the rounding of each stash to whole pages, so the factor only covers
 /// step-to-step variation. The observed pool's page size is kept.
-inline PoolConfig size_pool(const PoolStats& observed, double device_factor = 1.10, double host_factor = 0.0) {
+inline PoolConfig size_from_peak(const PoolStats& observed, double device_factor = 1.10, double host_factor = 0.0) {
   if (!(device_factor >= 0.0) || !(host_factor >= 0.0))
-    throw std::invalid_argument("size_pool: factors must be non-negative");
+    throw std::invalid_argument("size_from_peak: factors must be non-negative");
   PoolConfig c;
   c.page_bytes = observed.config.page_bytes;
   const double peak = static_cast<double>(observed.peak_pages_used);

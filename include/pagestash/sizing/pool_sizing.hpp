@@ -124,19 +124,19 @@ inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, c
 struct PoolSizing {
   SizingSettings settings;
   std::string schedule;
-  std::string counts;  ///< the count model, described
+  std::string count_model;  ///< the count model, described
   std::int64_t alive_stashes = 0;  ///< the most stashes held at once
   std::int64_t peak_moments = 0;   ///< moments of the step the held stashes peak (Schedule::peak_moments)
   PeakDistribution peaks{{0}};
-  QuantileEstimate pool;      ///< pages of the pool (device + host) for the target; its interval: Monte Carlo error
-  /// The interval reported: pool's, widened to the bootstrap's percentile interval
+  QuantileEstimate pages;     ///< pages of the pool (device + host) for the target; its interval: Monte Carlo error
+  /// The interval reported: pages', widened to the bootstrap's percentile interval
   /// over the measured steps (the file's own sampling error) when the counts are measured.
-  Interval pool_interval;
+  Interval pages_interval;
   std::int64_t bootstrap_replicates = 0;  ///< 0: no bootstrap (a Dirichlet router, or settings.bootstrap = 0)
   Interval bootstrap_interval;            ///< the replicates' pools' percentile interval
-  std::int64_t device_pages = 0;  ///< pool.value - host pages (at least 0)
+  std::int64_t device_pages = 0;  ///< pages.value - host pages (at least 0)
   std::int64_t host_pages = 0;
-  double overflow_at_pool = 0;  ///< the sized pool's empirical overflow probability
+  double overflow_probability = 0;  ///< the sized pool's empirical overflow probability
   Interval overflow_interval;
   // Means per step at the peak, over the sampled steps.
   double mean_pages = 0;
@@ -145,7 +145,7 @@ struct PoolSizing {
   double mean_dropped_tokens = 0;
   std::int64_t full_bytes = 0;  ///< the alive stashes' tensors at full shape: held without stashing
 
-  std::int64_t pool_bytes() const { return pool.value * settings.page_bytes; }
+  std::int64_t bytes() const { return pages.value * settings.page_bytes; }
   std::int64_t device_bytes() const { return device_pages * settings.page_bytes; }
   /// Device bytes the sized pool saves against holding every tensor at full shape.
   std::int64_t saved_bytes() const { return full_bytes - device_bytes(); }
@@ -280,7 +280,7 @@ inline PoolSizing size_pool(const Layer& layer, const Schedule& schedule, const 
   PoolSizing result;
   result.settings = settings;
   result.schedule = schedule.name();
-  result.counts = counts.describe();
+  result.count_model = counts.describe();
   result.alive_stashes = schedule.alive_stashes();
   result.peak_moments = schedule.peak_moments();
   result.full_bytes = result.alive_stashes * layer.full_bytes();
@@ -313,18 +313,18 @@ inline PoolSizing size_pool(const Layer& layer, const Schedule& schedule, const 
   result.mean_live_bytes = live / n;
   result.mean_dropped_tokens = dropped / n;
   result.peaks = PeakDistribution(std::move(peaks));
-  result.pool = result.peaks.pool_for(settings.overflow, settings.confidence);
-  result.pool_interval = {static_cast<double>(result.pool.low), static_cast<double>(result.pool.high)};
+  result.pages = result.peaks.pool_for(settings.overflow, settings.confidence);
+  result.pages_interval = {static_cast<double>(result.pages.low), static_cast<double>(result.pages.high)};
   if (measured && settings.bootstrap > 0) {
     result.bootstrap_replicates = settings.bootstrap;
     result.bootstrap_interval = detail::bootstrap_pool(schedule, *measured, *lookup, settings);
-    result.pool_interval.low = std::min(result.pool_interval.low, result.bootstrap_interval.low);
-    result.pool_interval.high = std::max(result.pool_interval.high, result.bootstrap_interval.high);
+    result.pages_interval.low = std::min(result.pages_interval.low, result.bootstrap_interval.low);
+    result.pages_interval.high = std::max(result.pages_interval.high, result.bootstrap_interval.high);
   }
-  result.host_pages = std::min(settings.host_pages, result.pool.value);
-  result.device_pages = result.pool.value - result.host_pages;
-  result.overflow_at_pool = result.peaks.overflow_probability(result.pool.value);
-  result.overflow_interval = result.peaks.overflow_interval(result.pool.value, settings.confidence);
+  result.host_pages = std::min(settings.host_pages, result.pages.value);
+  result.device_pages = result.pages.value - result.host_pages;
+  result.overflow_probability = result.peaks.overflow_probability(result.pages.value);
+  result.overflow_interval = result.peaks.overflow_interval(result.pages.value, settings.confidence);
   return result;
 }
 

@@ -7,6 +7,7 @@
 // emulator's cost benchmark sizes its launches as the executor would on a given GPU).
 
 #include <pagestash/config.hpp>
+#include <pagestash/detail/math.hpp>
 #include <pagestash/detail/team.hpp>
 
 #include <cuda/std/cstdint>
@@ -23,8 +24,8 @@ struct StashPolicy90 {
   static constexpr int threads_per_block = 512;
   static constexpr int warps_per_block = threads_per_block / 32;
   /// Blocks that must fit on an SM at once (the launch bound): at most 64 registers a
-  /// thread, which the compiled-kernel check also holds it to (left to itself, ptxas for
-  /// sm_100 chose 32 and spilled the planning loops).
+  /// thread, which the compiled-kernel check also holds it to (a tighter bound makes ptxas
+  /// for sm_100 spill the work plan's loops).
   static constexpr int min_blocks_per_sm = 2;
   /// Blocks per SM a launch is sized for: enough 16-byte loads in flight to cover memory
   /// latency (Little's law: bandwidth x latency / SMs, loads only: a store is not waited
@@ -124,7 +125,7 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t launch_blocks(cuda::std::int6
   cuda::std::int64_t blocks = on_device;
   if (max_blocks > 0 && max_blocks < blocks) blocks = max_blocks;
   const cuda::std::int64_t per_claim = Policy::warps_per_block * Policy::tiles_per_warp_claim;
-  const cuda::std::int64_t needed = (max_tiles + per_claim - 1) / per_claim;
+  const cuda::std::int64_t needed = detail::ceil_div(max_tiles, per_claim);
   if (needed < blocks) blocks = needed;
   return blocks > 0 ? blocks : 1;
 }

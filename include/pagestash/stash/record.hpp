@@ -191,11 +191,12 @@ class StashRecord {
     v.groups = shape_.groups;
     return v;
   }
-  /// Pages the largest stash of this shape takes, and the bytes allocated for the record.
+  /// Pages and tiles the largest stash of this shape takes.
   cuda::std::int64_t max_pages() const { return max_pages_; }
   cuda::std::int64_t max_tiles() const { return max_tiles_; }
   /// log2 of the pool's page size, which the record's plans are cut by.
   int page_shift() const { return page_shift_; }
+  /// The bytes allocated for the record.
   std::size_t bytes() const { return memory_.bytes(); }
   /// The counts the last stash saw (in the pool's memory space; read them on the device).
   const cuda::std::int32_t* counts() const { return ref_.counts; }

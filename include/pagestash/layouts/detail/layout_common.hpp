@@ -1,6 +1,6 @@
 #pragma once
-// What every layout policy shares: the geometry of a buffer from the layout's block shape,
-// and the integer helpers. Not public API.
+// What every layout policy shares: the geometry of a buffer from the layout's block shape.
+// Not public API.
 
 #include <pagestash/detail/math.hpp>
 #include <pagestash/layouts/geometry.hpp>

@@ -82,11 +82,11 @@ int main() {
     }
   const ps::PoolStats stats = pool.stats();
   std::printf("side_stream: reload %s, overflow %d, error %d\n", exact ? "bit-exact" : "MISMATCH",
-              static_cast<int>(stats.overflow), static_cast<int>(stats.error));
+              static_cast<int>(stats.flags.overflow), static_cast<int>(stats.flags.error));
   for (cudaEvent_t e : {produced, stashed, backward, reloaded}) cudaEventDestroy(e);
   cudaStreamDestroy(side);
   cudaStreamDestroy(compute);
   cudaFree(counts);
   cudaFree(activation);
-  return exact && !stats.overflow && !stats.error ? 0 : 1;
+  return exact && !stats.flags.overflow && !stats.flags.error ? 0 : 1;
 }

@@ -51,7 +51,7 @@ int main() {
   const pagestash::PoolStats stats = pool.stats();
   std::printf("record %s: %lld live bytes; pool peak %lld pages, overflow %d\n", pagestash::name_of(status.state),
               static_cast<long long>(status.live_bytes), static_cast<long long>(stats.peak_pages_used),
-              static_cast<int>(stats.overflow));
+              static_cast<int>(stats.flags.overflow));
   // [reload]
 
   // NVFP4 columnwise data is transposed, [hidden, tokens / 2] per expert: expert 0's first

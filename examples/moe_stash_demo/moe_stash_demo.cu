@@ -423,7 +423,7 @@ class Step {
     r.host_pool_bytes = pool.config().host_bytes();
     r.peak_pages = st.peak_pages_used;
     r.peak_pool_bytes = st.peak_pages_used * pool.config().page_bytes;
-    r.host_spill = st.host_spill;
+    r.host_spill = st.flags.host_spill != 0;
     r.overflows = st.failures;
     r.pages_held_at_step_end = st.pages_held_at_step_end;
     // Without stashing, every saved tensor keeps its full-shape buffers until its backward.

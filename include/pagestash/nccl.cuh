@@ -15,7 +15,7 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// Enqueues an in-place all-reduce (ncclMax over the 10 int32 words) of the pool's flags on
+/// Enqueues an in-place all-reduce (ncclMax over the flag_count int32 words) of the pool's flags on
 /// the executor's stream, across the ranks of `comm`. Enqueue it after the step's
 /// operations on that stream (side streams joined with events), and report() after it.
 inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {

@@ -364,6 +364,11 @@ py::dict flags_dict(ps::PoolFlags f) {
 
 std::vector<std::string> flag_names() { return {std::begin(ps::flag_names), std::end(ps::flag_names)}; }
 std::vector<std::string> flag_meanings() { return {std::begin(ps::flag_meanings), std::end(ps::flag_meanings)}; }
+std::vector<std::string> flag_categories() {
+  std::vector<std::string> out;
+  for (const ps::FlagCategory c : ps::flag_categories) out.push_back(ps::name_of(c));
+  return out;
+}
 
 /// The flags and counters, by the library's own names (PoolStats and PoolReport are both
 /// PoolCounts).
@@ -402,6 +407,9 @@ py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tenso
   d["host_pages"] = s.host_pages;
   d["stream_bytes"] = s.stream_bytes;
   d["live_bytes"] = s.live_bytes;
+  d["generation"] = s.generation;
+  d["refused_blocks"] = s.refused_blocks;
+  d["launch_in_flight"] = s.launch_in_flight;
   return d;
 }
 
@@ -555,6 +563,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_report", &decode_report, "A report written by torch.ops.pagestash.report, as a dict");
   m.def("flag_names", &flag_names, "The flags' names, in the order of their int32 words");
   m.def("flag_meanings", &flag_meanings, "What each flag means, in the order of flag_names()");
+  m.def("flag_categories", &flag_categories,
+        "Each flag's category (capacity, misuse, info), in the order of flag_names()");
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
   m.def("size_pool", &size_pool_py, "The pool sizer (pagestash/sizing.hpp) for a layer of the recipes",
         py::arg("recipes"), py::arg("shapes"), py::arg("schedule"), py::arg("layers"), py::arg("microbatches"),

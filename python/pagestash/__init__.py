@@ -14,7 +14,7 @@ import torch  # noqa: F401  (first: it loads libtorch and libc10, which _C links
 
 from . import _C
 from ._ops import ops
-from .errors import FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning
+from .errors import FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning
 from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
 from .sizing import CurvePoint, PoolSizing, size_pool
 from .pool import PagePool, Record, decode_report
@@ -25,7 +25,7 @@ from .step import PagedStep, PagingWarning, run_step
 with_cuda: bool = _C.with_cuda
 __version__: str = _C.version
 
-__all__ = ["ops", "FAMILIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
+__all__ = ["ops", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
            "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "with_cuda", "__version__"]

@@ -7,21 +7,22 @@ from typing import Dict, Iterable
 
 from . import _C
 
-#: The flags' names, in the order of their int32 words in the pool's memory, and what each
-#: means: both from the library's one table (PAGESTASH_POOL_FLAGS, pagestash/pool/flags.hpp).
+#: The flags' names, in the order of their int32 words in the pool's memory, what each
+#: means and its category ('capacity': the step reruns; 'misuse': a bug, the step reruns and
+#: reports it; 'info': not a failure): all from the library's one table
+#: (PAGESTASH_POOL_FLAGS, pagestash/pool/flags.hpp).
 FLAG_NAMES = tuple(_C.flag_names())
 FLAG_MEANINGS: Dict[str, str] = dict(zip(FLAG_NAMES, _C.flag_meanings()))
-
-#: Flags that are not failures.
-INFORMATIONAL = frozenset({"host_spill"})
+FLAG_CATEGORIES: Dict[str, str] = dict(zip(FLAG_NAMES, _C.flag_categories()))
 
 
 def failed_flags(flags: Dict[str, int]) -> list:
-    """The raised flags that make a step untrustworthy, most specific first (`error` only
-    when no kind of it is named)."""
-    raised = [n for n in FLAG_NAMES if flags.get(n) and n not in INFORMATIONAL]
-    kinds = [n for n in raised if n not in ("overflow", "error")]
-    return (["overflow"] if "overflow" in raised else []) + (kinds or [n for n in raised if n == "error"])
+    """The raised flags that make a step untrustworthy: capacity first, then the kinds of
+    misuse (the generic `error` only when no kind of it is named)."""
+    raised = [n for n in FLAG_NAMES if flags.get(n) and FLAG_CATEGORIES[n] != "info"]
+    capacity = [n for n in raised if FLAG_CATEGORIES[n] == "capacity"]
+    kinds = [n for n in raised if FLAG_CATEGORIES[n] == "misuse" and n != "error"]
+    return capacity + (kinds or [n for n in raised if n == "error"])
 
 
 class PagingError(RuntimeError):

@@ -491,6 +491,8 @@ class Record:
         self._checked(check, "discard")
 
     def status(self) -> dict:
-        """state ('empty', 'stashed', 'overflowed', 'failed', 'reloaded', 'discarded',
-        'stale'), error, pages, live bytes (synchronises)."""
+        """The C++ RecordStatus as a dict: state ('empty', 'stashed', 'overflowed', 'failed',
+        'reloaded', 'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group,
+        pages, device_pages, host_pages, stream_bytes, live_bytes, generation,
+        refused_blocks, launch_in_flight (synchronises)."""
         return _C.record_status(*self.pool.state, self.memory, self.recipe, list(self.shape))

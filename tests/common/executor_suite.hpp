@@ -211,8 +211,8 @@ int graph_replays(int replays, std::uint32_t seed) {
     }
     CHECK(all_equal);
     const ps::PoolStats st = pool.stats();
-    CHECK(!st.overflow);
-    CHECK(!st.error);
+    CHECK(!st.flags.overflow);
+    CHECK(!st.flags.error);
     CHECK(st.device_pages_free == cfg.device_pages);
     checked += all_equal;
   }
@@ -276,8 +276,8 @@ void concurrent_streams(int streams, int rounds, std::uint32_t seed) {
     }
     CHECK(wrong == 0);
     const ps::PoolStats st = pool.stats();
-    CHECK(!st.overflow);
-    CHECK(!st.error);
+    CHECK(!st.flags.overflow);
+    CHECK(!st.flags.error);
     CHECK(st.device_pages_free == cfg.device_pages);
     CHECK(st.host_pages_free == cfg.host_pages);
     CHECK(free_pages_are_all_ids(pool));
@@ -346,8 +346,8 @@ int exact_buffers(const ps::GroupedView<L>& shape, std::uint32_t seed) {
       CHECK(dest.bytes(role) == expected_reload<Tr>(shape, role, counts, bytes[r], poisoned[r], zero_tail));
     }
     const ps::PoolStats st = pool.stats();
-    CHECK(!st.overflow);
-    CHECK(!st.error);
+    CHECK(!st.flags.overflow);
+    CHECK(!st.flags.error);
     CHECK(st.device_pages_free == cfg.device_pages);
     ++rounds;
   }

@@ -267,8 +267,8 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
 
   auto check_pool = [&] {
     const ps::PoolStats st = pool.stats();
-    CHECK(st.overflow == overflow);
-    CHECK(st.error == error);
+    CHECK((st.flags.overflow != 0) == overflow);
+    CHECK((st.flags.error != 0) == error);
     CHECK(st.flags.bad_counts == (error ? 1 : 0));
     CHECK(st.device_pages_free == device_free);
     CHECK(st.host_pages_free == host_free);
@@ -384,8 +384,8 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       overflow = error = false;
       // Stale records hold no pages of the new generation.
       const ps::PoolStats st = pool.stats();
-      CHECK(!st.overflow);
-      CHECK(!st.error);
+      CHECK(!st.flags.overflow);
+      CHECK(!st.flags.error);
       CHECK(st.device_pages_free == device_free);
       CHECK(ps::free_pages(pool).size() == static_cast<std::size_t>(cfg.device_pages + cfg.host_pages));
     }

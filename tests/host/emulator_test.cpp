@@ -268,7 +268,7 @@ TEST_CASE("emulated grid: concurrent launches of different records on host threa
   CHECK(done == workers * rounds);
   CHECK(mismatches == 0);
   const ps::PoolStats st = pool.stats();
-  CHECK_FALSE(st.overflow);
+  CHECK_FALSE(st.flags.overflow);
   CHECK(st.device_pages_free == cfg.device_pages);
 }
 
@@ -338,9 +338,9 @@ TEST_CASE("emulated grid: a launch on a record whose launch is still in flight i
   const ps::RecordStatus during = rec.status();
   CHECK(during.refused_blocks == 3);
   CHECK(during.launch_in_flight);
-  CHECK(pool.stats().error);
+  CHECK(pool.stats().flags.error);
   CHECK(pool.stats().flags.refused_launch == 1);
-  CHECK(!pool.stats().overflow);
+  CHECK(!pool.stats().flags.overflow);
   held.release.set_value();
   in_flight.join();
 

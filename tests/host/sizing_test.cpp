@@ -236,7 +236,7 @@ TEST_CASE("the planned overflow probability of a pool is the overflow frequency 
       step_pages += layer.measure(c, settings.page_bytes).pages;
       ps::stash(ps::host, pool, t.view, record);
     }
-    const bool overflow = pool.stats().overflow;
+    const bool overflow = pool.stats().flags.overflow;
     overflowed += overflow ? 1 : 0;
     agreed += overflow == (step_pages > pool_pages) ? 1 : 0;  // the exact pages decide, step by step
   }
@@ -526,7 +526,7 @@ int replay_overflows(const ps::GroupedView<L>& shape, const sizing::Layer& layer
         held -= pages[i];
       }
     }
-    const bool overflow = pool.stats().overflow;
+    const bool overflow = pool.stats().flags.overflow;
     overflowed += overflow ? 1 : 0;
     agreed += overflow == (peak > pool_pages) ? 1 : 0;
   }

@@ -174,14 +174,14 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(a.status().state == ps::RecordState::stashed);
     CHECK(a.status().error == ps::Flag::still_stashed);
     CHECK(a.page_ids() == held);
-    CHECK(pool.stats().error);  // misuse, not capacity
+    CHECK(pool.stats().flags.error);  // misuse, not capacity
     CHECK(pool.stats().flags.still_stashed == 1);
-    CHECK(!pool.stats().overflow);
+    CHECK(!pool.stats().flags.overflow);
   }
   SUBCASE("double reload") {
     ps::reload(ps::host, pool, a, dest.view);
     CHECK(a.status().state == ps::RecordState::reloaded);
-    CHECK(!pool.stats().overflow);
+    CHECK(!pool.stats().flags.overflow);
     const auto first = dest.bytes(BufferRole::data);
     dest.set(BufferRole::data, std::vector<std::uint8_t>(first.size(), 0x77));
     ps::reload(ps::host, pool, a, dest.view, ps::ReloadOptions{false, /*poison=*/false});
@@ -189,21 +189,21 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(dest.bytes(BufferRole::data) == std::vector<std::uint8_t>(first.size(), 0x77));
     ps::reload(ps::host, pool, a, dest.view);  // poisons what it did not restore
     CHECK(dest.bytes(BufferRole::data) == std::vector<std::uint8_t>(first.size(), 0xFF));
-    CHECK(pool.stats().error);
+    CHECK(pool.stats().flags.error);
     CHECK(pool.stats().flags.not_stashed == 1);
-    CHECK(!pool.stats().overflow);
+    CHECK(!pool.stats().flags.overflow);
     CHECK(pool.stats().device_pages_free == cfg.device_pages);
   }
   SUBCASE("the pool is full: overflow, and later stashes do nothing until reset") {
     ps::stash(ps::host, pool, src.view, b);  // needs as many pages again: only one stash's worth exists
     CHECK(b.status().state == ps::RecordState::overflowed);
     CHECK(b.status().error == ps::Flag::overflow);
-    CHECK(pool.stats().overflow);
-    CHECK(!pool.stats().error);
+    CHECK(pool.stats().flags.overflow);
+    CHECK(!pool.stats().flags.error);
     CHECK(a.page_ids() == held);  // earlier stashes stay intact
     ps::reload(ps::host, pool, b, dest.view);  // does nothing; the first cause stays, no new flag
     CHECK(b.status().error == ps::Flag::overflow);
-    CHECK(!pool.stats().error);
+    CHECK(!pool.stats().flags.error);
     ps::reload(ps::host, pool, a, dest.view);  // still works
     CHECK(a.status().state == ps::RecordState::reloaded);
     ps::stash(ps::host, pool, src.view, b);  // pages are free again, but overflow is sticky
@@ -227,8 +227,8 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(a.status().state == ps::RecordState::discarded);
     ps::discard(ps::host, pool, a);
     CHECK(a.status().error == ps::Flag::not_stashed);
-    CHECK(!pool.stats().overflow);
-    CHECK(!pool.stats().error);
+    CHECK(!pool.stats().flags.overflow);
+    CHECK(!pool.stats().flags.error);
     CHECK(pool.stats().device_pages_free == cfg.device_pages);
   }
 }
@@ -415,7 +415,7 @@ TEST_CASE("concurrent stashes and reloads of different records on host threads s
     CHECK(reloads.load() > 0);
     CHECK(bad_reloads.load() == 0);
     const ps::PoolStats st = pool.stats();
-    if (roomy) CHECK(!st.overflow);
+    if (roomy) CHECK(!st.flags.overflow);
     CHECK(st.device_pages_free == cfg.device_pages);
     CHECK(st.host_pages_free == cfg.host_pages);
     CHECK(st.live_bytes == 0);

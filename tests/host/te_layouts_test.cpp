@@ -383,7 +383,7 @@ TEST_CASE("a stash of the worked example restores TE's padded layout bit for bit
   CHECK(std::equal(data.begin(), data.begin() + 320 * 2048, t.data.begin()));
   CHECK(std::equal(scales.begin(), scales.begin() + 32768, t.scales.begin()));
   CHECK(std::all_of(t.scales.begin() + 32768, t.scales.end(), [](std::uint8_t x) { return x == 0; }));
-  CHECK_FALSE(pool.stats().overflow);
+  CHECK_FALSE(pool.stats().flags.overflow);
 
   HostTensor<Tight> tight(shape.max_tokens, 2048, shape.groups, counts);
   auto tight_record = ps::make_record<ps::StashTraits<Tight>>(pool, tight.view);
@@ -391,6 +391,6 @@ TEST_CASE("a stash of the worked example restores TE's padded layout bit for bit
   CHECK(tight_record.status().state == ps::RecordState::failed);
   CHECK(tight_record.status().error == ps::Flag::bad_counts);
   CHECK(tight_record.status().first_bad_group == 0);
-  CHECK(pool.stats().error);
+  CHECK(pool.stats().flags.error);
   CHECK(pool.stats().flags.bad_counts == 1);
 }

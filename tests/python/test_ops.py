@@ -501,3 +501,21 @@ def test_mxfp8_e5m2_and_float8_dtypes():
     assert pool.decide() == "keep"
     with pytest.raises(ValueError, match=r"must be torch.float8_e5m2 \(or torch.uint8 bytes\), not torch.float8_e4m3fn"):
         pool.record(recipe, shape).stash(data.view(torch.float8_e4m3fn), counts, scales)
+
+
+def test_record_status_carries_every_field_of_the_cpp_record_status():
+    """docs/api.md's RecordStatus, whole: the fields a launch leaves (refused_blocks,
+    launch_in_flight) and the pool generation the stash saw, not only the state."""
+    pool = ps.PagePool(device_pages=64, page_bytes=4096)
+    x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    counts = torch.tensor([5, 9], dtype=torch.int32)
+    pool.reset()
+    pool.reset()  # generation 2
+    rec = pool.record(like=x, counts=counts)
+    rec.stash(x, counts)
+    s = rec.status()
+    assert set(s) == {"state", "error", "first_bad_group", "pages", "device_pages", "host_pages", "stream_bytes",
+                      "live_bytes", "generation", "refused_blocks", "launch_in_flight"}
+    assert s["state"] == "stashed" and s["error"] == "none" and s["generation"] == 2
+    assert s["refused_blocks"] == 0 and s["launch_in_flight"] is False
+    assert s["live_bytes"] == (5 + 9) * 128 * 2 and s["pages"] == s["device_pages"] + s["host_pages"] > 0

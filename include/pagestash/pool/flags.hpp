@@ -13,32 +13,41 @@
 
 #include <cuda/std/cstdint>
 
+#include <stdexcept>
+
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The flags, one table: each word's name and meaning, in the words' order. PoolFlags'
-/// fields, the Flag enum (a kind per word), flag_names and flag_meanings are made from it,
-/// so that C++ and Python (pagestash.FLAG_MEANINGS) name a kind of failure one way.
+/// The flags, one table: each word's name, category and meaning, in the words' order.
+/// PoolFlags' fields, the Flag enum (a kind per word), flag_names, flag_categories,
+/// flag_meanings and decide() are made from it, so that C++ and Python
+/// (pagestash.FLAG_MEANINGS, FLAG_CATEGORIES) name and judge a kind of failure one way.
+/// Categories: `capacity` (the step reruns without paging), `misuse` (a bug: the step
+/// reruns, and the kind is reported), `info` (not a failure).
 #define PAGESTASH_POOL_FLAGS(X)                                                                                      \
-  X(overflow, "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without "  \
-              "paging, or with a larger pool")                                                                     \
-  X(error, "misuse, of one of the kinds below: the operation did nothing; a bug to report")                        \
-  X(host_spill, "a stash used host pages (not a failure)")                                                          \
-  X(bad_counts, "a stash found a count its tensor cannot hold (negative, beyond the capacity, or off the packed "  \
-                "alignment)")                                                                                      \
-  X(still_stashed, "a stash into a record that still held pages")                                                   \
-  X(not_stashed, "a reload of a record that holds no pages (a double reload, or one after a discard)")             \
-  X(stale, "a reload of a record stashed before the pool's reset")                                                  \
-  X(refused_launch, "a launch on a record while another launch on it was in flight")                               \
-  X(foreign_record, "an operation with a record made for another pool")                                            \
-  X(unbalanced, "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded " \
-                "(a leak)")
+  X(overflow, capacity,                                                                                              \
+    "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without paging, or "  \
+    "with a larger pool")                                                                                            \
+  X(error, misuse, "misuse, of one of the kinds below: the operation did nothing; a bug to report")                \
+  X(host_spill, info, "a stash used host pages (not a failure)")                                                    \
+  X(bad_counts, misuse,                                                                                              \
+    "a stash found a count its tensor cannot hold (negative, beyond the capacity, or off the packed alignment)")    \
+  X(still_stashed, misuse, "a stash into a record that still held pages")                                           \
+  X(not_stashed, misuse, "a reload of a record that holds no pages (a double reload, or one after a discard)")     \
+  X(stale, misuse, "a reload of a record stashed before the pool's reset")                                          \
+  X(refused_launch, misuse, "a launch on a record while another launch on it was in flight")                       \
+  X(foreign_record, misuse, "an operation with a record made for another pool")                                    \
+  X(unbalanced, misuse,                                                                                              \
+    "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded (a leak)")
+
+/// What a raised flag says of the step (the table's second column).
+enum class FlagCategory : cuda::std::int32_t { capacity, misuse, info };
 
 /// A kind of failure, one per PoolFlags word (word_of), and `none`: no failure, 0 as
 /// success is in CUDA's status codes. A record says with one of these why its last
 /// operation did nothing (RecordStatus::error).
 enum class Flag : cuda::std::int32_t {
   none = 0,
-#define PAGESTASH_FLAG_ENUMERATOR(name, meaning) name,
+#define PAGESTASH_FLAG_ENUMERATOR(name, category, meaning) name,
   PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_ENUMERATOR)
 #undef PAGESTASH_FLAG_ENUMERATOR
 };
@@ -48,39 +57,72 @@ PAGESTASH_HOST_DEVICE constexpr int word_of(Flag kind) { return static_cast<int>
 PAGESTASH_HOST_DEVICE constexpr Flag flag_at(int word) { return static_cast<Flag>(word + 1); }
 
 struct PoolFlags {
-#define PAGESTASH_FLAG_FIELD(name, meaning) cuda::std::int32_t name;
+#define PAGESTASH_FLAG_FIELD(name, category, meaning) cuda::std::int32_t name;
   PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_FIELD)
 #undef PAGESTASH_FLAG_FIELD
 
-  /// The word of one kind (not none).
+  /// The word of one kind. `none` has no word: asking for it is a bug, which throws on the
+  /// host and traps on the device (it never aliases another kind's word).
   PAGESTASH_HOST_DEVICE cuda::std::int32_t& operator[](Flag kind) {
     switch (kind) {
-#define PAGESTASH_FLAG_CASE(name, meaning) \
+#define PAGESTASH_FLAG_CASE(name, category, meaning) \
   case Flag::name: return name;
       PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CASE)
 #undef PAGESTASH_FLAG_CASE
-      default: return error;
+      case Flag::none: break;
     }
+#ifdef __CUDA_ARCH__
+    __trap();
+#else
+    throw std::logic_error("PoolFlags[Flag::none]: `none` has no flag word");
+#endif
+    return error;  // not reached
   }
 };
 
 /// The flags' names and meanings, in the order of PoolFlags' words (for tools that read the words).
 inline constexpr const char* flag_names[] = {
-#define PAGESTASH_FLAG_NAME(name, meaning) #name,
+#define PAGESTASH_FLAG_NAME(name, category, meaning) #name,
     PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_NAME)
 #undef PAGESTASH_FLAG_NAME
 };
+inline constexpr FlagCategory flag_categories[] = {
+#define PAGESTASH_FLAG_CATEGORY(name, category, meaning) FlagCategory::category,
+    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY)
+#undef PAGESTASH_FLAG_CATEGORY
+};
 inline constexpr const char* flag_meanings[] = {
-#define PAGESTASH_FLAG_MEANING(name, meaning) meaning,
+#define PAGESTASH_FLAG_MEANING(name, category, meaning) meaning,
     PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_MEANING)
 #undef PAGESTASH_FLAG_MEANING
 };
 inline constexpr int flag_count = sizeof(flag_names) / sizeof(flag_names[0]);
-static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t) && flag_count == 10,
-              "PoolFlags is 10 int32 words: its layout is documented API");
+static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t),
+              "PoolFlags is flag_count int32 words, in the table's order: its layout is documented API");
 
 inline const char* name_of(Flag kind) {
   return kind == Flag::none ? "none" : flag_names[word_of(kind)];
+}
+
+/// The category of a kind (the table's; `none`, no failure, is info).
+PAGESTASH_HOST_DEVICE constexpr FlagCategory category_of(Flag kind) {
+  switch (kind) {
+#define PAGESTASH_FLAG_CATEGORY_CASE(name, category, meaning) \
+  case Flag::name: return FlagCategory::category;
+    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY_CASE)
+#undef PAGESTASH_FLAG_CATEGORY_CASE
+    case Flag::none: break;
+  }
+  return FlagCategory::info;
+}
+
+inline const char* name_of(FlagCategory c) {
+  switch (c) {
+    case FlagCategory::capacity: return "capacity";
+    case FlagCategory::misuse: return "misuse";
+    case FlagCategory::info: return "info";
+  }
+  return "?";
 }
 
 /// The pool's counters, one table: type, name, meaning. PoolCounts' fields and
@@ -138,10 +180,22 @@ inline const char* name_of(StepDecision d) {
   return "?";
 }
 
-/// The decision for agreed flags (misuse first: it is a bug even where capacity also ran out).
+/// What a raised flag of a category decides: the step's decision is the most severe of its
+/// raised flags' (misuse first: it is a bug even where capacity also ran out).
+PAGESTASH_HOST_DEVICE constexpr StepDecision decision_of(FlagCategory c) {
+  return c == FlagCategory::misuse     ? StepDecision::report_error
+         : c == FlagCategory::capacity ? StepDecision::rerun_without_paging
+                                       : StepDecision::keep;
+}
+
+/// The decision for agreed flags, from the table's categories.
 PAGESTASH_HOST_DEVICE constexpr StepDecision decide(const PoolFlags& agreed) {
-  return agreed.error != 0 ? StepDecision::report_error
-                           : (agreed.overflow != 0 ? StepDecision::rerun_without_paging : StepDecision::keep);
+  StepDecision d = StepDecision::keep;
+#define PAGESTASH_FLAG_DECIDE(name, category, meaning)                                             \
+  if (agreed.name != 0 && decision_of(FlagCategory::category) > d) d = decision_of(FlagCategory::category);
+  PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_DECIDE)
+#undef PAGESTASH_FLAG_DECIDE
+  return d;
 }
 
 PAGESTASH_NAMESPACE_END

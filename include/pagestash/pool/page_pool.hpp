@@ -83,7 +83,7 @@ class PagePool {
   /// The handle executors pass to their steps.
   const PoolRef& ref() const { return ref_; }
   /// The pool's flags where the operations write them (device memory for a device pool), for
-  /// the caller's kernels, collectives or conditional graph nodes: 10 int32 words, each 0 or
+  /// the caller's kernels, collectives or conditional graph nodes: flag_count int32 words, each 0 or
   /// 1, sticky until reset (pool/flags.hpp). Read them in stream order after the step's
   /// operations; writing 1 into a field (as an all-reduce does) raises it.
   PoolFlags* flags() const { return &ref_.counters->flags; }
@@ -94,9 +94,6 @@ class PagePool {
     const PoolCounters c = read_counters();
     PoolStats s{};
     s.config = config_;
-    s.overflow = c.flags.overflow != 0;
-    s.error = c.flags.error != 0;
-    s.host_spill = c.flags.host_spill != 0;
     s.flags = c.flags;
     static_cast<PoolCounts&>(s) = c.counts;
     s.failures = c.counts.overflows + c.counts.errors;

@@ -25,10 +25,7 @@ struct PoolConfig {
 /// What a pool did since its last reset, read back by PagePool::stats().
 struct PoolStats : PoolCounts {
   PoolConfig config;
-  bool overflow = false;    ///< capacity: a stash found no room; rerun the step (see docs/api.md)
-  bool error = false;       ///< misuse: an operation was refused (`flags` says which kinds); a bug
-  bool host_spill = false;  ///< some stash used host pages
-  PoolFlags flags{};        ///< all the flags, as PagePool::flags() holds them
+  PoolFlags flags{};  ///< the flags, as PagePool::flags() holds them (`overflow`: rerun the step; `error`: a bug)
   std::int64_t failures = 0;  ///< overflows + errors: operations that did nothing (see each record)
 };
 

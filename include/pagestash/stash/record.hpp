@@ -26,6 +26,14 @@ enum class RecordState : cuda::std::int32_t {
   stale = 6,       ///< (status(pool) only) stashed, but the pool was reset since: holds no pages of it
 };
 
+/// The state a stash leaves, from the failure it found (none: it holds pages): a lack of
+/// room overflows it, a misuse (a count it cannot hold) fails it.
+PAGESTASH_HOST_DEVICE constexpr RecordState state_after_stash(Flag error) {
+  return error == Flag::none                                 ? RecordState::stashed
+         : category_of(error) == FlagCategory::capacity ? RecordState::overflowed
+                                                         : RecordState::failed;
+}
+
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
 /// (blocks waiting for the verdict poll it while the owner writes the header). `arrival`
 /// holds the newest launch to arrive (its id), whether it was refused, and whether a launch

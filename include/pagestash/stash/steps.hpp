@@ -108,8 +108,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     h.summary.pages = error == Flag::none ? need : 0;
     h.summary.device_pages = error == Flag::none ? taken.device_pages : 0;
     h.summary.generation = taken.generation;
-    h.summary.state = error == Flag::none ? RecordState::stashed
-                                         : (error == Flag::bad_counts ? RecordState::failed : RecordState::overflowed);
+    h.summary.state = state_after_stash(error);
     if (error == Flag::bad_counts) raise_error(pool, Flag::bad_counts);
     if (error == Flag::overflow) raise_overflow(pool);
   }

@@ -366,7 +366,7 @@ std::vector<std::string> flag_names() { return {std::begin(ps::flag_names), std:
 std::vector<std::string> flag_meanings() { return {std::begin(ps::flag_meanings), std::end(ps::flag_meanings)}; }
 std::vector<std::string> flag_categories() {
   std::vector<std::string> out;
-  for (const ps::FlagCategory c : ps::flag_categories) out.push_back(ps::name_of(c));
+  for (int k = 0; k < ps::flag_count; ++k) out.push_back(ps::name_of(ps::category_of(ps::flag_at(k))));
   return out;
 }
 

@@ -17,12 +17,9 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The flags, one table: each word's name, category and meaning, in the words' order.
-/// PoolFlags' fields, the Flag enum (a kind per word), flag_names, flag_categories,
-/// flag_meanings and decide() are made from it, so that C++ and Python
-/// (pagestash.FLAG_MEANINGS, FLAG_CATEGORIES) name and judge a kind of failure one way.
-/// Categories: `capacity` (the step reruns without paging), `misuse` (a bug: the step
-/// reruns, and the kind is reported), `info` (not a failure).
+/// The flags, one table: each word's name, category and meaning, in the words' order. The
+/// fields, Flag, flag_names, flag_meanings, category_of() and decide() are made from it, so
+/// that C++ and Python name and judge a kind of failure one way.
 #define PAGESTASH_POOL_FLAGS(X)                                                                                      \
   X(overflow, capacity,                                                                                              \
     "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without paging, or "  \
@@ -39,7 +36,7 @@ PAGESTASH_NAMESPACE_BEGIN
   X(unbalanced, misuse,                                                                                              \
     "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded (a leak)")
 
-/// What a raised flag says of the step (the table's second column).
+/// What a raised flag says of the step: rerun it without paging, a bug (rerun, report), nothing.
 enum class FlagCategory : cuda::std::int32_t { capacity, misuse, info };
 
 /// A kind of failure, one per PoolFlags word (word_of), and `none`: no failure, 0 as
@@ -86,11 +83,6 @@ inline constexpr const char* flag_names[] = {
     PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_NAME)
 #undef PAGESTASH_FLAG_NAME
 };
-inline constexpr FlagCategory flag_categories[] = {
-#define PAGESTASH_FLAG_CATEGORY(name, category, meaning) FlagCategory::category,
-    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY)
-#undef PAGESTASH_FLAG_CATEGORY
-};
 inline constexpr const char* flag_meanings[] = {
 #define PAGESTASH_FLAG_MEANING(name, category, meaning) meaning,
     PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_MEANING)
@@ -106,23 +98,14 @@ inline const char* name_of(Flag kind) {
 
 /// The category of a kind (the table's; `none`, no failure, is info).
 PAGESTASH_HOST_DEVICE constexpr FlagCategory category_of(Flag kind) {
-  switch (kind) {
-#define PAGESTASH_FLAG_CATEGORY_CASE(name, category, meaning) \
-  case Flag::name: return FlagCategory::category;
-    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY_CASE)
-#undef PAGESTASH_FLAG_CATEGORY_CASE
-    case Flag::none: break;
-  }
-  return FlagCategory::info;
+#define PAGESTASH_FLAG_CATEGORY(name, category, meaning) FlagCategory::category,
+  constexpr FlagCategory of_word[] = {FlagCategory::info, PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY)};
+#undef PAGESTASH_FLAG_CATEGORY
+  return of_word[static_cast<int>(kind)];
 }
 
 inline const char* name_of(FlagCategory c) {
-  switch (c) {
-    case FlagCategory::capacity: return "capacity";
-    case FlagCategory::misuse: return "misuse";
-    case FlagCategory::info: return "info";
-  }
-  return "?";
+  return c == FlagCategory::capacity ? "capacity" : c == FlagCategory::misuse ? "misuse" : "info";
 }
 
 /// The pool's counters, one table: type, name, meaning. PoolCounts' fields and

@@ -77,5 +77,5 @@ foreach(_bad "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hid
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")
   endif()
 endforeach()
-message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); the planned pool "
+message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); the sized pool "
                "(${_planned} pages) holds the step; bad flags exit 2")

@@ -98,10 +98,14 @@ inline const char* name_of(Flag kind) {
 
 /// The category of a kind (the table's; `none`, no failure, is info).
 PAGESTASH_HOST_DEVICE constexpr FlagCategory category_of(Flag kind) {
-#define PAGESTASH_FLAG_CATEGORY(name, category, meaning) FlagCategory::category,
-  constexpr FlagCategory of_word[] = {FlagCategory::info, PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY)};
-#undef PAGESTASH_FLAG_CATEGORY
-  return of_word[static_cast<int>(kind)];
+  switch (kind) {  // a switch, not an array: an array indexed at run time lives on the kernels' stack
+#define PAGESTASH_FLAG_CATEGORY_CASE(name, category, meaning) \
+  case Flag::name: return FlagCategory::category;
+    PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_CATEGORY_CASE)
+#undef PAGESTASH_FLAG_CATEGORY_CASE
+    case Flag::none: break;
+  }
+  return FlagCategory::info;
 }
 
 inline const char* name_of(FlagCategory c) {

@@ -8,6 +8,7 @@ import torch
 
 import moe_example as moe
 import pagestash as ps
+from _ranks import run_ranks
 
 E, H, F, TOKENS, STEPS = 8, 128, 256, 192, 4
 CAPACITY = 2 * TOKENS // E
@@ -194,12 +195,7 @@ def _rank(rank, world, init_file, results):
 
 
 def test_ranks_agree_by_all_reducing_the_flags(tmp_path):
-    world = 3
-    ctx = torch.multiprocessing.get_context("spawn")
-    results = ctx.SimpleQueue()
-    torch.multiprocessing.start_processes(_rank, args=(world, tmp_path / "init", results), nprocs=world,
-                                          start_method="spawn")
-    got = sorted(results.get() for _ in range(world))
+    got = run_ranks(_rank, 3, tmp_path / "init")
     assert [alone for _, alone, _, _, _ in got] == ["keep", "rerun_without_paging", "keep"]
     assert all(agreed == "rerun_without_paging" for _, _, agreed, _, _ in got)
     assert [state for _, _, _, state, _ in got] == ["stashed", "overflowed", "stashed"]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import pagestash as ps
+from _ranks import run_ranks
 
 E, C, H, F = 4, 64, 64, 128
 
@@ -221,12 +222,7 @@ def _rank(rank, world, init_file, results):
 
 
 def test_every_rank_reruns_when_one_fails(tmp_path):
-    world = 3
-    ctx = torch.multiprocessing.get_context("spawn")
-    results = ctx.SimpleQueue()
-    torch.multiprocessing.start_processes(_rank, args=(world, tmp_path / "init", results), nprocs=world,
-                                          start_method="spawn")
-    got = sorted(results.get() for _ in range(world))
+    got = run_ranks(_rank, 3, tmp_path / "init")
     assert got == [(0, "rerun", True), (1, "rerun", True), (2, "rerun", True)]
 
 

@@ -710,7 +710,7 @@ TEST_CASE("correlated routing: the Dirichlet correlation knob against a router w
   }
 }
 
-TEST_CASE("measured whole steps keep their correlation; the interval covers the file's error (bootstrap over steps)") {
+TEST_CASE("measured whole steps keep their correlation, and the interval covers the file's error (bootstrap over steps)") {
   const SmallLayer<Rows> s(64, 0.7);
   const int layers = 2, microbatches = 2;
   const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(layers, microbatches, 2);

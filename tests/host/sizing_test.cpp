@@ -315,6 +315,31 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
         }).find("1 <= top_k <= experts") != std::string::npos);
 }
 
+TEST_CASE("model shapes: the one table the commands' --shape reads, every name found, an unknown one listing them") {
+  std::string names;
+  for (const sizing::ModelShape& s : sizing::model_shapes) {
+    CAPTURE(s.name);
+    CHECK(&sizing::model_shape(s.name) == &s);  // the names are unique
+    names += (names.empty() ? "" : "|") + std::string(s.name);
+    // What its header says: a mean of 128 tokens per expert; and a router the commands can build.
+    CHECK(s.tokens * s.top_k == 128 * std::int64_t{s.experts});
+    sizing::Routing r;
+    r.experts = s.experts;
+    r.top_k = s.top_k;
+    r.tokens = s.tokens;
+    r.capacity = 2 * 128;
+    std::vector<std::int32_t> c;
+    std::mt19937_64 rng(1);
+    const std::int64_t dropped = sizing::DirichletRouting(r).draw(rng, c);
+    CHECK(std::accumulate(c.begin(), c.end(), std::int64_t{0}) + dropped <= s.tokens * s.top_k);
+  }
+  CHECK(sizing::model_shape_names("|") == names);
+  CHECK(names.find("deepseek-v3") != std::string::npos);  // docs/sizing.md and README run these two
+  CHECK(names.find("qwen3-moe") != std::string::npos);
+  const std::string unknown = error_of([] { sizing::model_shape("gpt"); });
+  CHECK(unknown.find("unknown model shape 'gpt' (" + sizing::model_shape_names() + ")") != std::string::npos);
+}
+
 TEST_CASE("measured counts: the reader parses whitespace and commas, skips comments, rejects bad lines") {
   std::istringstream in("1 2 3 4\n# a comment\n\n5,6,7,8  # a trailing comment\n 9, 10 ,11\t12\n300 0 0 0\n");
   const sizing::MeasuredCounts m = sizing::MeasuredCounts::parse(in, 4, 100, "steps.txt", sizing::Excess::cap);

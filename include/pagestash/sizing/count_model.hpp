@@ -53,7 +53,7 @@ class CountModel {
 /// How DirichletRouting turns expert popularity into counts.
 enum class RoutingSampler {
   /// Every token picks top_k distinct experts, each pick with probability proportional to
-  /// the popularity of the experts not yet picked (as examples/moe_stash_demo routes):
+  /// the popularity of the experts not yet picked (examples/moe_stash_demo routes with it):
   /// exact, tokens x top_k x experts work per draw.
   per_token,
   /// The tokens x top_k assignments drawn at once, multinomial over the experts' top-k

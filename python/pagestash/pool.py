@@ -332,22 +332,22 @@ class PagePool:
                                "microbatches accumulate gradients together, so the step decides, resets and reruns "
                                "as a whole after its last backward (PagedStep.finish, or run_step)")
 
-    def end_step(self, streams: Sequence["torch.cuda.Stream"] = ()) -> None:
+    def end_step(self, cuda_streams: Sequence["torch.cuda.Stream"] = ()) -> None:
         """At the end of a step, after its last reload or discard: raises the `unbalanced`
         flag (misuse: a record of the step was neither reloaded nor discarded, its pages
         leak) when any page is still held, and counts them (`pages_held_at_step_end` in
         stats() and the report). Graph-capturable; call it before report() or agree().
 
         It counts what is held when it runs on the current stream: every other stream that
-        reloaded or discarded in this step goes in `streams`, and the current stream waits
+        reloaded or discarded in this step goes in `cuda_streams`, and the current stream waits
         for what each has enqueued so far (no host sync), so that its work is counted.
         Enqueue the next step's first stash after it. It closes a step observe() records."""
-        streams = list(streams)
-        if streams and self.device.type != "cuda":
-            raise ValueError(f"end_step: streams are for a CUDA pool; this pool is on {self.device}")
-        if streams:
+        cuda_streams = list(cuda_streams)
+        if cuda_streams and self.device.type != "cuda":
+            raise ValueError(f"end_step: cuda_streams are for a CUDA pool; this pool is on {self.device}")
+        if cuda_streams:
             current = torch.cuda.current_stream(self.device)
-            for s in streams:
+            for s in cuda_streams:
                 if s != current:
                     current.wait_stream(s)
         ops.end_step(*self.state)

@@ -7,7 +7,7 @@ saves it, or any tensor over the same bytes (a view or reshape of it, as `x @ w`
 tensor passes through untouched. The counts are read on the device: nothing synchronises.
 
 Backward order: a context's marked tensors are reloaded in reverse order of stashing.
-`prefetch=N` issues the reloads of the next N in that order on a side stream when backward
+`prefetch=N` issues the reloads of the next N in that order on a side CUDA stream when backward
 needs one; `skip_next=K` stashes each only once K later ones are saved, so that the last K
 (whose backward runs first) are never paged. A mark under no_grad or inside a
 torch.utils.checkpoint region pages nothing: checkpoint frees and recomputes it itself.
@@ -74,10 +74,10 @@ class _NoCudaStreams:
 
 
 class _SideCudaStreams(_NoCudaStreams):
-    """Prefetched reloads on a side stream, one per device: each waits for the current
+    """Prefetched reloads on a side CUDA stream, one per device: each waits for the current
     stream (the stash, and the new buffers' allocation there), records an event that the
-    unpack makes the current stream wait on, and record_streams every tensor it touches so
-    that the caching allocator does not reuse their memory before the side stream is done."""
+    unpack makes the current CUDA stream wait on, and record_streams every tensor it touches so
+    that the caching allocator does not reuse their memory before the side CUDA stream is done."""
 
     _side: Dict[int, "torch.cuda.Stream"] = {}
 
@@ -163,8 +163,8 @@ class _Group:
         self.counts = None   # the record copied the counts
 
     def issue(self, cuda_streams: Optional[_NoCudaStreams] = None) -> None:
-        """Reloads the pages into new buffers (allocated on the current stream): here, or
-        with `cuda_streams`, as a prefetch on their side stream, whose event reload() waits on."""
+        """Reloads the pages into new buffers (allocated on the current CUDA stream): here, or
+        with `cuda_streams`, as a prefetch on their side CUDA stream, whose event reload() waits on."""
         with torch.no_grad():
             out = {role: torch.empty(shape, dtype=dtype, device=device)
                    for role, (shape, dtype, device) in self.meta.items()}
@@ -185,7 +185,7 @@ class _Group:
 
     def reload(self, strict: bool, cuda_streams: _NoCudaStreams) -> Dict[str, torch.Tensor]:
         """The buffers for backward: reloaded here unless a prefetch issued them (then the
-        current stream waits on the prefetch's own event); in strict mode the flags are
+        current CUDA stream waits on the prefetch's own event); in strict mode the flags are
         checked then, as for a reload here. A marked tensor never stashed (skip_next) gives back
         the tensors autograd saved."""
         if self.buffers is not None:
@@ -259,7 +259,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     when the context ends for each mark autograd never saved.
 
     `prefetch`: when backward needs a marked tensor, the reloads of the next `prefetch` in
-    backward order (the context's stashes before it) are issued on a side stream, each
+    backward order (the context's stashes before it) are issued on a side CUDA stream, each
     unpack waiting on its own event. `skip_next`: the last `skip_next` marked tensors
     autograd saves in the context are never paged (each is stashed once that many later
     ones are saved); their saved tensors are counted in `skipped_tensors`.
@@ -438,9 +438,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         if not self.prefetch:
             return
         if self._cuda_streams.capturing():
-            raise RuntimeError(f"pagestash: paged_saved_tensors(prefetch={self.prefetch}) reloads on a side stream, "
-                               "which this CUDA graph capture would not join: pass prefetch=0 to the context whose "
-                               "backward is captured")
+            raise RuntimeError(f"pagestash: paged_saved_tensors(prefetch={self.prefetch}) reloads on a side CUDA "
+                               "stream, which this CUDA graph capture would not join: pass prefetch=0 to the context "
+                               "whose backward is captured")
         for ref in reversed(self._stashes[max(0, order - self.prefetch):order]):
             group = ref()
             if group is not None and group.record is not None:

@@ -226,8 +226,8 @@ def test_a_wrong_guess_stays_correct():
 
 def test_prefetch_is_refused_under_graph_capture():
     pool = ps.PagePool(device_pages=256, page_bytes=4096)
-    with pytest.raises(RuntimeError, match=r"paged_saved_tensors\(prefetch=1\) reloads on a side stream, which this "
-                                           r"CUDA graph capture would not join: pass prefetch=0"):
+    with pytest.raises(RuntimeError, match=r"paged_saved_tensors\(prefetch=1\) reloads on a side CUDA stream, which "
+                                           r"this CUDA graph capture would not join: pass prefetch=0"):
         train("lifo", pool, prefetch=1, capturing=True)
     eager, _ = train("lifo")
     paged, _ = train("lifo", ps.PagePool(device_pages=256, page_bytes=4096), prefetch=0, capturing=True)

@@ -165,10 +165,10 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
     PoolStats r{};
     r.config = {pool.page_bytes, pool.device_pages, pool.host_pages};
     // Atomic loads, as some counters are raised without the lock.
-#define PAGESTASH_LOAD_COUNT(type, name, meaning) \
+#define PAGESTASH_LOAD_COUNTER(type, name, meaning) \
   r.name = device_atomic<type>(pool.state->counters.name).load(cuda::std::memory_order_relaxed);
-    PAGESTASH_POOL_COUNTERS(PAGESTASH_LOAD_COUNT)
-#undef PAGESTASH_LOAD_COUNT
+    PAGESTASH_POOL_COUNTERS(PAGESTASH_LOAD_COUNTER)
+#undef PAGESTASH_LOAD_COUNTER
     r.flags = load_flags(pool);
     *dst = r;
   }

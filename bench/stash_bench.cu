@@ -82,7 +82,7 @@ ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
   ps::GroupedView<L> v;
   v.hidden = kHidden;
   v.groups = 1;
-  const int64_t granule = v.token_granule();
+  const int64_t granule = v.granule();
   v.max_tokens = granule;
   const std::int32_t one = static_cast<std::int32_t>(granule);
   const int64_t per_granule = ps::detail::plan_work<Tr>(v, &one, false, nullptr).live_bytes;
@@ -699,7 +699,7 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   v.groups = fs.experts;
   v.hidden = fs.hidden;
   v.max_tokens = 1;
-  v.max_tokens = (2 * mean + v.token_granule() - 1) / v.token_granule() * v.token_granule();
+  v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
   const auto counts = dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
   const ps::WorkTotals plan = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
   const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::detail::work_bounds<Tr>(v).stream_bytes, 64 << 10));

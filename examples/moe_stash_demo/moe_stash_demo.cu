@@ -345,7 +345,7 @@ class Step {
       : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host), router_(router) {
     shape_.hidden = o.hidden;
     shape_.groups = o.experts;
-    const int64_t granule = shape_.token_granule();
+    const int64_t granule = shape_.granule();
     const auto mean = static_cast<double>(o.tokens) * o.topk / o.experts;
     shape_.max_tokens = std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
     if (o.capacity != 0) shape_.max_tokens = o.capacity;
@@ -429,7 +429,7 @@ class Step {
     r.peak_pages = st.peak_pages_used;
     r.peak_pool_bytes = st.peak_pages_used * pool.config().page_bytes;
     r.host_spill = st.flags.host_spill != 0;
-    r.overflows = st.failures;
+    r.overflows = st.failures();
     r.pages_held_at_step_end = st.pages_held_at_step_end;
     // Without stashing, every saved tensor keeps its full-shape buffers until its backward.
     int64_t per_tensor = 0;

@@ -148,7 +148,7 @@ TEST_CASE("a layer pads its counts to the largest alignment of its tensors, and 
   const auto packed = sizing::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
   const auto rows = sizing::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
   CHECK(packed.count_alignment() == 128);
-  CHECK(sizing::Layer::capacity_multiple({packed, rows}) == 128);
+  CHECK(sizing::Layer::capacity_alignment({packed, rows}) == 128);
   const sizing::Layer layer({packed, rows}, 256);
   CHECK(layer.count_alignment() == 128);
   CHECK(layer.tensors()[0].capacity() == 256);
@@ -191,7 +191,7 @@ TEST_CASE("the planned overflow probability of a pool is the overflow frequency 
   r.top_k = 2;
   r.tokens = 96;
   r.alpha = 1.0;
-  r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5, sizing::Layer::capacity_multiple({tensor}));
+  r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5, sizing::Layer::capacity_alignment({tensor}));
   const sizing::Layer layer({tensor}, r.capacity);
   const sizing::DirichletRouting counts(r);
   const sizing::Schedule schedule = sizing::Schedule::explicit_list({2, 1});  // 3 stashes alive
@@ -589,7 +589,8 @@ struct SmallLayer {
     r.alpha = 1.0;
     r.correlation = correlation;
     r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
-                                    sizing::Layer::capacity_multiple({sizing::SavedTensor::of<ps::StashTraits<L>>(shape)}));
+                                    sizing::Layer::capacity_alignment({sizing::SavedTensor::of<ps::StashTraits<L>>(
+                                        shape)}));
     return r;
   }
 };

@@ -351,8 +351,8 @@ inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::ui
   }
 }
 
-/// Whether a host thread prefetches the dead cache lines between runs: a CPU's stream
-/// prefetcher runs ahead of a dense stream of lines, not of one with holes, so where the dead
+/// Whether a host thread prefetches the dead cache lines between runs: a CPU's hardware
+/// prefetcher runs ahead of a dense run of lines, not of one with holes, so where the dead
 /// rest of each line is one or two cache lines, reading it too is faster (NVFP4 columnwise
 /// data at 128 tokens per expert, a 128-byte pitch with every other cache line live: up to
 /// 1.2x from memory, docs/benchmarks.md).

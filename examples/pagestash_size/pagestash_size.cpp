@@ -288,6 +288,7 @@ std::string to_json(const Report& r) {
 
 Report run(Options o) {
   o.recipe = pagestash::recipe_name(o.recipe, o.placement, o.scales);  // a family: its recipe's name
+  pagestash::with_recipe(o.recipe, [&](auto r) { o.placement = r.placement, o.scales = r.scales; });  // "": none
   const sizing::Layer layer =
       sizing::recipe_layer(o.recipe, o.hidden, o.experts, o.tokens, o.top_k, o.capacity_factor, o.ffn_hidden);
   const sizing::Schedule schedule = sizing::Schedule::parse(o.schedule, o.layers, o.microbatches);

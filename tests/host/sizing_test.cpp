@@ -124,10 +124,11 @@ TEST_CASE("the sizer's pages for a count vector are the pages the host executor'
   int layouts = 0, checked = 0;
 #define PAGESTASH_PREDICT(L)                                                         \
   {                                                                                  \
+    using Layout = PAGESTASH_LAYOUT(L);                                                \
     CAPTURE(#L);                                                                     \
     ++layouts;                                                                       \
     for (bool odd : {false, true}) {                                                 \
-      const auto shape = sequence_shape<L>(odd);                                     \
+      const auto shape = sequence_shape<Layout>(odd);                                     \
       for (std::int64_t page_bytes : {std::int64_t{256}, std::int64_t{4096}})        \
         for (int k = 0; k < 4; ++k, ++checked) {                                     \
           const auto counts = live_counts(shape, rng);                               \

@@ -1,6 +1,7 @@
 # Every recipe of pagestash/layouts/recipes.hpp (as `pagestash_size --list-recipes` prints
 # them) is benched: stash_bench --benchmark_list_tests names a stash benchmark of each.
 # Run with -P, -DBENCH=stash_bench -DSIZER=pagestash_size.
+cmake_minimum_required(VERSION 3.20)
 execute_process(COMMAND "${SIZER}" --list-recipes OUTPUT_VARIABLE _recipes RESULT_VARIABLE _rc)
 if(NOT _rc EQUAL 0 OR _recipes STREQUAL "")
   message(FATAL_ERROR "pagestash_size --list-recipes: exit ${_rc}, '${_recipes}'")

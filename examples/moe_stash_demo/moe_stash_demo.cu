@@ -554,17 +554,17 @@ std::string mib(int64_t bytes) {
 double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 
 void print_table(const std::vector<Result>& results, const Options& o) {
-  std::printf("\n%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
+  std::printf("\n%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
               "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash", "reload",
               "parity");
-  std::printf("%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
+  std::printf("%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
               "", "peak", "pages", "", "", "GB/s", "GB/s");
   for (const Result& r : results) {
     char parity[64];
     if (r.parity_bad == 0 && r.lost == 0) std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
     else std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)", r.parity_bad ? "FAIL" : "OK",
                        (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
-    std::printf("%-6s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
+    std::printf("%-28s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
                 r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(),
                 mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages,
                 (long long)r.planned.value, r.host_spill ? "yes" : "no",

@@ -11,9 +11,11 @@
 // figure for the reference path (reported as such).
 //
 // After the benchmarks a table gives GB/s (bytes read + written) and the ratios to the
-// ceiling. Flags: --preset=short|full (sizes), and Google Benchmark's own
-// (--benchmark_out=file.json --benchmark_out_format=json for the plot).
+// ceiling. Flags: --preset=short|full (sizes), --recipes=a,b (default: every recipe of
+// pagestash/layouts/recipes.hpp), and Google Benchmark's own (--benchmark_out=file.json
+// --benchmark_out_format=json for the plot, --benchmark_list_tests: the names only).
 
+#include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.cuh>
 #include <pagestash/reference/reference.cuh>
 #include <pagestash/sizing/model_shapes.hpp>
@@ -29,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,23 +56,9 @@ void record_rate(const std::string& kernel, const std::string& recipe, int64_t m
 
 // ---- Recipes: a layout, and a shape whose live bytes are about the requested size ----------
 
-template <class L>
-struct Recipe;
-#define PAGESTASH_BENCH_RECIPE(L, label) \
-  template <>                            \
-  struct Recipe<L> {                     \
-    static constexpr const char* name = label; \
-  };
-using Plain = ps::Plain<ps::BF16>;
+// Every recipe of pagestash/layouts/recipes.hpp is benched (--recipes=a,b narrows them);
+// the spill and graph benchmarks use bf16/capacity.
 using Bf16 = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
-using Fp16 = ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>;
-using Mxfp8 = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>;
-using Nvfp4 = ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>;
-PAGESTASH_BENCH_RECIPE(Plain, "plain")
-PAGESTASH_BENCH_RECIPE(Bf16, "bf16")
-PAGESTASH_BENCH_RECIPE(Fp16, "fp16")
-PAGESTASH_BENCH_RECIPE(Mxfp8, "mxfp8")
-PAGESTASH_BENCH_RECIPE(Nvfp4, "nvfp4")
 
 constexpr int64_t kHidden = 7168;  // DeepSeek-V3
 constexpr int kGroups = 8;
@@ -87,7 +76,7 @@ ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
   const std::int32_t one = static_cast<std::int32_t>(granule);
   const int64_t per_granule = ps::detail::plan_work<Tr>(v, &one, false, nullptr).live_bytes;
   const int64_t granules = std::max<int64_t>(1, (mib << 20) / per_granule);
-  v.groups = std::is_same_v<L, Plain> ? 1 : static_cast<std::int32_t>(std::clamp<int64_t>(granules, 1, kGroups));
+  v.groups = ps::Recipe<L>::plain ? 1 : static_cast<std::int32_t>(std::clamp<int64_t>(granules, 1, kGroups));
   const int64_t per_group = std::max<int64_t>(1, granules / v.groups);
   v.max_tokens = 2 * per_group * granule;
   counts.assign(static_cast<std::size_t>(v.groups), static_cast<std::int32_t>(per_group * granule));
@@ -309,7 +298,7 @@ void bm_stash(benchmark::State& state, Op op, int64_t mib, int max_blocks = 0) {
   state.counters["meta_bytes"] = static_cast<double>(st.pages * 4 + 4 * shape.groups * 64);
   record_rate(std::string(g_gpu ? "" : "host_") + (op == Op::stash ? "stash" : "reload") +
                   (max_blocks > 0 ? "@" + std::to_string(max_blocks) : std::string()),
-              Recipe<L>::name, mib, bytes, seconds, state);
+              ps::Recipe<L>::name(), mib, bytes, seconds, state);
 }
 
 /// The ceiling: one contiguous copy of the same live bytes (cudaMemcpyAsync D2D, or
@@ -349,7 +338,7 @@ void bm_memcpy(benchmark::State& state, int64_t mib) {
     bytes += 2 * live;
   }
   delete events;
-  record_rate(g_gpu ? "memcpy_d2d" : "host_memcpy", Recipe<L>::name, mib, bytes, seconds, state);
+  record_rate(g_gpu ? "memcpy_d2d" : "host_memcpy", ps::Recipe<L>::name(), mib, bytes, seconds, state);
 }
 
 /// The reference style: per-token blocks, one launch per paged buffer, into its own pages.
@@ -407,7 +396,7 @@ void bm_per_token(benchmark::State& state, int64_t mib) {
     seconds += s;
     bytes += 2 * live;
   }
-  record_rate("per_token_ref", Recipe<L>::name, mib, bytes, seconds, state);
+  record_rate("per_token_ref", ps::Recipe<L>::name(), mib, bytes, seconds, state);
 }
 
 /// cub::DeviceMemcpy::Batched over the page list a real stash produced: one buffer per
@@ -490,7 +479,7 @@ void bm_cub_batched(benchmark::State& state, int64_t mib) {
     bytes += 2 * live;
   }
   state.counters["meta_bytes"] = static_cast<double>(lists[0].count * 24);
-  record_rate("cub_batched", Recipe<L>::name, mib, bytes, seconds, state);
+  record_rate("cub_batched", ps::Recipe<L>::name(), mib, bytes, seconds, state);
 }
 
 /// Host spill: a stash into pinned host pages against cudaMemcpyAsync D2H of the same bytes.
@@ -524,7 +513,7 @@ void bm_spill(benchmark::State& state, bool baseline, int64_t mib) {
     bytes += live;  // one way over the link
   }
   cudaFreeHost(pinned);
-  record_rate(baseline ? "memcpy_d2h" : "spill_stash", "bf16", mib, bytes, seconds, state);
+  record_rate(baseline ? "memcpy_d2h" : "spill_stash", "bf16/capacity", mib, bytes, seconds, state);
 }
 
 /// The launch-bound regime: a captured graph of 32 stashes of 1 MiB (each followed by a
@@ -564,7 +553,7 @@ void bm_graph32(benchmark::State& state) {
 
 template <class L>
 void register_recipe() {
-  const std::string r = Recipe<L>::name;
+  const std::string r = ps::Recipe<L>::name();
   for (int64_t mib : g_sizes_mib) {
     const std::string size = "/" + std::to_string(mib) + "MiB";
     auto reg = [&](const std::string& name, auto fn) {
@@ -593,11 +582,11 @@ void print_table() {
             : std::vector<std::string>{"host_stash", "host_reload"};
   std::printf("\n%s: GB/s (bytes read + written) and ratio to %s on the same live bytes\n",
               g_gpu ? "GPU" : "CPU (host reference executor; a sanity figure, not a GPU result)", ceiling.c_str());
-  std::printf("%-7s %7s %10s", "recipe", "MiB", ceiling.c_str());
+  std::printf("%-33s %7s %10s", "recipe", "MiB", ceiling.c_str());
   for (const auto& k : kernels) std::printf(" %13s %6s", k.c_str(), "ratio");
   std::printf("\n");
   for (const auto& [key, base] : g_rates[ceiling]) {
-    std::printf("%-7s %7lld %10.1f", key.first.c_str(), static_cast<long long>(key.second), base);
+    std::printf("%-33s %7lld %10.1f", key.first.c_str(), static_cast<long long>(key.second), base);
     for (const auto& k : kernels) {
       const auto it = g_rates[k].find(key);
       if (it == g_rates[k].end()) std::printf(" %13s %6s", "-", "-");
@@ -777,7 +766,7 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   double buffers = 0;  // how sparse the live bytes are: what a stash reads from
   for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales})
     if (ps::handling_of<Tr>(role) == ps::Handling::paged) buffers += static_cast<double>(v.buffer_bytes(role));
-  std::printf("%-12s %-16s %5lld %4lld %9.2f %7.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f", fs.name, recipe,
+  std::printf("%-12s %-28s %5lld %4lld %9.2f %7.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f", fs.name, recipe,
               static_cast<long long>(mean), static_cast<long long>(v.max_tokens), static_cast<double>(plan.live_bytes) / (1 << 20),
               buffers / static_cast<double>(plan.live_bytes),
               static_cast<double>(plan.stream_bytes) / static_cast<double>(plan.live_bytes),
@@ -792,10 +781,8 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   std::fflush(stdout);
 }
 
-using Mxfp8Compact = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>;
-using Nvfp4Compact = ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>;
-
-/// The fine-grained table: both shapes, every recipe, means of 32 to 256 tokens per expert.
+/// The fine-grained table: both shapes, every capacity recipe, means of 32 to 256 tokens per
+/// expert.
 void print_fine_grained() {
   const char* copy = g_gpu ? "memcpy D2D" : "memcpy";
   std::printf("\nfine-grained MoE: capacity-padded [experts, cap, hidden] with cap = 2 x mean rounded up to the layout's\n"
@@ -807,29 +794,38 @@ void print_fine_grained() {
                       "floor: one byte loaded from each cache line holding a live byte (the faster of: alone, and with the\n"
                       "dead lines the executor prefetches), its x, and stash / floor;\n"
                       "host memory of 2 MiB or more in 2 MiB pages where the OS offers them (as device memory is)");
-  std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap", "live MiB",
+  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap", "live MiB",
               "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x",
               g_gpu ? "" : "     runs  stash/    floor      x stash/");
-  std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
-              g_gpu ? "" : "                                                          runs                  floor");
+  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
+              g_gpu ? "" : "                                                                      runs                  floor");
   for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
     for (int64_t mean : {32, 64, 128, 256}) {
-      fine_row<Bf16>("bf16", fs, mean);
-      fine_row<Fp16>("fp16", fs, mean);
-      fine_row<Mxfp8Compact>("mxfp8 compact", fs, mean);
-      fine_row<Mxfp8>("mxfp8 swizzled", fs, mean);
-      fine_row<Nvfp4Compact>("nvfp4 compact", fs, mean);
-      fine_row<Nvfp4>("nvfp4 swizzled", fs, mean);
+      ps::for_each_recipe([&](auto r) {
+        using R = decltype(r);
+        if (std::string(R::placement) == "capacity") fine_row<typename R::layout>(R::name().c_str(), fs, mean);
+      });
     }
   }
 }
 
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
 int main(int argc, char** argv) {
   std::string preset = "short";
+  std::vector<std::string> recipes;  // none: every recipe
+  bool listing = false;              // --benchmark_list_tests: the names, no tables
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
+    else if (std::strncmp(argv[i], "--recipes=", 10) == 0) recipes = split(argv[i] + 10);
     else args.push_back(argv[i]);
+    listing = listing || std::strcmp(argv[i], "--benchmark_list_tests") == 0;
   }
   int n = 0;
   g_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -841,11 +837,18 @@ int main(int argc, char** argv) {
   }
   std::printf("stash_bench: %s, preset %s\n", g_gpu ? "GPU (CUDA executor)" : "no GPU: host reference executor",
               preset.c_str());
-  register_recipe<Plain>();
-  register_recipe<Bf16>();
-  register_recipe<Fp16>();
-  register_recipe<Mxfp8>();
-  register_recipe<Nvfp4>();
+  for (const std::string& name : recipes) {
+    try {
+      ps::with_recipe(name, [](auto) {});
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "stash_bench: --recipes: %s\n", e.what());
+      return 2;
+    }
+  }
+  ps::for_each_recipe([&](auto r) {
+    if (recipes.empty() || std::find(recipes.begin(), recipes.end(), r.name()) != recipes.end())
+      register_recipe<typename decltype(r)::layout>();
+  });
   if (g_gpu) {
     for (int64_t mib : g_sizes_mib) {
       const std::string size = "/" + std::to_string(mib) + "MiB";
@@ -860,6 +863,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&count, args.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (listing) return 0;
   print_table();
   print_fine_grained();
   return 0;

@@ -10,7 +10,7 @@ int main() {
   namespace sizing = pagestash::sizing;
   // [sizing]
   // What each layer saves: MXFP8 columnwise data + swizzled scales, [32 experts, capacity, 7168].
-  const sizing::Layer layer = sizing::recipe_layer(sizing::Recipe::mxfp8, /*hidden=*/7168, /*experts=*/32,
+  const sizing::Layer layer = sizing::recipe_layer("mxfp8/capacity/swizzled", /*hidden=*/7168, /*experts=*/32,
                                                /*tokens=*/512, /*top_k=*/8, /*capacity_factor=*/2.0);
   // Or any layout: sizing::Layer({sizing::SavedTensor::of<Traits>(shape), ...}, capacity).
 

@@ -10,13 +10,14 @@
 // same router; the sizer's pool is printed either way.
 // Runs the CUDA executor when a GPU is present, the host reference executor otherwise.
 //
-//   moe_stash_demo [--shape NAME] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
+//   moe_stash_demo [--shape NAME] [--recipes NAME|FAMILY,...] [--layers 4] [--experts 8]
 //                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
 //                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10 | --overflow P]
 //                  [--spill-factor 0]
 //                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
 //                  [--executor auto|host|cuda] [--json]
 
+#include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.cuh>
 #include <pagestash/sizing.hpp>
 #include <pagestash/reference/reference.cuh>
@@ -127,9 +128,15 @@ Options parse(int argc, char** argv) {
     else if (flag == "--executor") o.executor = value;
     else throw UsageError("unknown flag " + flag);
   }
-  for (const auto& r : o.recipes)
-    if (r != "bf16" && r != "fp16" && r != "mxfp8" && r != "nvfp4")
-      throw UsageError("--recipes: unknown recipe '" + r + "' (bf16, fp16, mxfp8, nvfp4)");
+  for (auto& r : o.recipes) {  // a family: its capacity recipe, swizzled scales
+    try {
+      r = ps::recipe_name(r, "capacity", "swizzled");
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--recipes: ") + e.what());
+    }
+    if (r.find("/capacity") == std::string::npos)
+      throw UsageError("--recipes: '" + r + "' is not a capacity recipe (the demo's buffers are [G, capacity, K])");
+  }
   for (const auto& s : o.schedules)
     if (s != "lifo" && s != "1f1b") throw UsageError("--schedule: unknown schedule '" + s + "' (lifo, 1f1b, both)");
   if (o.recipes.empty()) throw UsageError("--recipes: name at least one recipe");
@@ -147,27 +154,6 @@ Options parse(int argc, char** argv) {
     throw UsageError("--executor: 'auto', 'host' or 'cuda'");
   return o;
 }
-
-// ---- Recipes --------------------------------------------------------------------------------
-
-template <class L>
-struct Recipe;
-template <>
-struct Recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>> {
-  static constexpr const char* name = "bf16";
-};
-template <>
-struct Recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>> {
-  static constexpr const char* name = "fp16";
-};
-template <>
-struct Recipe<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>> {
-  static constexpr const char* name = "mxfp8";
-};
-template <>
-struct Recipe<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>> {
-  static constexpr const char* name = "nvfp4";
-};
 
 // ---- Memory and executors ---------------------------------------------------------------------
 
@@ -375,7 +361,7 @@ class Step {
 
   Result run(const std::string& schedule_name) {
     Result r;
-    r.recipe = Recipe<L>::name;
+    r.recipe = ps::Recipe<L>::name();
     r.schedule = schedule_name;
     r.executor = cuda_ ? "cuda" : "host";
     r.capacity = shape_.max_tokens;
@@ -573,17 +559,17 @@ std::string mib(int64_t bytes) {
 double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 
 void print_table(const std::vector<Result>& results, const Options& o) {
-  std::printf("\n%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
+  std::printf("\n%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
               "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash", "reload",
               "parity");
-  std::printf("%-6s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
+  std::printf("%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
               "", "peak", "pages", "", "", "GB/s", "GB/s");
   for (const Result& r : results) {
     char parity[64];
     if (r.parity_bad == 0 && r.lost == 0) std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
     else std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)", r.parity_bad ? "FAIL" : "OK",
                        (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
-    std::printf("%-6s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
+    std::printf("%-28s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
                 r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(),
                 mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages,
                 (long long)r.planned.value, r.host_spill ? "yes" : "no",
@@ -648,7 +634,7 @@ int main(int argc, char** argv) {
     o = parse(argc, argv);
   } catch (const UsageError& e) {
     if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
-    std::fprintf(stderr, "usage: moe_stash_demo [--shape %s] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] "
+    std::fprintf(stderr, "usage: moe_stash_demo [--shape %s] [--recipes NAME|FAMILY,...] [--layers N] "
                          "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
                          "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
                          "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] [--json]\n",
@@ -670,10 +656,10 @@ int main(int argc, char** argv) {
     for (const auto& recipe : o.recipes) {
       if (!o.json) std::fprintf(stderr, "  %s: eager step, then the measured step ...\n", recipe.c_str());
       std::vector<Result> r;
-      if (recipe == "bf16") r = run_recipe<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>(o, cuda, router);
-      if (recipe == "fp16") r = run_recipe<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>>(o, cuda, router);
-      if (recipe == "mxfp8") r = run_recipe<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded>>(o, cuda, router);
-      if (recipe == "nvfp4") r = run_recipe<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded>>(o, cuda, router);
+      ps::with_recipe(recipe, [&](auto rc) {  // the capacity recipes of pagestash/layouts/recipes.hpp
+        using L = typename decltype(rc)::layout;
+        if constexpr (std::is_same_v<typename L::placement, ps::CapacityPadded>) r = run_recipe<L>(o, cuda, router);
+      });
       results.insert(results.end(), r.begin(), r.end());
     }
   } catch (const std::invalid_argument& e) {

@@ -31,6 +31,17 @@ execute_process(COMMAND "${SIZER}" --recipe fp8 RESULT_VARIABLE _rc ERROR_VARIAB
 if(NOT _rc EQUAL 2 OR NOT _err MATCHES "unknown recipe 'fp8'")
   message(FATAL_ERROR "pagestash_size --recipe fp8: exit ${_rc}, '${_err}'")
 endif()
+# A recipe by its name (pagestash/layouts/recipes.hpp, --list-recipes) or by its parts.
+execute_process(COMMAND "${SIZER}" --list-recipes OUTPUT_VARIABLE _names RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0 OR NOT _names MATCHES "\nmxfp8/packed_padded/compact\n")
+  message(FATAL_ERROR "pagestash_size --list-recipes: exit ${_rc}, '${_names}'")
+endif()
+foreach(_args "--recipe;mxfp8/packed_padded/compact" "--recipe;mxfp8;--placement;packed_padded;--scales;compact")
+  execute_process(COMMAND "${SIZER}" ${_args} --samples 200 --json OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0 OR NOT _out MATCHES "\"recipe\": \"mxfp8/packed_padded/compact\"")
+    message(FATAL_ERROR "pagestash_size ${_args}: exit ${_rc}, '${_out}'")
+  endif()
+endforeach()
 # Bad input: exit 2 and a message naming it.
 set(_dir "${CMAKE_CURRENT_BINARY_DIR}")
 file(WRITE "${_dir}/counts_over.txt" "1 2 3 4 5 6 7 8\n3000 0 0 0 0 0 0 0\n")

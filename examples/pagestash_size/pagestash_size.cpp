@@ -3,7 +3,7 @@
 // model of the router's counts (docs/sizing.md). Plain C++ on the host; no GPU.
 //
 //   pagestash_size [--shape NAME] [--hidden N --experts N --top-k N --tokens N]
-//                  [--recipe bf16|fp16|mxfp8|nvfp4] [--placement capacity-padded|packed|packed-padded]
+//                  [--recipe NAME|FAMILY] [--placement capacity|packed|packed_padded]
 //                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
 //                  [--routing multinomial|per-token] [--capacity-factor 2] [--overflow 1e-3]
@@ -42,8 +42,9 @@ const std::string usage =
     "  a rank's MoE layer (sizing::model_shapes; later flags override)\n"
     "  --hidden N --experts N --top-k N --tokens N   the layer: hidden size, experts on the rank,\n"
     "                                 experts per token, tokens per microbatch (default 1024, 8, 2, 1024)\n"
-    "  --recipe bf16|fp16|mxfp8|nvfp4 what the layer saves (default mxfp8)\n"
-    "  --placement capacity-padded|packed|packed-padded   (default capacity-padded)\n"
+    "  --recipe NAME|FAMILY           what the layer saves: a recipe (mxfp8/capacity/swizzled; --list-recipes),\n"
+    "                                 or a family (bf16, fp16, fp32, mxfp8, mxfp8_e5m2, nvfp4; default mxfp8)\n"
+    "  --placement capacity|packed|packed_padded   of a family (default capacity)\n"
     "  --scales swizzled|compact      block-scale arrangement of mxfp8/nvfp4 (default swizzled)\n"
     "  --ffn-hidden N                 also save the second expert GEMM's input, of hidden N\n"
     "  --schedule lifo|1f1b:P[:V]|list:a,b,c   the step's order of stashes and reloads (default lifo)\n"
@@ -64,12 +65,13 @@ const std::string usage =
     "                                 (default 1,1.02,1.1,1.25,1.5)\n"
     "  --points N                     points of the overflow curve (default 24)\n"
     "  --plot FILE.png                draw the curve (python3 with matplotlib; skipped without)\n"
-    "  --json                         print JSON instead of text\n";
+    "  --json                         print JSON instead of text\n"
+    "  --list-recipes                 print every recipe's name and exit\n";
 
 struct Options {
   std::int64_t hidden = 1024, tokens = 1024;
   std::int32_t experts = 8, top_k = 2;
-  std::string recipe = "mxfp8", placement = "capacity-padded", scales = "swizzled";
+  std::string recipe = "mxfp8", placement = "capacity", scales = "swizzled";
   std::int64_t ffn_hidden = 0;
   std::string schedule = "lifo";
   std::int32_t layers = sizing::default_layers, microbatches = sizing::default_microbatches;
@@ -125,6 +127,10 @@ Options parse(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::fputs(usage.c_str(), stdout);
+      std::exit(0);
+    }
+    if (flag == "--list-recipes") {  // every recipe of pagestash/layouts/recipes.hpp, one a line
+      for (const std::string& name : pagestash::recipe_names()) std::printf("%s\n", name.c_str());
       std::exit(0);
     }
     if (flag == "--json" || flag == "--cap-counts") {
@@ -287,13 +293,11 @@ std::string to_json(const Report& r) {
   return j.str();
 }
 
-Report run(const Options& o) {
-  sizing::RecipeOptions recipe;
-  recipe.placement = sizing::parse_placement(o.placement);
-  recipe.scales = sizing::parse_scales(o.scales);
-  recipe.ffn_hidden = o.ffn_hidden;
-  const sizing::Layer layer = sizing::recipe_layer(sizing::parse_recipe(o.recipe), o.hidden, o.experts, o.tokens, o.top_k,
-                                               o.capacity_factor, recipe);
+Report run(Options o) {
+  o.recipe = pagestash::recipe_name(o.recipe, o.placement, o.scales);  // a family: its recipe's name
+  pagestash::with_recipe(o.recipe, [&](auto r) { o.placement = r.placement, o.scales = r.scales; });  // "": none
+  const sizing::Layer layer =
+      sizing::recipe_layer(o.recipe, o.hidden, o.experts, o.tokens, o.top_k, o.capacity_factor, o.ffn_hidden);
   const sizing::Schedule schedule = sizing::Schedule::parse(o.schedule, o.layers, o.microbatches);
   std::unique_ptr<sizing::CountModel> counts;
   if (!o.counts_file.empty()) {

@@ -105,21 +105,27 @@ RecordMemory record_memory(const at::Tensor& record, const at::Tensor& control) 
   return RecordMemory{record.data_ptr(), record.numel()};
 }
 
-/// The recipe's number format: its name up to the first '/' (plain, bf16, fp16, fp32,
-/// mxfp8, mxfp8_e5m2, nvfp4).
-std::string family_of(const std::string& recipe) { return recipe.substr(0, recipe.find('/')); }
+/// The torch dtype of a layout's data or scale type, written once; Undefined for raw bytes
+/// (Plain's uint8: any dtype) and for no scales.
+template <class T>
+at::ScalarType torch_type() {
+  if constexpr (std::is_same_v<T, ps::BF16>) return at::kBFloat16;
+  else if constexpr (std::is_same_v<T, ps::FP16>) return at::kHalf;
+  else if constexpr (std::is_same_v<T, float>) return at::kFloat;
+  else if constexpr (std::is_same_v<T, ps::E4M3>) return at::kFloat8_e4m3fn;
+  else if constexpr (std::is_same_v<T, ps::E5M2>) return at::kFloat8_e5m2;
+  else if constexpr (std::is_same_v<T, ps::E2M1x2>) return at::kFloat4_e2m1fn_x2;
+  else if constexpr (std::is_same_v<T, ps::E8M0>) return at::kFloat8_e8m0fnu;
+  else return at::ScalarType::Undefined;
+}
 
 /// The element type of the recipe's data or scales (raw bytes, uint8, fit too); Undefined
 /// for 'plain' data (any dtype: rows of bytes).
 at::ScalarType element_type(const std::string& recipe, bool scales) {
-  const std::string family = family_of(recipe);
-  if (family == "bf16") return at::kBFloat16;
-  if (family == "fp16") return at::kHalf;
-  if (family == "fp32") return at::kFloat;
-  if (family == "mxfp8") return scales ? at::kFloat8_e8m0fnu : at::kFloat8_e4m3fn;
-  if (family == "mxfp8_e5m2") return scales ? at::kFloat8_e8m0fnu : at::kFloat8_e5m2;
-  if (family == "nvfp4") return scales ? at::kFloat8_e4m3fn : at::kFloat4_e2m1fn_x2;
-  return at::ScalarType::Undefined;
+  return with_recipe(recipe, [&](auto r) {
+    using L = typename decltype(r)::layout;
+    return scales ? torch_type<typename L::scale_type>() : torch_type<typename L::data_type>();
+  });
 }
 
 void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int64_t bytes, const at::Device& device,
@@ -158,10 +164,12 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
 /// 'plain', `hidden` is the row's bytes), so that a transposed tensor of the right size is
 /// refused rather than paged as rows.
 void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& s) {
-  const std::string family = family_of(recipe);
-  if (family != "plain" && family != "bf16" && family != "fp16" && family != "fp32") return;  // quantized: bytes only
-  const std::int64_t row_bytes =
-      family == "plain" ? s.hidden : s.hidden * static_cast<std::int64_t>(at::elementSize(element_type(recipe, false)));
+  const std::int64_t row_bytes = with_recipe(recipe, [&](auto r) -> std::int64_t {
+    using L = typename decltype(r)::layout;
+    if constexpr (!std::is_void_v<typename L::scale_type>) return 0;  // quantized: bytes only
+    else return s.hidden * static_cast<std::int64_t>(sizeof(typename L::data_type));
+  });
+  if (row_bytes == 0) return;
   TORCH_CHECK_VALUE(data.dim() >= 1 && data.size(-1) * data.element_size() == row_bytes, "pagestash: data's last ",
                     "dimension must be one token's row of ", row_bytes, " bytes (hidden = ", s.hidden, "), not ",
                     data.sizes(), " of ", torch_name(data.scalar_type()),
@@ -244,7 +252,7 @@ Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
         refuse("shape[1] (tokens) = ", s.tokens, " must be a multiple of ", granule,
                " (the recipe's token granule for this hidden): pad the capacity (packed: the token buffer) to ",
                (s.tokens / granule + 1) * granule, " tokens");
-      if (family_of(recipe) == "plain" && s.groups != 1) refuse("shape[0] (groups) = ", s.groups, " must be 1");
+      if (decltype(tag)::plain && s.groups != 1) refuse("shape[0] (groups) = ", s.groups, " must be 1");
     });
   });
   return s;
@@ -308,6 +316,29 @@ void report_op(const at::Tensor& control, const at::Tensor& device_arena, const 
 }
 
 // ---- Helpers for the Python objects (not ops: made once, outside any graph) -------------
+
+/// Every recipe, in the registry's order: its name, the names of its parts (family,
+/// placement, scales: "" where none) and the torch dtype names of its data and scales
+/// (None: raw bytes, or no scales). recipes.py builds its tables from these.
+py::list recipe_table() {
+  py::list table;
+  const auto dtype = [](at::ScalarType t) -> py::object {
+    if (t == at::ScalarType::Undefined) return py::none();
+    return py::str(c10::getDtypeNames(t).first);
+  };
+  ps::for_each_recipe([&](auto r) {
+    using R = decltype(r);
+    py::dict d;
+    d["name"] = R::name();
+    d["family"] = R::family;
+    d["placement"] = R::placement;
+    d["scales"] = R::scales;
+    d["data_dtype"] = dtype(torch_type<typename R::layout::data_type>());
+    d["scales_dtype"] = dtype(torch_type<typename R::layout::scale_type>());
+    table.append(d);
+  });
+  return table;
+}
 
 py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& shape) {
   const RecipeInfo i = checked([&] { return recipe_info(recipe, checked_shape(recipe, shape)); });
@@ -551,6 +582,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace pagestash_torch;
   m.doc() = "pagestash: paged stashing of grouped MoE activations (ops in torch.ops.pagestash)";
   m.def("recipes", &recipe_names, "The recipes this build instantiates");
+  m.def("recipe_table", &recipe_table, "Each recipe's name, family, placement, scales and dtypes");
   m.def("recipe_info", &info_dict, "Buffer bytes and granules of a recipe for a shape");
   m.def("pool_bytes", &pool_bytes, "Bytes of a pool's control, device arena and host arena");
   m.def("init_pool", &init_pool_py, "Writes a new pool's state into its memory");

@@ -1,12 +1,13 @@
 #pragma once
-// The layouts the extension instantiates, by the names Python uses, and what one operation
-// does on memory it is handed. No PyTorch here: both the g++ translation unit (host
-// executor, and every torch-facing check) and the nvcc one (CUDA executor) include it.
+// What one operation does on memory it is handed, for each recipe. No PyTorch here: both
+// the g++ translation unit (host executor, and every torch-facing check) and the nvcc one
+// (CUDA executor) include it.
 //
 // The pool and the record are attached per call (PagePool::attach, StashRecord::attach):
 // their state lives in the caller's tensors, so an operation is a function of its
 // arguments, as torch.library's functionalization and opcheck expect.
 
+#include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.hpp>
 
 #include <cstdint>
@@ -18,64 +19,10 @@
 namespace pagestash_torch {
 namespace ps = pagestash;
 
-/// Every recipe: X(name, layout). Add a line to offer another layout.
-#define PAGESTASH_TORCH_RECIPES(X)                                                                                \
-  X("plain", ps::Plain<std::uint8_t>)                                                                             \
-  X("bf16/packed", (ps::RowwiseUnquantized<ps::BF16, ps::Packed>))                                                \
-  X("bf16/capacity", (ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>))                                      \
-  X("fp16/packed", (ps::RowwiseUnquantized<ps::FP16, ps::Packed>))                                                \
-  X("fp16/capacity", (ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>))                                      \
-  X("fp32/packed", (ps::RowwiseUnquantized<float, ps::Packed>))                                                   \
-  X("fp32/capacity", (ps::RowwiseUnquantized<float, ps::CapacityPadded>))                                         \
-  X("mxfp8/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>))             \
-  X("mxfp8/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>))           \
-  X("mxfp8/capacity/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>))   \
-  X("mxfp8/capacity/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::SwizzledScales>)) \
-  X("mxfp8_e5m2/packed/compact", (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::Packed, ps::CompactScales>))       \
-  X("mxfp8_e5m2/packed/swizzled", (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::Packed, ps::SwizzledScales>))     \
-  X("mxfp8_e5m2/capacity/compact",                                                                              \
-    (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::CapacityPadded, ps::CompactScales>))                           \
-  X("mxfp8_e5m2/capacity/swizzled",                                                                             \
-    (ps::ColumnwiseQuantized<ps::MXFP8_E5M2, ps::CapacityPadded, ps::SwizzledScales>))                          \
-  X("nvfp4/packed/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::CompactScales>))                  \
-  X("nvfp4/packed/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>))                \
-  X("nvfp4/capacity/compact", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>))        \
-  X("nvfp4/capacity/swizzled", (ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>))
-
-template <class T>
-struct Unparen;
-template <class T>
-struct Unparen<void(T)> {
-  using type = T;
-};
-#define PAGESTASH_TORCH_LAYOUT(L) typename ::pagestash_torch::Unparen<void(L)>::type
-
-template <class Layout>
-struct RecipeTag {
-  using layout = Layout;
-  using traits = ps::StashTraits<Layout>;  // the default selection: data + scales paged, amax kept
-};
-
-inline std::vector<std::string> recipe_names() {
-  std::vector<std::string> names;
-#define PAGESTASH_TORCH_NAME(name, L) names.emplace_back(name);
-  PAGESTASH_TORCH_RECIPES(PAGESTASH_TORCH_NAME)
-#undef PAGESTASH_TORCH_NAME
-  return names;
-}
-
-/// Calls f(RecipeTag<Layout>{}) for the recipe called `name`; throws std::invalid_argument
-/// listing the names for any other.
-template <class F>
-decltype(auto) with_recipe(const std::string& name, F&& f) {
-#define PAGESTASH_TORCH_MATCH(n, L) \
-  if (name == n) return f(RecipeTag<PAGESTASH_TORCH_LAYOUT(L)>{});
-  PAGESTASH_TORCH_RECIPES(PAGESTASH_TORCH_MATCH)
-#undef PAGESTASH_TORCH_MATCH
-  std::string known;
-  for (const std::string& n : recipe_names()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("pagestash: unknown recipe '" + name + "' (known: " + known + ")");
-}
+// The recipes are pagestash's (<pagestash/layouts/recipes.hpp>): with_recipe calls its
+// function with a pagestash::Recipe<Layout>, whose `layout` and `traits` the ops use.
+using ps::recipe_names;
+using ps::with_recipe;
 
 /// A pool's memory as the caller holds it: three parts and the page size (the page counts
 /// follow from the arenas' sizes).

@@ -11,19 +11,19 @@ import torch
 
 from . import _C
 
+#: Each recipe as the extension reports it (pagestash/layouts/recipes.hpp, the one list):
+#: name, family (the number format), placement, scales ('' where none), and the torch
+#: dtype names of its data and scales (None: raw bytes, or no scales).
+_TABLE = _C.recipe_table()
+
+
+def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
+    return None if name is None else getattr(torch, name)
+
+
 #: The number format of each recipe family, and the dtypes its data and scales may have
-#: (uint8 stands for raw bytes in every family).
-FAMILIES = {
-    "plain": dict(data=None, scales=None, doc="any bytes, one group (hidden = bytes per row)"),
-    "bf16": dict(data=torch.bfloat16, scales=None, doc="BF16 rows"),
-    "fp16": dict(data=torch.float16, scales=None, doc="FP16 rows"),
-    "fp32": dict(data=torch.float32, scales=None, doc="FP32 rows"),
-    "mxfp8": dict(data=torch.float8_e4m3fn, scales=torch.float8_e8m0fnu, doc="MXFP8 E4M3 columnwise, E8M0 scales"),
-    "mxfp8_e5m2": dict(data=torch.float8_e5m2, scales=torch.float8_e8m0fnu, doc="MXFP8 E5M2 columnwise, E8M0 scales"),
-    "nvfp4": dict(data=torch.float4_e2m1fn_x2, scales=torch.float8_e4m3fn,
-                  doc="NVFP4 columnwise (transposed data, 2 values a byte), E4M3 scales, FP32 amax per group"),
-}
-_UNQUANTIZED = ("plain", "bf16", "fp16", "fp32")
+#: (None: raw bytes, or no scales; uint8 stands for raw bytes in every family).
+FAMILIES = {r["family"]: dict(data=_dtype(r["data_dtype"]), scales=_dtype(r["scales_dtype"])) for r in _TABLE}
 
 
 @dataclass(frozen=True)
@@ -57,23 +57,21 @@ def family_of(recipe: str) -> str:
 
 
 def recipe(family: str, placement: str = "capacity", scales: str = "swizzled") -> str:
-    """The name of a recipe: `family` 'plain', 'bf16', 'fp16', 'fp32', 'mxfp8', 'mxfp8_e5m2'
-    or 'nvfp4'; `placement` 'packed' (groups back to back) or 'capacity' ([groups, capacity,
-    ...]); `scales` 'compact' or 'swizzled' (cuBLAS's 128x4 tiles; MXFP8 and NVFP4 only).
-    Raises ValueError for a name this build does not have."""
+    """The name of a recipe: `family` one of FAMILIES ('plain', 'bf16', 'fp16', 'fp32',
+    'mxfp8', 'mxfp8_e5m2', 'nvfp4'); `placement` 'packed' (groups back to back),
+    'packed_padded' (packed, each group's scales padded to whole tiles) or 'capacity'
+    ([groups, capacity, ...]); `scales` 'compact' or 'swizzled' (cuBLAS's 128x4 tiles; MXFP8
+    and NVFP4 only); each ignored where the recipe has none. Raises ValueError for a name
+    this build does not have."""
     return _recipe_name(family, placement, scales)
 
 
 def _recipe_name(family: str, placement: str, scales: str) -> str:
-    if family == "plain":
-        name = "plain"
-    elif family in _UNQUANTIZED:
-        name = f"{family}/{placement}"
-    else:
-        name = f"{family}/{placement}/{scales}"
-    if name not in _C.recipes():
-        raise ValueError(f"pagestash: no recipe {name!r} (known: {', '.join(_C.recipes())})")
-    return name
+    for r in _TABLE:
+        if r["family"] == family and r["placement"] in ("", placement) and r["scales"] in ("", scales):
+            return r["name"]
+    raise ValueError(f"pagestash: no recipe of family {family!r}, placement {placement!r}, scales {scales!r} "
+                     f"(known: {', '.join(_C.recipes())})")
 
 
 def recipe_info(recipe: str, shape: Shape) -> dict:

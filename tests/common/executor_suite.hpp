@@ -56,8 +56,9 @@ void every_layout_sequences(int layout_ops, int traits_ops) {
   std::uint32_t seed = 1000;
 #define PAGESTASH_SUITE_SEQUENCES(L)                          \
   {                                                           \
+    using Layout = PAGESTASH_LAYOUT(L);                         \
     CAPTURE(#L);                                              \
-    sequences<ps::StashTraits<L>, Backend>(seed, layout_ops); \
+    sequences<ps::StashTraits<Layout>, Backend>(seed, layout_ops); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_SEQUENCES)
 #undef PAGESTASH_SUITE_SEQUENCES
@@ -154,8 +155,9 @@ void every_layout_same_as_host(int rounds) {
   std::uint32_t seed = 40;
 #define PAGESTASH_SUITE_SAME_AS_HOST(L)    \
   {                                        \
+    using Layout = PAGESTASH_LAYOUT(L);      \
     CAPTURE(#L);                           \
-    same_as_host<L, Backend>(++seed, rounds); \
+    same_as_host<Layout, Backend>(++seed, rounds); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_SAME_AS_HOST)
 #undef PAGESTASH_SUITE_SAME_AS_HOST
@@ -361,10 +363,11 @@ void every_layout_exact_buffers() {
   int layouts = 0, rounds = 0;
 #define PAGESTASH_SUITE_EXACT_SIZE(L)                                          \
   {                                                                            \
+    using Layout = PAGESTASH_LAYOUT(L);                                          \
     CAPTURE(#L);                                                               \
     ++layouts;                                                                 \
-    rounds += exact_buffers<L, Backend>(sequence_shape<L>(true), ++seed);      \
-    rounds += exact_buffers<L, Backend>(smallest_shape<L>(), ++seed);          \
+    rounds += exact_buffers<Layout, Backend>(sequence_shape<Layout>(true), ++seed);      \
+    rounds += exact_buffers<Layout, Backend>(smallest_shape<Layout>(), ++seed);          \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_EXACT_SIZE)
 #undef PAGESTASH_SUITE_EXACT_SIZE
@@ -484,8 +487,9 @@ void every_layout_failed_reloads() {
   std::uint32_t seed = 500;
 #define PAGESTASH_SUITE_FAILED_RELOADS(L)                                           \
   {                                                                                 \
+    using Layout = PAGESTASH_LAYOUT(L);                                               \
     CAPTURE(#L);                                                                    \
-    CHECK(failed_reload_poisons<ps::StashTraits<L>, Backend>(++seed) == 8);        \
+    CHECK(failed_reload_poisons<ps::StashTraits<Layout>, Backend>(++seed) == 8);        \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_FAILED_RELOADS)
 #undef PAGESTASH_SUITE_FAILED_RELOADS

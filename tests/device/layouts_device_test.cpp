@@ -67,9 +67,9 @@ TEST_CASE("device producer matches the host producer for every layout") {
   int seed = 0;
 #define PAGESTASH_CHECK_LAYOUT(L)                                                   \
   {                                                                                 \
+    using Layout = PAGESTASH_LAYOUT(L);                                               \
     CAPTURE(#L);                                                                    \
-    check_device_producer<L>(L::granule == 1 ? 96 : 256, 160,                                              \
-                             std::is_same_v<L, Pf32> || std::is_same_v<L, Pbf16> ? 1 : 3, ++seed);          \
+    check_device_producer<Layout>(Layout::granule == 1 ? 96 : 256, 160, pagestash::Recipe<Layout>::plain ? 1 : 3, ++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_LAYOUT)
 #undef PAGESTASH_CHECK_LAYOUT

@@ -160,7 +160,7 @@ struct NamedFuzzer {
   const char* name;
 };
 using namespace pagestash_test::layouts;
-#define PAGESTASH_FUZZ_ENTRY(L) NamedFuzzer{&fuzz_layout<L>, #L},
+#define PAGESTASH_FUZZ_ENTRY(L) NamedFuzzer{&fuzz_layout<PAGESTASH_LAYOUT(L)>, #L},
 const NamedFuzzer layout_fuzzers[] = {PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_FUZZ_ENTRY)};
 #undef PAGESTASH_FUZZ_ENTRY
 

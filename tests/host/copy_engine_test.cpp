@@ -144,7 +144,7 @@ void check_stream_overhead(const char* name) {
 
 TEST_CASE("page stream: at most 1.01 x the live bytes + 16 bytes per segment, every layout, Dirichlet counts") {
   using namespace pagestash_test::layouts;
-#define PAGESTASH_CHECK_OVERHEAD(L) check_stream_overhead<L>(#L);
+#define PAGESTASH_CHECK_OVERHEAD(L) check_stream_overhead<PAGESTASH_LAYOUT(L)>(#L);
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_OVERHEAD)
 #undef PAGESTASH_CHECK_OVERHEAD
 }

@@ -142,10 +142,11 @@ TEST_CASE("emulated grid of 4 blocks x 64 threads: every layout's sequences matc
   int checked = 0;
 #define PAGESTASH_EMULATED_SEQUENCES(L)                                                                 \
   {                                                                                                     \
+    using Layout = PAGESTASH_LAYOUT(L);                                                                   \
     CAPTURE(#L);                                                                                        \
     for (Order order : {Order::lifo, Order::fifo, Order::random}) {                                     \
       const bool odd = (seed % 2) == 0;                                                                 \
-      checked += run_stash_sequence<ps::StashTraits<L>, FourByTwoWarps>(sequence_shape<L>(odd), order, 16, \
+      checked += run_stash_sequence<ps::StashTraits<Layout>, FourByTwoWarps>(sequence_shape<Layout>(odd), order, 16, \
                                                                          ++seed, odd ? 256 : 1024);     \
     }                                                                                                   \
   }
@@ -158,7 +159,7 @@ TEST_CASE("emulated grid of 4 blocks x 64 threads: every layout's sequences matc
 TEST_CASE("emulated grid: the same page ids and page bytes as the host executor, for every layout") {
   std::uint32_t seed = 9500;
   int compared = 0;
-#define PAGESTASH_EMULATED_PAGES(L) compared += check_pages_match_host_executor<ps::StashTraits<L>>(++seed);
+#define PAGESTASH_EMULATED_PAGES(L) compared += check_pages_match_host_executor<ps::StashTraits<PAGESTASH_LAYOUT(L)>>(++seed);
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EMULATED_PAGES)
 #undef PAGESTASH_EMULATED_PAGES
   CHECK(compared == layout_count * 6);
@@ -222,8 +223,9 @@ TEST_CASE("emulated grid: every layout at odd shapes, buffers allocated to the e
   int partial_word_ends = 0;
 #define PAGESTASH_EXACT_SIZE(L) \
   {                             \
+    using Layout = PAGESTASH_LAYOUT(L); \
     CAPTURE(#L);                \
-    partial_word_ends += check_exact_size_buffers<ps::StashTraits<L>>(++seed); \
+    partial_word_ends += check_exact_size_buffers<ps::StashTraits<Layout>>(++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EXACT_SIZE)
 #undef PAGESTASH_EXACT_SIZE
@@ -814,7 +816,7 @@ void check_team_plan(const char* name) {
 
 TEST_CASE("emulated block plan: the count check and the plan by 64 threads equal the serial ones, every layout") {
   using namespace pagestash_test::layouts;
-#define PAGESTASH_CHECK_TEAM_PLAN(L) check_team_plan<L>(#L);
+#define PAGESTASH_CHECK_TEAM_PLAN(L) check_team_plan<PAGESTASH_LAYOUT(L)>(#L);
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_TEAM_PLAN)
 #undef PAGESTASH_CHECK_TEAM_PLAN
 }

@@ -124,10 +124,11 @@ TEST_CASE("the sizer's pages for a count vector are the pages the host executor'
   int layouts = 0, checked = 0;
 #define PAGESTASH_PREDICT(L)                                                         \
   {                                                                                  \
+    using Layout = PAGESTASH_LAYOUT(L);                                                \
     CAPTURE(#L);                                                                     \
     ++layouts;                                                                       \
     for (bool odd : {false, true}) {                                                 \
-      const auto shape = sequence_shape<L>(odd);                                     \
+      const auto shape = sequence_shape<Layout>(odd);                                     \
       for (std::int64_t page_bytes : {std::int64_t{256}, std::int64_t{4096}})        \
         for (int k = 0; k < 4; ++k, ++checked) {                                     \
           const auto counts = live_counts(shape, rng);                               \
@@ -162,18 +163,30 @@ TEST_CASE("a layer pads its counts to the largest alignment of its tensors, and 
   CHECK(sizing::capacity_for(512, 8, 32, 2.0, 128) == 256);
   CHECK(sizing::capacity_for(512, 8, 32, 1.01, 128) == 256);
   CHECK(sizing::capacity_for(10, 1, 8, 1.0, 32) == 32);
-  CHECK(error_of([] { sizing::parse_recipe("fp8"); }).find("bf16, fp16, mxfp8, nvfp4") != std::string::npos);
-  for (auto recipe : {sizing::Recipe::bf16, sizing::Recipe::fp16, sizing::Recipe::mxfp8, sizing::Recipe::nvfp4})
-    for (auto placement : {sizing::Placement::capacity_padded, sizing::Placement::packed, sizing::Placement::packed_padded}) {
-      sizing::RecipeOptions o;
-      o.placement = placement;
-      o.scales = sizing::ScaleArrangement::compact;
-      o.ffn_hidden = 512;
-      const sizing::Layer l = sizing::recipe_layer(recipe, 1024, 8, 1024, 2, 1.5, o);
-      CHECK(l.tensors().size() == 2);
-      CHECK(l.capacity() >= 384);
-      CHECK(l.measure(std::vector<std::int32_t>(8, 1), 65536).pages >= 2);
-    }
+  CHECK(error_of([] { sizing::recipe_layer("fp8", 1024, 8, 1024, 2, 1.5); }).find("unknown recipe 'fp8'") !=
+        std::string::npos);
+  CHECK(ps::recipe_name("mxfp8", "packed_padded", "compact") == "mxfp8/packed_padded/compact");
+  CHECK(ps::recipe_name("bf16", "packed", "swizzled") == "bf16/packed");  // no scales: `scales` is not asked
+  CHECK(error_of([] { ps::recipe_name("bf16", "packed_padded"); }).find("unknown recipe 'bf16'") != std::string::npos);
+}
+
+// Every recipe of the registry is plannable by its name (adding one there is all it takes).
+TEST_CASE("sizing: every recipe's layer, by its name") {
+  int recipes = 0;
+  for (const std::string& recipe : ps::recipe_names()) {
+    CAPTURE(recipe);
+    const std::int64_t ffn_hidden = recipe == "plain" ? 0 : 512;  // Plain: one group, one tensor
+    const std::int32_t experts = recipe == "plain" ? 1 : 8;
+    const sizing::Layer l = sizing::recipe_layer(recipe, 1024, experts, 1024, experts == 1 ? 1 : 2, 1.5, ffn_hidden);
+    CHECK(l.tensors().size() == (ffn_hidden > 0 ? 2u : 1u));
+    CHECK(l.tensors()[0].name() == recipe + " fc1 input");
+    CHECK(l.capacity() >= 384);
+    CHECK(l.measure(std::vector<std::int32_t>(static_cast<std::size_t>(experts), 1), 65536).pages >= 1);
+    ++recipes;
+  }
+  int listed = 0;
+  ps::for_each_recipe([&](auto) { ++listed; });
+  CHECK(recipes == listed);
 }
 
 namespace {

@@ -12,6 +12,8 @@
 #include "../common/stash_sequence.hpp"
 
 #include <atomic>
+#include <set>
+#include <string>
 #include <thread>
 
 namespace {
@@ -38,18 +40,23 @@ using namespace pagestash_test::layouts;
 TEST_CASE("every layout: random stash / reload / discard sequences match a byte-for-byte copy") {
   std::uint32_t seed = 1000;
   int plain = 0, rowwise_unquantized = 0, columnwise = 0, rowwise_quantized = 0;
-#define PAGESTASH_SEQUENCES(L)                                                                     \
-  {                                                                                                \
-    CAPTURE(#L);                                                                                   \
-    const int n = run_orders<ps::StashTraits<L>>(seed, 200);                                       \
-    using Layout = L;                                                                              \
-    if (std::is_same_v<Layout, Pf32> || std::is_same_v<Layout, Pbf16>) plain += n;                 \
-    else if (!Layout::has(BufferRole::scales)) rowwise_unquantized += n;                           \
-    else if (std::string(#L).rfind("Col", 0) == 0) columnwise += n;                                \
-    else rowwise_quantized += n;                                                                   \
+  std::set<std::string> sequenced;  // the layouts' names
+#define PAGESTASH_SEQUENCES(L)                                                  \
+  {                                                                             \
+    using Layout = PAGESTASH_LAYOUT(L);                                         \
+    CAPTURE(Layout::name);                                                      \
+    const int n = run_orders<ps::StashTraits<Layout>>(seed, 200);               \
+    sequenced.insert(Layout::name);                                             \
+    if (ps::Recipe<Layout>::plain) plain += n;                                  \
+    else if (!Layout::has(BufferRole::scales)) rowwise_unquantized += n;        \
+    else if (std::string(Layout::name).rfind("Col", 0) == 0) columnwise += n;   \
+    else rowwise_quantized += n;                                                \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SEQUENCES)
 #undef PAGESTASH_SEQUENCES
+  // Every recipe of the registry is sequence-tested (adding one there is all it takes).
+  ps::for_each_recipe([&](auto r) { CHECK_MESSAGE(sequenced.count(decltype(r)::layout::name) == 1, r.name()); });
+  CHECK(sequenced.size() == static_cast<std::size_t>(layout_count));  // the names tell the layouts apart
   // At least 1,000 checked operations per layout family.
   CHECK(plain >= 1000);
   CHECK(rowwise_unquantized >= 1000);
@@ -129,8 +136,9 @@ TEST_CASE("pools whose arenas start different agree on a stash's stream bytes, n
   int part_filled = 0;
 #define PAGESTASH_STREAM_BYTES(L)                          \
   {                                                        \
+    using Layout = PAGESTASH_LAYOUT(L);                      \
     CAPTURE(#L);                                           \
-    part_filled += check_stream_bytes_not_pages<L>(++seed); \
+    part_filled += check_stream_bytes_not_pages<Layout>(++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_STREAM_BYTES)
 #undef PAGESTASH_STREAM_BYTES

@@ -32,4 +32,4 @@ void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& re
   template void pagestash_test::reload_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&,   \
                                               const pagestash::GroupedView<Tr::layout>&, pagestash::ReloadOptions);  \
   template void pagestash_test::discard_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&);
-#define PAGESTASH_INSTANTIATE_STASH(L) PAGESTASH_INSTANTIATE_STASH_TRAITS(pagestash::StashTraits<pagestash_test::layouts::L>)
+#define PAGESTASH_INSTANTIATE_STASH(L) PAGESTASH_INSTANTIATE_STASH_TRAITS(pagestash::StashTraits<PAGESTASH_LAYOUT(L)>)

@@ -1,5 +1,5 @@
-// Stash kernels for the unquantized and columnwise-quantized layouts, and the non-default
-// traits.
+// Stash kernels for every recipe (pagestash/layouts/recipes.hpp), the tests' Plain layouts
+// and the non-default traits.
 #include "stash_kernels.inl"
 
 void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) { pagestash::reset(pagestash::on(stream), pool); }
@@ -16,13 +16,6 @@ void pagestash_test::launch_id_on(cudaStream_t stream, std::uint64_t* out) {
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 
-PAGESTASH_INSTANTIATE_STASH(Pf32)
-PAGESTASH_INSTANTIATE_STASH(Pbf16)
-PAGESTASH_INSTANTIATE_STASH(RuBf16)
-PAGESTASH_INSTANTIATE_STASH(RuFp16)
-PAGESTASH_INSTANTIATE_STASH(RuBf16Cap)
-PAGESTASH_INSTANTIATE_STASH(RuFp16Cap)
-PAGESTASH_INSTANTIATE_STASH(RuF32)
-PAGESTASH_INSTANTIATE_STASH(RuF32Cap)
-PAGESTASH_TEST_QUANTIZED(PAGESTASH_INSTANTIATE_STASH, Col)
+PAGESTASH_FOR_EACH_RECIPE(PAGESTASH_INSTANTIATE_STASH)
+PAGESTASH_TEST_PLAIN_LAYOUTS(PAGESTASH_INSTANTIATE_STASH)
 PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(PAGESTASH_INSTANTIATE_STASH_TRAITS)

@@ -22,9 +22,10 @@ def buffers_for(recipe, shape, gen):
     """Random non-zero buffers of the recipe's sizes (raw bytes), and counts that fit."""
     info = ps.recipe_info(recipe, shape)
     data = random_bytes(info["data_bytes"], gen)
-    family = recipe.split("/")[0]
-    if family in ("plain", "bf16", "fp16", "fp32"):  # rows of tokens, as raw bytes
-        data = data.view(-1, shape.hidden * {"plain": 1, "fp32": 4}.get(family, 2))
+    family = ps.FAMILIES[recipe.split("/")[0]]
+    if family["scales"] is None:  # rows of tokens, as raw bytes (plain: hidden bytes a row)
+        row = 1 if family["data"] is None else torch.empty(0, dtype=family["data"]).element_size()
+        data = data.view(-1, shape.hidden * row)
     scales = random_bytes(info["scales_bytes"], gen) if info["scales_bytes"] else None
     amax = torch.rand(shape.groups, generator=gen) + 0.5 if info["amax_bytes"] else None
     align = info["count_alignment"]

@@ -25,6 +25,7 @@ struct MXFP8 {
   using element_type = Element;
   using data_storage = Element;  ///< what a data buffer holds: one element a byte
   using scale_type = E8M0;
+  static constexpr const char* name = cuda::std::is_same_v<Element, E4M3> ? "mxfp8" : "mxfp8_e5m2";
   static constexpr int block_size = 32;
   static constexpr int element_bits = 8;
   /// Columnwise data keeps the [M, K] shape (TransformerEngine does not transpose MXFP8).
@@ -44,6 +45,7 @@ struct NVFP4 {
   using element_type = E2M1;
   using data_storage = E2M1x2;  ///< what a data buffer holds: two elements a byte
   using scale_type = E4M3;
+  static constexpr const char* name = "nvfp4";
   static constexpr int block_size = 16;
   static constexpr int element_bits = 4;
   /// Columnwise data and scales are stored transposed, [K, M/2] and [K, M/16] (as TE).

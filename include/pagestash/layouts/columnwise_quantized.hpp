@@ -21,7 +21,9 @@ PAGESTASH_NAMESPACE_BEGIN
 template <class Format, class Placement = Packed, class Scales = SwizzledScales>
 struct ColumnwiseQuantized : detail::QuantizedLayoutBase<Format, Placement, Scales> {
   static constexpr Direction direction = Direction::columnwise;
-  static constexpr const char* name = "ColumnwiseQuantized";
+  static constexpr detail::LayoutName name_chars =
+      detail::layout_name("ColumnwiseQuantized", Format::name, Placement::name, Scales::name);
+  static constexpr const char* name = name_chars.chars;
 
   PAGESTASH_HOST_DEVICE static BlockShape block(BufferRole role, cuda::std::int64_t t, cuda::std::int64_t K) {
     constexpr cuda::std::int64_t b = Format::block_size;

@@ -24,7 +24,7 @@ struct Packed {
 struct PackedPadded {
   static constexpr bool packed = true;
   static constexpr bool pads_group_scales = true;
-  static constexpr const char* name = "packed-padded";
+  static constexpr const char* name = "packed_padded";
 };
 
 /// `[G, capacity, ...]`: group g owns a fixed block; its live bytes are runs inside it.
@@ -32,7 +32,7 @@ struct PackedPadded {
 struct CapacityPadded {
   static constexpr bool packed = false;
   static constexpr bool pads_group_scales = false;
-  static constexpr const char* name = "capacity-padded";
+  static constexpr const char* name = "capacity";
 };
 
 /// Block scales row-major, as quantized.

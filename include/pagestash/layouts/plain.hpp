@@ -14,7 +14,8 @@ template <class T>
 struct Plain : detail::UnquantizedRows<T> {
   static_assert(cuda::std::is_trivially_copyable_v<T>, "pagestash::Plain<T>: T must be trivially copyable");
   using placement = Packed;  // one group: both placements coincide
-  static constexpr const char* name = "Plain";
+  static constexpr detail::LayoutName name_chars = detail::layout_name("Plain", detail::element_name<T>());
+  static constexpr const char* name = name_chars.chars;
 };
 
 PAGESTASH_NAMESPACE_END

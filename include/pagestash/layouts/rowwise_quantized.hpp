@@ -16,7 +16,9 @@ PAGESTASH_NAMESPACE_BEGIN
 template <class Format, class Placement = Packed, class Scales = SwizzledScales>
 struct RowwiseQuantized : detail::QuantizedLayoutBase<Format, Placement, Scales> {
   static constexpr Direction direction = Direction::rowwise;
-  static constexpr const char* name = "RowwiseQuantized";
+  static constexpr detail::LayoutName name_chars =
+      detail::layout_name("RowwiseQuantized", Format::name, Placement::name, Scales::name);
+  static constexpr const char* name = name_chars.chars;
 
   PAGESTASH_HOST_DEVICE static BlockShape block(BufferRole role, cuda::std::int64_t t, cuda::std::int64_t K) {
     if (role == BufferRole::data) return BlockShape{t, K * Format::element_bits / 8, TokenAxis::rows, 1, false};

@@ -17,7 +17,9 @@ struct RowwiseUnquantized : detail::UnquantizedRows<T> {
   static_assert(cuda::std::is_same_v<T, BF16> || cuda::std::is_same_v<T, FP16> || cuda::std::is_same_v<T, float>,
                 "pagestash::RowwiseUnquantized<T>: T must be pagestash::BF16, pagestash::FP16 or float");
   using placement = Placement;
-  static constexpr const char* name = "RowwiseUnquantized";
+  static constexpr detail::LayoutName name_chars =
+      detail::layout_name("RowwiseUnquantized", detail::element_name<T>(), Placement::name);
+  static constexpr const char* name = name_chars.chars;
 };
 
 PAGESTASH_NAMESPACE_END

@@ -32,6 +32,7 @@ namespace detail {
 template <class T>
 PAGESTASH_HOST_DEVICE T convert_from_float(float x) {
   if constexpr (cuda::std::is_same_v<T, float>) return x;
+  else if constexpr (cuda::std::is_same_v<T, cuda::std::uint8_t>) return static_cast<T>(BF16::from_float(x).bits >> 8);
   else return T::from_float(x);
 }
 

@@ -36,7 +36,7 @@ inline std::string model_shape_names(const std::string& separator = ", ") {
 inline const ModelShape& model_shape(const std::string& name) {
   for (const ModelShape& s : model_shapes)
     if (name == s.name) return s;
-  detail::invalid_sizing("unknown model shape '" + name + "' (" + model_shape_names() + ")");
+  detail::throw_invalid("pagestash::sizing", "unknown model shape '" + name + "' (" + model_shape_names() + ")");
 }
 
 }  // namespace sizing

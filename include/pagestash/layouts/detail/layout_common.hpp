@@ -10,6 +10,28 @@
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
+/// A layout's name, `kind<part, ...>`, joined at compile time from its tags' names.
+struct LayoutName {
+  char chars[64] = {};
+  int size = 0;  // past 63 characters: not a constant expression
+  constexpr LayoutName& operator<<(const char* s) { while (*s != '\0') chars[size++] = *s++; return *this; }
+};
+template <class... Parts>
+constexpr LayoutName layout_name(const char* kind, const char* first, Parts... rest) {
+  LayoutName n;
+  n << kind << "<" << first;
+  ((n << ", " << rest), ...);
+  return n << ">";
+}
+
+/// The name of an element type: its own `name` (BF16, FP16), or fp32, uint8.
+template <class T>
+constexpr const char* element_name() {
+  if constexpr (cuda::std::is_same_v<T, float>) return "fp32";
+  else if constexpr (cuda::std::is_same_v<T, cuda::std::uint8_t>) return "uint8";
+  else return T::name;
+}
+
 /// What unquantized layouts share: one data buffer of T, one element per (token, hidden).
 template <class T>
 struct UnquantizedRows {

@@ -1,0 +1,22 @@
+# Every recipe of pagestash/layouts/recipes.hpp (as `pagestash_size --list-recipes` prints
+# them) is benched: stash_bench --benchmark_list_tests names a stash benchmark of each.
+# Run with -P, -DBENCH=stash_bench -DSIZER=pagestash_size.
+cmake_minimum_required(VERSION 3.20)
+execute_process(COMMAND "${SIZER}" --list-recipes OUTPUT_VARIABLE _recipes RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0 OR _recipes STREQUAL "")
+  message(FATAL_ERROR "pagestash_size --list-recipes: exit ${_rc}, '${_recipes}'")
+endif()
+execute_process(COMMAND "${BENCH}" --benchmark_list_tests OUTPUT_VARIABLE _benched RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "stash_bench --benchmark_list_tests: exit ${_rc}")
+endif()
+string(REPLACE "\n" ";" _recipes "${_recipes}")
+list(FILTER _recipes EXCLUDE REGEX "^$")
+list(LENGTH _recipes _count)
+foreach(_recipe IN LISTS _recipes)
+  string(FIND "${_benched}" "stash/${_recipe}/" _at)
+  if(_at EQUAL -1)
+    message(FATAL_ERROR "stash_bench does not bench recipe '${_recipe}'")
+  endif()
+endforeach()
+message(STATUS "stash_bench benches every recipe (${_count})")

@@ -69,7 +69,8 @@ TEST_CASE("device producer matches the host producer for every layout") {
   {                                                                                 \
     using Layout = PAGESTASH_LAYOUT(L);                                               \
     CAPTURE(#L);                                                                    \
-    check_device_producer<Layout>(Layout::granule == 1 ? 96 : 256, 160, pagestash::Recipe<Layout>::plain ? 1 : 3, ++seed); \
+    const int groups = pagestash::Recipe<Layout>::plain ? 1 : 3;                    \
+    check_device_producer<Layout>(Layout::granule == 1 ? 96 : 256, 160, groups, ++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_LAYOUT)
 #undef PAGESTASH_CHECK_LAYOUT

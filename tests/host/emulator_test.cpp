@@ -159,7 +159,8 @@ TEST_CASE("emulated grid of 4 blocks x 64 threads: every layout's sequences matc
 TEST_CASE("emulated grid: the same page ids and page bytes as the host executor, for every layout") {
   std::uint32_t seed = 9500;
   int compared = 0;
-#define PAGESTASH_EMULATED_PAGES(L) compared += check_pages_match_host_executor<ps::StashTraits<PAGESTASH_LAYOUT(L)>>(++seed);
+#define PAGESTASH_EMULATED_PAGES(L) \
+  compared += check_pages_match_host_executor<ps::StashTraits<PAGESTASH_LAYOUT(L)>>(++seed);
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EMULATED_PAGES)
 #undef PAGESTASH_EMULATED_PAGES
   CHECK(compared == layout_count * 6);

@@ -345,16 +345,19 @@ TEST_CASE("view validation names the field and the value") {
   auto v = t.view;
   v.hidden = 100;
   CHECK_THROWS_WITH_AS(ps::validate<Traits>(v),
-                       "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: hidden = 100 is not a multiple of the block size 32",
+                       "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
+                       "hidden = 100 is not a multiple of the block size 32",
                        std::invalid_argument);
   v = t.view;
   v.max_tokens = 200;
   CHECK_THROWS_WITH_AS(ps::validate<Traits>(v),
-                       "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: max_tokens = 200 is not a multiple of the granule 128",
+                       "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
+                       "max_tokens = 200 is not a multiple of the granule 128",
                        std::invalid_argument);
   v = t.view;
   v.scales = nullptr;
-  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: scales is null",
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
+                       "scales is null",
                        std::invalid_argument);
   v = t.view;
   v.data = reinterpret_cast<ps::E4M3*>(t.data.data() + 1);
@@ -362,7 +365,8 @@ TEST_CASE("view validation names the field and the value") {
   CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), doctest::Contains("is not 16-byte aligned"), std::invalid_argument);
   v = t.view;
   v.counts = nullptr;
-  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: counts is null",
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
+                       "counts is null",
                        std::invalid_argument);
   v = t.view;
   v.groups = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// Device-scope atomics, fences and spinning, as the pool and launch steps use them. Not
-// public API.
+// Device-scope atomics, fences and spinning, as the pool and launch steps use them: not
+// public API, but for the host observer (AtomicAccess, atomic_observer).
 //
 // On the host (the host executor, the tests' grid emulator) every atomic access and fence
 // can be reported to an observer, so that a test or a benchmark counts what a launch costs
@@ -18,8 +18,8 @@
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
 
+/// What the host observer of the library's atomics (atomic_observer) is told.
 enum class AtomicAccess : int {
   load,    ///< an atomic load
   store,   ///< an atomic store
@@ -40,7 +40,11 @@ inline AtomicObserverSlot& atomic_observer() {
   static AtomicObserverSlot slot;
   return slot;
 }
+#endif
 
+namespace detail {
+
+#if !defined(__CUDA_ARCH__)
 inline void observe_atomic(const void* address, AtomicAccess access) {
   AtomicObserverSlot& slot = atomic_observer();
   if (const AtomicObserver f = slot.observer.load(std::memory_order_relaxed)) f(address, access, slot.context);

@@ -2,7 +2,8 @@
 // A team is the set of threads that runs one step of an algorithm together: one CPU thread
 // on the host, a thread block or a warp on the device. The pool and stash steps are written
 // once against this interface, so the host executor runs the very code the kernels run.
-// Not public API.
+// The interface and the device teams are not public API; SerialTeam (the host's team, which
+// the public team-level steps take) and BlockScan (a policy's choice) are.
 //
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts
@@ -23,7 +24,6 @@
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
 
 /// One thread alone (the host executor, or one device thread).
 struct SerialTeam {
@@ -42,6 +42,8 @@ struct SerialTeam {
 
 /// The cub::BlockScan algorithm a block's team scans with (a policy picks it, stash/policy.hpp).
 enum class BlockScan { raking, raking_memoize };
+
+namespace detail {
 
 #if defined(__CUDACC__)
 /// The threads of one block, BlockThreads of them (the kernels launch StashPolicy::threads_per_block).

@@ -25,7 +25,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-namespace detail {
 
 enum class MemoryKind : int { host, device, mapped_host };
 
@@ -144,5 +143,4 @@ inline void copy_bytes(MemorySpace space, void* dst, const void* src, std::size_
   if (!to_host) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

@@ -190,10 +190,13 @@ PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
   return f;
 }
 
+}  // namespace detail
+
 /// Writes the flags and counters into `dst` (the caller's memory), the counters under the
 /// lock so that they are one snapshot.
 template <class Team>
 PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolReport* dst) {
+  using namespace detail;  // the pool's atomics and locks
   lock_pool(team, pool);
   if (team.leader()) {
     PoolReport r{};
@@ -213,6 +216,7 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
 /// there are any.
 template <class Team>
 PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) {
+  using namespace detail;  // the pool's atomics and locks
   lock_pool(team, pool);
   if (team.leader()) {
     PoolCounts& n = pool.counters->counts;
@@ -226,6 +230,7 @@ PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) 
 /// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
 template <class Team>
 PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
+  using namespace detail;  // the pool's atomics and locks
   for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
     pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
   for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())
@@ -245,5 +250,4 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   team.sync();
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

@@ -50,17 +50,17 @@ inline const char* name_of(ScaleArrangement s) { return s == ScaleArrangement::s
 inline Recipe parse_recipe(const std::string& s) {
   for (Recipe r : {Recipe::bf16, Recipe::fp16, Recipe::mxfp8, Recipe::nvfp4})
     if (s == name_of(r)) return r;
-  detail::invalid_sizing("unknown recipe '" + s + "' (bf16, fp16, mxfp8, nvfp4)");
+  invalid_sizing("unknown recipe '" + s + "' (bf16, fp16, mxfp8, nvfp4)");
 }
 inline Placement parse_placement(const std::string& s) {
   for (Placement p : {Placement::capacity_padded, Placement::packed, Placement::packed_padded})
     if (s == name_of(p)) return p;
-  detail::invalid_sizing("unknown placement '" + s + "' (capacity-padded, packed, packed-padded)");
+  invalid_sizing("unknown placement '" + s + "' (capacity-padded, packed, packed-padded)");
 }
 inline ScaleArrangement parse_scales(const std::string& s) {
   for (ScaleArrangement a : {ScaleArrangement::swizzled, ScaleArrangement::compact})
     if (s == name_of(a)) return a;
-  detail::invalid_sizing("unknown scale arrangement '" + s + "' (swizzled, compact)");
+  invalid_sizing("unknown scale arrangement '" + s + "' (swizzled, compact)");
 }
 
 namespace detail {

@@ -37,7 +37,7 @@ namespace detail {
 /// its geometry, so that a change of the stash's plan changes the sizer with it.
 template <class Traits>
 WorkTotals planned_stash(const GroupedView<typename Traits::layout>& shape, const cuda::std::int32_t* counts) {
-  return pagestash::detail::plan_work<Traits>(shape, counts, false, nullptr);
+  return pagestash::plan_work<Traits>(shape, counts, false, nullptr);
 }
 
 /// The bytes and pages of a stash of `counts` in pages of `page_bytes`.
@@ -48,9 +48,9 @@ TensorBytes stash_bytes(const GroupedView<typename Traits::layout>& shape, const
   return TensorBytes{pages_for(work.stream_bytes, page_bytes), work.stream_bytes, work.live_bytes};
 }
 
-[[noreturn]] inline void invalid_sizing(const std::string& what) { throw std::invalid_argument("pagestash::sizing: " + what); }
-
 }  // namespace detail
+
+[[noreturn]] inline void invalid_sizing(const std::string& what) { throw std::invalid_argument("pagestash::sizing: " + what); }
 
 /// One saved tensor of a layer: a layout and StashTraits with its shape (groups = experts,
 /// hidden, and the capacity: tokens per expert), behind a value type, so that one layer
@@ -89,9 +89,9 @@ class SavedTensor {
   /// takes in pages of `page_bytes`. Throws std::invalid_argument for counts it cannot hold.
   TensorBytes measure(const std::vector<std::int32_t>& counts, std::int64_t page_bytes) const {
     if (counts.size() != static_cast<std::size_t>(groups()))
-      detail::invalid_sizing(name() + ": " + std::to_string(counts.size()) + " counts for " + std::to_string(groups()) +
+      invalid_sizing(name() + ": " + std::to_string(counts.size()) + " counts for " + std::to_string(groups()) +
                            " groups");
-    if (page_bytes < 1) detail::invalid_sizing("page_bytes = " + std::to_string(page_bytes) + " must be positive");
+    if (page_bytes < 1) invalid_sizing("page_bytes = " + std::to_string(page_bytes) + " must be positive");
     return model_->measure(counts.data(), page_bytes);
   }
   std::int64_t pages(const std::vector<std::int32_t>& counts, std::int64_t page_bytes) const {
@@ -136,7 +136,7 @@ class SavedTensor {
     }
     std::shared_ptr<const Interface> with_capacity(std::int64_t c) const override {
       if (c < 1 || c % capacity_multiple() != 0)
-        detail::invalid_sizing(name + ": capacity " + std::to_string(c) + " is not a positive multiple of " +
+        invalid_sizing(name + ": capacity " + std::to_string(c) + " is not a positive multiple of " +
                              std::to_string(capacity_multiple()));
       const auto s = shape.with_max_tokens(packed ? c * shape.groups : c);
       validate_shape(s);
@@ -145,7 +145,7 @@ class SavedTensor {
     TensorBytes measure(const cuda::std::int32_t* counts, std::int64_t page_bytes) const override {
       const cuda::std::int32_t bad = check_counts(shape, counts).first_bad_group;
       if (bad >= 0)
-        detail::invalid_sizing(name + ": count " + std::to_string(counts[bad]) + " of group " + std::to_string(bad) +
+        invalid_sizing(name + ": count " + std::to_string(counts[bad]) + " of group " + std::to_string(bad) +
                              " does not fit (capacity " + std::to_string(capacity()) + ", alignment " +
                              std::to_string(count_alignment()) + ")");
       return detail::stash_bytes<Traits>(shape, counts, page_bytes);

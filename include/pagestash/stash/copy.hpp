@@ -177,7 +177,11 @@ PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16
   }
 }
 
+}  // namespace detail
+
 enum class TileOp : int { stash, reload, zero };
+
+namespace detail {
 
 PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
   return reinterpret_cast<cuda::std::uintptr_t>(p) % 16 == 0;
@@ -257,9 +261,12 @@ PAGESTASH_HOST_DEVICE bool batch_in_runs(const TileSpan& s, TileOp op, cuda::std
   return inside;
 }
 
+}  // namespace detail
+
 /// The lanes of a team move a tile's vectors (see the top of this file).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
+  using namespace detail;  // the vector and run helpers above
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
@@ -330,6 +337,8 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
 }
 
+namespace detail {
+
 /// n bytes between non-overlapping ranges; short copies inline (a line's run is often a few
 /// bytes, for which a call into the C library costs more than the copy).
 inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::uint32_t n) {
@@ -351,6 +360,8 @@ inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::ui
   }
 }
 
+}  // namespace detail
+
 /// Whether a host thread prefetches the dead cache lines between runs: a CPU's stream
 /// prefetcher runs ahead of a dense stream of lines, not of one with holes, so where the dead
 /// rest of each line is one or two cache lines, reading it too is faster (NVFP4 columnwise
@@ -370,6 +381,8 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
   (void)at, (void)run, (void)pitch;
 #endif
 }
+
+namespace detail {
 
 /// Width tags for short runs: 16, 8 or 4 bytes.
 template <unsigned W>
@@ -410,8 +423,11 @@ inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& 
   if (q < bytes) move(at, q, bytes - q);
 }
 
+}  // namespace detail
+
 /// One host thread moves a tile, a line's run at a time (see the top of this file).
 inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
+  using namespace detail;  // the vector and run helpers above
   using u32 = cuda::std::uint32_t;
   unsigned char* const stream = s.stream;
   if (op == TileOp::stash) {
@@ -433,6 +449,8 @@ PAGESTASH_HOST_DEVICE inline TileOp tile_op(const TileWork& w, const ItemCursor&
   if (w.items[c.item].kind == WorkKind::zero) return TileOp::zero;
   return w.to_pages ? TileOp::stash : TileOp::reload;
 }
+
+namespace detail {
 
 /// Moves one tile with the lanes of a warp.
 template <class Lanes>

@@ -67,18 +67,24 @@ static_assert(sizeof(LaunchWords) == 128);
 inline constexpr cuda::std::uint64_t launch_held = 1, launch_refused = 2;
 inline constexpr int launch_id_shift = 2;
 
-/// What a record's last operation left: the part of its header that status() reads back.
+/// What a record's last operation left, the part of its header that status() reads back:
+/// (type, name, initial value, meaning) per field. RecordSummary is made of this table and
+/// for_each_field reads it, so a field added here reaches every reader (Python's status()).
+#define PAGESTASH_RECORD_SUMMARY(X)                                                                                    \
+  X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")        \
+  X(Flag, error, Flag::none,                                                                                           \
+    "why the last operation did nothing, as the pool flag of that kind (none: it did its work); a reload of a "        \
+    "stash that overflowed or failed keeps the stash's")                                                               \
+  X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")      \
+  X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                      \
+  X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                            \
+  X(cuda::std::int64_t, device_pages, 0, "of them on the device")                                                      \
+  X(cuda::std::int64_t, stream_bytes, 0, "bytes the pages hold (segments padded to 16)")                               \
+  X(cuda::std::int64_t, live_bytes, 0, "bytes of the live runs")
+#define PAGESTASH_RECORD_FIELD(type, name, initial, meaning) type name = initial;
+
 struct RecordSummary {
-  RecordState state = RecordState::empty;
-  /// Why the last operation did nothing, as the pool flag of that kind (Flag::none: it did
-  /// its work). A reload of a stash that overflowed or failed keeps the stash's.
-  Flag error = Flag::none;
-  cuda::std::int32_t first_bad_group = -1;  ///< with bad_counts
-  cuda::std::int32_t generation = 0;        ///< the pool's (resets so far) when last stashed
-  cuda::std::int64_t pages = 0;
-  cuda::std::int64_t device_pages = 0;
-  cuda::std::int64_t stream_bytes = 0;
-  cuda::std::int64_t live_bytes = 0;
+  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_FIELD)
 };
 
 /// The record's header in the pool's memory space.
@@ -102,17 +108,27 @@ struct RecordRef {
   unsigned char* kept = nullptr;  ///< kept buffers, in role order, each 16-byte aligned
 };
 
-/// What a record holds, read back on the host.
+/// What a record holds, read back on the host: the summary, then these fields.
+#define PAGESTASH_RECORD_STATUS(X)                                                                                     \
+  X(std::int64_t, host_pages, 0, "of the pages, on the host")                                                          \
+  X(std::int32_t, refused_blocks, 0,                                                                                   \
+    "blocks of launches refused because another launch on the record was in flight (or never finished): each such "    \
+    "launch did nothing and raised the pool's error flag (refused_launch)")                                            \
+  X(bool, launch_in_flight, false,                                                                                     \
+    "whether a launch holds the record now (after a device sync: one that never finished)")
+
 struct RecordStatus : RecordSummary {
-  std::int64_t host_pages = 0;
-  /// Blocks of launches refused because another launch on the record was in flight (or
-  /// never finished): each such launch did nothing and raised the pool's error flag (refused_launch).
-  std::int32_t refused_blocks = 0;
-  /// Whether a launch holds the record now (after a device sync: one that never finished).
-  bool launch_in_flight = false;
+  PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_FIELD)
 };
 
-namespace detail {
+/// fn(name, value) for every field of `s`, in the tables' order (the summary's first).
+template <class Fn>
+void for_each_field(const RecordStatus& s, Fn&& fn) {
+#define PAGESTASH_RECORD_VISIT(type, name, initial, meaning) fn(#name, s.name);
+  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_VISIT)
+  PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_VISIT)
+#undef PAGESTASH_RECORD_VISIT
+}
 
 struct WorkBounds {
   cuda::std::int64_t stream_bytes;  ///< of the largest stash
@@ -146,8 +162,6 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int pa
   return bounds;
 }
 
-}  // namespace detail
-
 template <class Traits>
 class StashRecord {
  public:
@@ -175,7 +189,7 @@ class StashRecord {
   /// Bytes of the memory a record of `shape`'s shape takes in `pool`'s memory space.
   static std::size_t bytes_needed(const PagePool& pool, const GroupedView<layout>& shape) {
     validate_shape(shape);
-    const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
+    const WorkBounds most = work_bounds<Traits>(shape, pool.ref().page_shift);
     return parts_of(shape, pages_for(most.stream_bytes, pool.config().page_bytes)).total;
   }
 
@@ -213,7 +227,7 @@ class StashRecord {
   RecordStatus status() const {
     if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
     RecordHeader h{};
-    detail::copy_bytes(space_, &h, ref_.header, sizeof(h), true);
+    copy_bytes(space_, &h, ref_.header, sizeof(h), true);
     RecordStatus s;
     static_cast<RecordSummary&>(s) = h.summary;
     s.host_pages = h.summary.pages - h.summary.device_pages;
@@ -239,7 +253,7 @@ class StashRecord {
   std::vector<std::int32_t> page_ids() const {
     const RecordStatus s = status();
     std::vector<std::int32_t> ids(s.state == RecordState::stashed ? static_cast<std::size_t>(s.pages) : 0);
-    detail::copy_bytes(space_, ids.data(), ref_.page_ids, ids.size() * sizeof(std::int32_t), true);
+    copy_bytes(space_, ids.data(), ref_.page_ids, ids.size() * sizeof(std::int32_t), true);
     return ids;
   }
 
@@ -256,7 +270,7 @@ class StashRecord {
     p.counts_at = offset;
     offset += round16(static_cast<std::size_t>(shape.groups) * sizeof(cuda::std::int32_t));
     p.items_at = offset;
-    offset += round16(static_cast<std::size_t>(detail::max_work_items(shape.groups)) * sizeof(WorkItem));
+    offset += round16(static_cast<std::size_t>(max_work_items(shape.groups)) * sizeof(WorkItem));
     p.ids_at = offset;
     offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
     p.kept_at = offset;
@@ -273,13 +287,13 @@ class StashRecord {
         page_bytes_(pool.config().page_bytes), page_shift_(pool.ref().page_shift) {
     static_assert(check_stash_traits<Traits>());
     validate_shape(shape);
-    const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
+    const WorkBounds most = work_bounds<Traits>(shape, pool.ref().page_shift);
     max_pages_ = pages_for(most.stream_bytes, page_bytes_);
     max_tiles_ = most.tiles;
     const Parts parts = parts_of(shape, max_pages_);
-    const auto kind = space_ == MemorySpace::device ? detail::MemoryKind::device : detail::MemoryKind::host;
-    memory_ = how == Memory::owned ? detail::Allocation(kind, parts.total)
-                                   : detail::Allocation::borrow(kind, memory, parts.total, "StashRecord memory");
+    const auto kind = space_ == MemorySpace::device ? MemoryKind::device : MemoryKind::host;
+    memory_ = how == Memory::owned ? Allocation(kind, parts.total)
+                                   : Allocation::borrow(kind, memory, parts.total, "StashRecord memory");
     auto* base = static_cast<unsigned char*>(memory_.get());
     ref_.header = reinterpret_cast<RecordHeader*>(base);
     ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + parts.counts_at);
@@ -292,10 +306,10 @@ class StashRecord {
     }
     // A pool attached to device memory does not know its id on the host: read it once (the
     // header's copy below synchronises anyway).
-    if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
+    if (pool_id_ == 0) copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
     RecordHeader empty{};
     empty.pool_id = pool_id_;
-    detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
+    copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }
 
   std::uint64_t pool_id_;
@@ -305,7 +319,7 @@ class StashRecord {
   int page_shift_;
   cuda::std::int64_t max_pages_ = 0;
   cuda::std::int64_t max_tiles_ = 0;
-  detail::Allocation memory_;
+  Allocation memory_;
   RecordRef ref_;
 };
 

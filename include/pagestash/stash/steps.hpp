@@ -163,11 +163,14 @@ PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, con
   team.sync();
 }
 
+}  // namespace detail
+
 /// Discard: return the pages without copying. A record that holds none is left alone and
 /// the reason recorded; no flag is raised, as nothing was lost (but for another pool's
 /// record: misuse).
 template <class Team>
 PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
+  using namespace detail;  // the record's steps
   RecordHeader& h = *rec.header;
   Flag error = Flag::none;
   if (team.leader()) {
@@ -177,6 +180,8 @@ PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, 
   }
   if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
 }
+
+namespace detail {
 
 /// The tile work of the plan the record holds, over view's buffers.
 template <class Traits>

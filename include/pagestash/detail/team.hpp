@@ -2,8 +2,7 @@
 // A team is the set of threads that runs one step of an algorithm together: one CPU thread
 // on the host, a thread block or a warp on the device. The pool and stash steps are written
 // once against this interface, so the host executor runs the very code the kernels run.
-// The interface and the device teams are not public API; SerialTeam (the host's team, which
-// the public team-level steps take) and BlockScan (a policy's choice) are.
+// Not public API, but for SerialTeam (the host's team) and BlockScan (a policy's choice).
 //
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts

@@ -41,12 +41,6 @@ PAGESTASH_NAMESPACE_BEGIN
 /// What a launch does (run_operation): one of the three operations on a record.
 enum class Operation : int { stash, reload, discard };
 
-namespace detail {
-enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
-enum class Arrival : cuda::std::int32_t { owner, joined, refused };
-
-}  // namespace detail
-
 /// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and
 /// the launch's identity.
 template <class Team, class Lanes>
@@ -65,6 +59,9 @@ struct GridContext {
 };
 
 namespace detail {
+
+enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
+enum class Arrival : cuda::std::int32_t { owner, joined, refused };
 
 /// A refused block: counted, and the pool's error raised (counted once per launch: by the
 /// block that decided the refusal, `first`).

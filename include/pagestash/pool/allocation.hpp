@@ -10,7 +10,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -57,19 +56,11 @@ inline void* allocate_host(std::size_t bytes) {
 
 inline void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, std::align_val_t{host_alignment(bytes)}); }
 
-/// Allocations the library has made so far (tests check that caller-owned memory is used
-/// instead).
-inline std::atomic<long long>& allocations_made() {
-  static std::atomic<long long> n{0};
-  return n;
-}
-
 class Allocation {
  public:
   Allocation() = default;
   Allocation(MemoryKind kind, std::size_t bytes) : kind_(kind), bytes_(bytes) {
     if (bytes == 0) return;
-    allocations_made().fetch_add(1, std::memory_order_relaxed);
     switch (kind) {
       case MemoryKind::host: ptr_ = allocate_host(bytes); break;
       case MemoryKind::device: PAGESTASH_CUDA_TRY(cudaMalloc(&ptr_, bytes)); break;

@@ -216,21 +216,19 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
 /// there are any.
 template <class Team>
 PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) {
-  using namespace detail;  // the pool's atomics and locks
-  lock_pool(team, pool);
+  detail::lock_pool(team, pool);
   if (team.leader()) {
     PoolCounts& n = pool.counters->counts;
     n.pages_held_at_step_end = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
-    if (n.pages_held_at_step_end != 0) raise_error(pool, Flag::unbalanced);
+    if (n.pages_held_at_step_end != 0) detail::raise_error(pool, Flag::unbalanced);
   }
-  unlock_pool(team, pool);
+  detail::unlock_pool(team, pool);
 }
 
 /// Every page free, flags and statistics cleared, generation bumped, the id kept; no
 /// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
 template <class Team>
 PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
-  using namespace detail;  // the pool's atomics and locks
   for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
     pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
   for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())

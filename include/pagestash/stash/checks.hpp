@@ -13,8 +13,8 @@ PAGESTASH_NAMESPACE_BEGIN
 template <class Traits>
 void check_pool_and_record(const char* op, MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec) {
   if (pool.space() != executor)
-    detail::invalid_call(op, std::string("the pool is in ") + name_of(pool.space()) + " memory but the executor runs on the " +
-                         name_of(executor));
+    detail::invalid_call(op, std::string("the pool is in ") + name_of(pool.space()) +
+                                 " memory but the executor runs on the " + name_of(executor));
   // Where an attached device object leaves an id unknown, the steps refuse it in memory.
   if (!rec.same_pool(pool)) detail::invalid_call(op, "the record was made for another pool");
 }
@@ -43,8 +43,8 @@ cuda::std::int64_t check_reload(MemorySpace executor, const PagePool& pool, cons
                                std::to_string(dest.groups) + " differ from the record's (" +
                                std::to_string(rec.hidden()) + ", " + std::to_string(rec.groups()) + ")");
   if (dest.max_tokens < rec.max_tokens())
-    detail::invalid_call("reload", "the destination is too small: max_tokens " + std::to_string(dest.max_tokens) + " < " +
-                               std::to_string(rec.max_tokens()) + " of the record");
+    detail::invalid_call("reload", "the destination is too small: max_tokens " + std::to_string(dest.max_tokens) +
+                                       " < " + std::to_string(rec.max_tokens()) + " of the record");
   return dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : work_bounds<Traits>(dest, rec.page_shift()).tiles;
 }
 

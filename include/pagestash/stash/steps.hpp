@@ -163,6 +163,22 @@ PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, con
   team.sync();
 }
 
+/// The tile work of the plan the record holds, over view's buffers.
+template <class Traits>
+PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
+                                         const RecordRef& rec, bool to_pages) {
+  TileWork w{};
+  w.data = static_cast<unsigned char*>(v.buffer(BufferRole::data));
+  w.scales = static_cast<unsigned char*>(v.buffer(BufferRole::scales));
+  w.items = rec.items;
+  w.item_count = rec.header->items;
+  w.page_ids = rec.page_ids;
+  w.pool = pool;
+  w.tile_shift = rec.header->tile_shift;
+  w.to_pages = to_pages;
+  return w;
+}
+
 }  // namespace detail
 
 /// Discard: return the pages without copying. A record that holds none is left alone and
@@ -181,23 +197,4 @@ PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, 
   if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
 }
 
-namespace detail {
-
-/// The tile work of the plan the record holds, over view's buffers.
-template <class Traits>
-PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
-                                         const RecordRef& rec, bool to_pages) {
-  TileWork w{};
-  w.data = static_cast<unsigned char*>(v.buffer(BufferRole::data));
-  w.scales = static_cast<unsigned char*>(v.buffer(BufferRole::scales));
-  w.items = rec.items;
-  w.item_count = rec.header->items;
-  w.page_ids = rec.page_ids;
-  w.pool = pool;
-  w.tile_shift = rec.header->tile_shift;
-  w.to_pages = to_pages;
-  return w;
-}
-
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

@@ -74,6 +74,14 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t stream_bytes_of(cuda::std::in
   return ceil_div(bytes, stream_alignment) * stream_alignment;
 }
 
+/// Tiles of an item of `bytes` bytes: a copy item's on the stream's grid from `stream`, a
+/// zero item's from its own start; with `bound`, a copy item's as if it started anywhere.
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t stream, cuda::std::int64_t bytes,
+                                                           bool copy, bool bound, int tile_shift) {
+  if (bound && copy) return bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
+  return tiles_on_grid(copy ? stream : 0, bytes, tile_shift);
+}
+
 }  // namespace detail
 
 /// Most items a plan of `groups` groups can have: two paged buffers, each with one
@@ -97,18 +105,6 @@ struct LargestSegments {
     return geo.largest_segment(s);
   }
 };
-
-namespace detail {
-
-/// Tiles of an item of `bytes` bytes: a copy item's on the stream's grid from `stream`, a
-/// zero item's from its own start; with `bound`, a copy item's as if it started anywhere.
-PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t stream, cuda::std::int64_t bytes,
-                                                           bool copy, bool bound, int tile_shift) {
-  if (bound && copy) return bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
-  return tiles_on_grid(copy ? stream : 0, bytes, tile_shift);
-}
-
-}  // namespace detail
 
 /// The plan of a stash (zero_tail = false) or reload over the buffers Traits pages, segment
 /// s of each buffer being segment_of(geometry, s), in tiles of 2^tile_shift bytes, by the
@@ -219,6 +215,20 @@ struct ItemCursor {
   cuda::std::int32_t end = 0;
 };
 
+/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The
+/// tile's first `head` bytes end the line they start in (or end the tile); the rest are
+/// runs of `run` bytes starting at `body`, `pitch` apart.
+struct TileSpan {
+  unsigned char* stream;  ///< copy items: the tile's first stream byte; zero items: null
+  unsigned char* head;    ///< the buffer byte of the tile's first byte
+  unsigned char* body;    ///< the start of the next line's run
+  cuda::std::int64_t pitch;
+  cuda::std::uint32_t bytes;       ///< of the tile
+  cuda::std::uint32_t head_bytes;  ///< <= bytes
+  cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
+  bool last;                       ///< the item's last tile
+};
+
 namespace detail {
 
 /// Moves the cursor to the item that owns `tile`: the last one whose first_tile <= tile
@@ -237,24 +247,6 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
   c.end = lo + 1 < w.item_count ? static_cast<cuda::std::int32_t>(w.items[lo + 1].first_tile)
                                 : static_cast<cuda::std::int32_t>(max_plan_tiles);
 }
-
-}  // namespace detail
-
-/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The
-/// tile's first `head` bytes end the line they start in (or end the tile); the rest are
-/// runs of `run` bytes starting at `body`, `pitch` apart.
-struct TileSpan {
-  unsigned char* stream;  ///< copy items: the tile's first stream byte; zero items: null
-  unsigned char* head;    ///< the buffer byte of the tile's first byte
-  unsigned char* body;    ///< the start of the next line's run
-  cuda::std::int64_t pitch;
-  cuda::std::uint32_t bytes;       ///< of the tile
-  cuda::std::uint32_t head_bytes;  ///< <= bytes
-  cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
-  bool last;                       ///< the item's last tile
-};
-
-namespace detail {
 
 /// Where byte q of a tile is in the buffer, and how many bytes of its run follow (it included).
 struct Piece {

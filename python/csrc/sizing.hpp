@@ -37,7 +37,38 @@ struct SizingRequest {
   std::vector<std::vector<std::int32_t>> counts;
   bool cap_counts = false;  ///< cap counts above the capacity (else refused)
   sizing::SizingSettings settings;
+  std::int32_t curve_points = 24;  ///< points of the overflow curve reported
 };
+
+/// fn(name, member) for every field of the request, by the keyword names pagestash.size_pool
+/// sends (the settings' by their own): the binding fills the request from this table and
+/// gives Python its defaults, so a field added here is one Python may send.
+template <class Request, class Fn>
+void for_each_field(Request& r, Fn&& fn) {
+  fn("recipes", r.recipes);
+  fn("shapes", r.shapes);
+  fn("schedule", r.schedule);
+  fn("layers", r.layers);
+  fn("microbatches", r.microbatches);
+  fn("tokens", r.tokens);
+  fn("top_k", r.top_k);
+  fn("alpha", r.alpha);
+  fn("sampler", r.sampler);
+  fn("correlation", r.correlation);
+  fn("capacity", r.capacity);
+  fn("counts_file", r.counts_file);
+  fn("count_steps", r.count_steps);
+  fn("counts", r.counts);
+  fn("cap_counts", r.cap_counts);
+  fn("page_bytes", r.settings.page_bytes);
+  fn("host_pages", r.settings.host_pages);
+  fn("samples", r.settings.samples);
+  fn("seed", r.settings.seed);
+  fn("overflow", r.settings.overflow);
+  fn("confidence", r.settings.confidence);
+  fn("bootstrap", r.settings.bootstrap);
+  fn("curve_points", r.curve_points);
+}
 
 /// A saved tensor of one of the extension's recipes, of shape `s`.
 inline sizing::SavedTensor saved_tensor(const std::string& recipe, const Shape& s) {
@@ -51,24 +82,24 @@ inline sizing::SavedTensor saved_tensor(const std::string& recipe, const Shape& 
 /// sizer measures them at one capacity, and a layer whose shapes it changed would not
 /// be the one the ops stash.
 inline sizing::Layer layer_of(const SizingRequest& r) {
-  if (r.recipes.empty()) sizing::detail::invalid_sizing("size_pool: no saved tensors");
+  if (r.recipes.empty()) sizing::invalid_sizing("size_pool: no saved tensors");
   if (r.recipes.size() != r.shapes.size())
-    sizing::detail::invalid_sizing("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
+    sizing::invalid_sizing("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
                                std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
   std::vector<sizing::SavedTensor> tensors;
   for (std::size_t i = 0; i < r.recipes.size(); ++i) {
     const Shape& s = r.shapes[i];
     if (s.groups < 1)
-      sizing::detail::invalid_sizing("size_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
+      sizing::invalid_sizing("size_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
                                  std::to_string(s.groups) + " must be at least 1");
     sizing::SavedTensor t = saved_tensor(r.recipes[i], s);
     const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.max_tokens) +
                              ", " + std::to_string(s.hidden) + "]";
     if (recipe_info(r.recipes[i], s).packed && s.max_tokens != t.capacity() * s.groups)
-      sizing::detail::invalid_sizing("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
+      sizing::invalid_sizing("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
                                  "a multiple of " + std::to_string(s.groups) + ")");
     if (!tensors.empty() && t.capacity() != tensors.front().capacity())
-      sizing::detail::invalid_sizing("size_pool: " + what + " holds " + std::to_string(t.capacity()) +
+      sizing::invalid_sizing("size_pool: " + what + " holds " + std::to_string(t.capacity()) +
                                  " tokens per expert, the first tensor " + std::to_string(tensors.front().capacity()) +
                                  ": a layer's tensors share one capacity");
     tensors.push_back(std::move(t));
@@ -79,17 +110,17 @@ inline sizing::Layer layer_of(const SizingRequest& r) {
 inline sizing::RoutingSampler sampler_of(const std::string& name) {
   if (name == "multinomial") return sizing::RoutingSampler::multinomial;
   if (name == "per_token") return sizing::RoutingSampler::per_token;
-  sizing::detail::invalid_sizing("size_pool: unknown sampler '" + name + "' (multinomial, per_token)");
+  sizing::invalid_sizing("size_pool: unknown sampler '" + name + "' (multinomial, per_token)");
 }
 
 /// The count model: the measured vectors when there are any, else the Dirichlet router.
 inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r, const sizing::Layer& layer) {
-  if (r.capacity < 0) sizing::detail::invalid_sizing("size_pool: capacity = " + std::to_string(r.capacity) + " is negative");
+  if (r.capacity < 0) sizing::invalid_sizing("size_pool: capacity = " + std::to_string(r.capacity) + " is negative");
   const std::int64_t capacity = r.capacity > 0 ? r.capacity : layer.capacity();
   const sizing::Excess excess = r.cap_counts ? sizing::Excess::cap : sizing::Excess::refuse;
   const bool measured = !r.counts_file.empty() || !r.count_steps.empty() || !r.counts.empty();
   if (measured && r.correlation > 0)
-    sizing::detail::invalid_sizing("size_pool: correlation models the Dirichlet router; measured counts keep their own "
+    sizing::invalid_sizing("size_pool: correlation models the Dirichlet router; measured counts keep their own "
                                "(give them as whole steps)");
   if (!r.counts_file.empty())
     return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
@@ -97,7 +128,7 @@ inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r
     return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
   if (!r.counts.empty()) return std::make_unique<sizing::MeasuredCounts>(r.counts, capacity, "counts", excess);
   if (r.tokens < 1)
-    sizing::detail::invalid_sizing("size_pool: tokens = " + std::to_string(r.tokens) +
+    sizing::invalid_sizing("size_pool: tokens = " + std::to_string(r.tokens) +
                                ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
   sizing::Routing routing;
   routing.experts = layer.experts();
@@ -111,10 +142,12 @@ inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r
 }
 
 /// Samples the steps and sizes the pool. Throws std::invalid_argument for bad input.
-inline sizing::PoolSizing plan_of(const SizingRequest& r) {
+inline sizing::PoolSizing sizing_of(const SizingRequest& r) {
   const sizing::Layer layer = layer_of(r);
   const std::unique_ptr<sizing::CountModel> counts = count_model_of(r, layer);
   const sizing::Schedule schedule = sizing::Schedule::parse(r.schedule, r.layers, r.microbatches);
+  if (r.curve_points < 2)
+    sizing::invalid_sizing("size_pool: curve_points = " + std::to_string(r.curve_points) + " must be at least 2");
   return sizing::size_pool(layer, schedule, *counts, r.settings);
 }
 

@@ -254,7 +254,7 @@ class PagePool:
             raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
                              "discard them, and call end_step(), first)")
         self._allocate(sizing.device_pages, sizing.page_bytes, sizing.host_pages)
-        self._target(sizing.overflow_target)
+        self._target(sizing.overflow)
 
     def observe(self, steps: int) -> None:
         """Records the counts of every stash of the next `steps` whole steps, without a sync

@@ -67,14 +67,11 @@ static_assert(sizeof(LaunchWords) == 128);
 inline constexpr cuda::std::uint64_t launch_held = 1, launch_refused = 2;
 inline constexpr int launch_id_shift = 2;
 
-/// What a record's last operation left, the part of its header that status() reads back:
-/// (type, name, initial value, meaning) per field. RecordSummary is made of this table and
-/// for_each_field reads it, so a field added here reaches every reader (Python's status()).
+/// What a record's last operation left, which status() reads back: (type, name, initial, meaning)
+/// a field; RecordSummary is made of it and for_each_field reads it (so does Python's status()).
 #define PAGESTASH_RECORD_SUMMARY(X)                                                                                    \
   X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")        \
-  X(Flag, error, Flag::none,                                                                                           \
-    "why the last operation did nothing, as the pool flag of that kind (none: it did its work); a reload of a "        \
-    "stash that overflowed or failed keeps the stash's")                                                               \
+  X(Flag, error, Flag::none, "why the last operation did nothing (none: it did); a failed stash's reload keeps it")    \
   X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")      \
   X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                      \
   X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                            \
@@ -111,23 +108,17 @@ struct RecordRef {
 /// What a record holds, read back on the host: the summary, then these fields.
 #define PAGESTASH_RECORD_STATUS(X)                                                                                     \
   X(std::int64_t, host_pages, 0, "of the pages, on the host")                                                          \
-  X(std::int32_t, refused_blocks, 0,                                                                                   \
-    "blocks of launches refused because another launch on the record was in flight (or never finished): each such "    \
-    "launch did nothing and raised the pool's error flag (refused_launch)")                                            \
-  X(bool, launch_in_flight, false,                                                                                     \
-    "whether a launch holds the record now (after a device sync: one that never finished)")
+  X(std::int32_t, refused_blocks, 0, "blocks of launches refused as another launch held the record (refused_launch)")  \
+  X(bool, launch_in_flight, false, "whether a launch holds the record now (after a sync: one that never finished)")
 
 struct RecordStatus : RecordSummary {
   PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_FIELD)
 };
 
-/// fn(name, value) for every field of `s`, in the tables' order (the summary's first).
 template <class Fn>
-void for_each_field(const RecordStatus& s, Fn&& fn) {
+void for_each_field(const RecordStatus& s, Fn&& fn) {  // fn(name, value) in the tables' order, the summary's first
 #define PAGESTASH_RECORD_VISIT(type, name, initial, meaning) fn(#name, s.name);
-  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_VISIT)
-  PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_VISIT)
-#undef PAGESTASH_RECORD_VISIT
+  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_VISIT) PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_VISIT)
 }
 
 struct WorkBounds {
@@ -213,8 +204,9 @@ class StashRecord {
     v.groups = shape_.groups;
     return v;
   }
-  /// Pages and tiles the largest stash of this shape takes.
+  /// Pages the largest stash of this shape takes.
   cuda::std::int64_t max_pages() const { return max_pages_; }
+  /// Most tiles a stash or reload (with zero_tail) of this shape can have (WorkBounds::tiles).
   cuda::std::int64_t max_tiles() const { return max_tiles_; }
   /// log2 of the pool's page size, which the record's plans are cut by.
   int page_shift() const { return page_shift_; }

@@ -473,9 +473,11 @@ TEST_CASE("host memory of 2 MiB or more the library allocates starts on 2 MiB (h
   CHECK(address(small.ref().device_arena) % ps::memory_alignment == 0);
   // Every byte is usable (the sanitizer build checks that it is freed as it was made).
   const std::size_t bytes = ps::huge_page_bytes + 4096 + 16;
-  ps::Allocation a(ps::MemoryKind::host, bytes);
-  std::memset(a.get(), 0x5A, bytes);
-  CHECK(static_cast<unsigned char*>(a.get())[bytes - 1] == 0x5A);
+  void* a = ps::allocate_host(bytes);
+  CHECK(address(a) % ps::huge_page_bytes == 0);
+  std::memset(a, 0x5A, bytes);
+  CHECK(static_cast<unsigned char*>(a)[bytes - 1] == 0x5A);
+  ps::free_host(a, bytes);
 }
 
 /// A byte copy of `bytes` bytes at an address that is 16-byte but not 32-byte aligned (as a

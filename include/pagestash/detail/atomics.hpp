@@ -1,6 +1,6 @@
 #pragma once
 // Device-scope atomics, fences and spinning, as the pool and launch steps use them: not
-// public API, but for the host observer (AtomicAccess, atomic_observer).
+// public API, but for the host observer (AtomicAccess, atomic_observer, observe_atomic).
 //
 // On the host (the host executor, the tests' grid emulator) every atomic access and fence
 // can be reported to an observer, so that a test or a benchmark counts what a launch costs
@@ -19,7 +19,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// What the host observer of the library's atomics (atomic_observer) is told.
 enum class AtomicAccess : int {
   load,    ///< an atomic load
   store,   ///< an atomic store
@@ -35,21 +34,20 @@ struct AtomicObserverSlot {
   void* context = nullptr;
 };
 
-/// The process's observer (null: none). Set it only while no operation runs.
+/// The process's observer (null: none), which observe_atomic tells of each access the
+/// library's atomics make on the host. Set it only while no operation runs.
 inline AtomicObserverSlot& atomic_observer() {
   static AtomicObserverSlot slot;
   return slot;
 }
-#endif
 
-namespace detail {
-
-#if !defined(__CUDA_ARCH__)
 inline void observe_atomic(const void* address, AtomicAccess access) {
   AtomicObserverSlot& slot = atomic_observer();
   if (const AtomicObserver f = slot.observer.load(std::memory_order_relaxed)) f(address, access, slot.context);
 }
 #endif
+
+namespace detail {
 
 /// cuda::atomic_ref at device scope, with the accesses this library makes.
 template <class T>

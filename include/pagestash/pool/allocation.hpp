@@ -25,8 +25,6 @@
 PAGESTASH_NAMESPACE_BEGIN
 
 
-enum class MemoryKind : int { host, device, mapped_host };
-
 /// Alignment of every allocation the library makes.
 inline constexpr std::size_t memory_alignment = 256;
 /// Alignment caller-owned memory handed to a pool or record must have: the copies' 16-byte
@@ -55,6 +53,10 @@ inline void* allocate_host(std::size_t bytes) {
 }
 
 inline void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, std::align_val_t{host_alignment(bytes)}); }
+
+namespace detail {
+
+enum class MemoryKind : int { host, device, mapped_host };
 
 class Allocation {
  public:
@@ -134,4 +136,5 @@ inline void copy_bytes(MemorySpace space, void* dst, const void* src, std::size_
   if (!to_host) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
 }
 
+}  // namespace detail
 PAGESTASH_NAMESPACE_END

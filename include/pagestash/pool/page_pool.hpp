@@ -106,16 +106,16 @@ class PagePool {
     const PoolMemorySizes sizes = bytes_needed(config);
     const bool device = space == MemorySpace::device;
     if (device) PAGESTASH_CUDA_TRY(cudaGetDevice(&device_));
-    const auto kind = device ? MemoryKind::device : MemoryKind::host;
-    const auto host_kind = device ? MemoryKind::mapped_host : MemoryKind::host;
+    const auto kind = device ? detail::MemoryKind::device : detail::MemoryKind::host;
+    const auto host_kind = device ? detail::MemoryKind::mapped_host : detail::MemoryKind::host;
     if (memory != nullptr) {
-      control_ = Allocation::borrow(kind, memory->control, sizes.control, "PoolMemory::control");
-      device_arena_ = Allocation::borrow(kind, memory->device_arena, sizes.device_arena, "PoolMemory::device_arena");
-      host_arena_ = Allocation::borrow(host_kind, memory->host_arena, sizes.host_arena, "PoolMemory::host_arena");
+      control_ = detail::Allocation::borrow(kind, memory->control, sizes.control, "PoolMemory::control");
+      device_arena_ = detail::Allocation::borrow(kind, memory->device_arena, sizes.device_arena, "PoolMemory::device_arena");
+      host_arena_ = detail::Allocation::borrow(host_kind, memory->host_arena, sizes.host_arena, "PoolMemory::host_arena");
     } else {
-      control_ = Allocation(kind, sizes.control);
-      device_arena_ = Allocation(kind, sizes.device_arena);
-      host_arena_ = Allocation(host_kind, sizes.host_arena);
+      control_ = detail::Allocation(kind, sizes.control);
+      device_arena_ = detail::Allocation(kind, sizes.device_arena);
+      host_arena_ = detail::Allocation(host_kind, sizes.host_arena);
     }
     ref_ = make_ref();
     if (!initialize) {
@@ -133,7 +133,7 @@ class PagePool {
     staging.counters->counts.generation = -1;
     staging.counters->id = id_;
     reset_pool(SerialTeam{}, staging);
-    copy_bytes(space, control_.get(), image.data(), image.size(), false);
+    detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
   }
 
   static constexpr std::size_t control_offset = 256;  // PoolCounters, then the stacks
@@ -143,7 +143,7 @@ class PagePool {
   PoolCounters read_counters() const {
     if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
     PoolCounters c{};
-    copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
+    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
     return c;
   }
 
@@ -184,7 +184,7 @@ class PagePool {
   MemorySpace space_;
   std::uint64_t id_;
   int device_ = -1;
-  Allocation control_, device_arena_, host_arena_;
+  detail::Allocation control_, device_arena_, host_arena_;
   PoolRef ref_;
 };
 

@@ -219,7 +219,7 @@ class StashRecord {
   RecordStatus status() const {
     if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
     RecordHeader h{};
-    copy_bytes(space_, &h, ref_.header, sizeof(h), true);
+    detail::copy_bytes(space_, &h, ref_.header, sizeof(h), true);
     RecordStatus s;
     static_cast<RecordSummary&>(s) = h.summary;
     s.host_pages = h.summary.pages - h.summary.device_pages;
@@ -245,7 +245,7 @@ class StashRecord {
   std::vector<std::int32_t> page_ids() const {
     const RecordStatus s = status();
     std::vector<std::int32_t> ids(s.state == RecordState::stashed ? static_cast<std::size_t>(s.pages) : 0);
-    copy_bytes(space_, ids.data(), ref_.page_ids, ids.size() * sizeof(std::int32_t), true);
+    detail::copy_bytes(space_, ids.data(), ref_.page_ids, ids.size() * sizeof(std::int32_t), true);
     return ids;
   }
 
@@ -283,9 +283,9 @@ class StashRecord {
     max_pages_ = pages_for(most.stream_bytes, page_bytes_);
     max_tiles_ = most.tiles;
     const Parts parts = parts_of(shape, max_pages_);
-    const auto kind = space_ == MemorySpace::device ? MemoryKind::device : MemoryKind::host;
-    memory_ = how == Memory::owned ? Allocation(kind, parts.total)
-                                   : Allocation::borrow(kind, memory, parts.total, "StashRecord memory");
+    const auto kind = space_ == MemorySpace::device ? detail::MemoryKind::device : detail::MemoryKind::host;
+    memory_ = how == Memory::owned ? detail::Allocation(kind, parts.total)
+                                   : detail::Allocation::borrow(kind, memory, parts.total, "StashRecord memory");
     auto* base = static_cast<unsigned char*>(memory_.get());
     ref_.header = reinterpret_cast<RecordHeader*>(base);
     ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + parts.counts_at);
@@ -298,10 +298,10 @@ class StashRecord {
     }
     // A pool attached to device memory does not know its id on the host: read it once (the
     // header's copy below synchronises anyway).
-    if (pool_id_ == 0) copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
+    if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
     RecordHeader empty{};
     empty.pool_id = pool_id_;
-    copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
+    detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }
 
   std::uint64_t pool_id_;
@@ -311,7 +311,7 @@ class StashRecord {
   int page_shift_;
   cuda::std::int64_t max_pages_ = 0;
   cuda::std::int64_t max_tiles_ = 0;
-  Allocation memory_;
+  detail::Allocation memory_;
   RecordRef ref_;
 };
 

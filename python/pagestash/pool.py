@@ -491,8 +491,9 @@ class Record:
         self._checked(check, "discard")
 
     def status(self) -> dict:
-        """The C++ RecordStatus as a dict: state ('empty', 'stashed', 'overflowed', 'failed',
-        'reloaded', 'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group,
-        pages, device_pages, host_pages, stream_bytes, live_bytes, generation,
-        refused_blocks, launch_in_flight (synchronises)."""
+        """The C++ RecordStatus as a dict, every field of its table (stash/record.hpp) in the
+        table's order: state ('empty', 'stashed', 'overflowed', 'failed', 'reloaded',
+        'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group, generation,
+        pages, device_pages, stream_bytes, live_bytes, host_pages, refused_blocks,
+        launch_in_flight (synchronises)."""
         return _C.record_status(*self.pool.state, self.memory, self.recipe, list(self.shape))

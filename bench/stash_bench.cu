@@ -16,6 +16,7 @@
 
 #include <pagestash/pagestash.cuh>
 #include <pagestash/reference/reference.cuh>
+#include <pagestash/sizing/model_shapes.hpp>
 
 #include <benchmark/benchmark.h>
 #include <cub/device/device_memcpy.cuh>
@@ -81,7 +82,7 @@ ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
   ps::GroupedView<L> v;
   v.hidden = kHidden;
   v.groups = 1;
-  const int64_t granule = v.token_granule();
+  const int64_t granule = v.granule();
   v.max_tokens = granule;
   const std::int32_t one = static_cast<std::int32_t>(granule);
   const int64_t per_granule = ps::plan_work<Tr>(v, &one, false, nullptr).live_bytes;
@@ -617,15 +618,9 @@ void print_table() {
 
 // ---- Fine-grained MoE ------------------------------------------------------------------------
 
-/// A fine-grained layer's expert buffers: `experts` groups of capacity twice the mean
-/// (rounded up to the layout's granule), Dirichlet(1) counts (seeded), clamped to it.
-struct FineShape {
-  const char* name;
-  int64_t hidden;
-  int experts;
-};
-constexpr FineShape kDeepSeekV3{"deepseek-v3", 7168, 32};  // 256 experts, top-8, 8-way expert parallel
-constexpr FineShape kQwen3Moe{"qwen3-moe", 2048, 128};      // 128 experts, top-8
+// A fine-grained layer's expert buffers, for each model shape (sizing::model_shapes: its
+// hidden size and experts): `experts` groups of capacity twice the mean (rounded up to the
+// layout's granule), Dirichlet(1) counts (seeded), clamped to it.
 
 std::vector<std::int32_t> dirichlet_counts(int experts, int64_t mean, int64_t capacity, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -698,13 +693,13 @@ double time_op(Op op, ps::PagePool& pool, ps::StashRecord<ps::StashTraits<L>>& r
 /// One row: exact stream and page bytes against the live bytes, and stash / reload against
 /// one copy of the live bytes (cudaMemcpyAsync D2D, or std::memcpy), timed side by side.
 template <class L>
-void fine_row(const char* recipe, const FineShape& fs, int64_t mean) {
+void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean) {
   using Tr = ps::StashTraits<L>;
   ps::GroupedView<L> v;
   v.groups = fs.experts;
   v.hidden = fs.hidden;
   v.max_tokens = 1;
-  v.max_tokens = (2 * mean + v.token_granule() - 1) / v.token_granule() * v.token_granule();
+  v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
   const auto counts = dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
   const ps::WorkTotals plan = ps::plan_work<Tr>(v, counts.data(), false, nullptr);
   const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, 64 << 10));
@@ -817,7 +812,7 @@ void print_fine_grained() {
               g_gpu ? "" : "     runs  stash/    floor      x stash/");
   std::printf("%-12s %-16s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
               g_gpu ? "" : "                                                          runs                  floor");
-  for (const FineShape& fs : {kDeepSeekV3, kQwen3Moe}) {
+  for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
     for (int64_t mean : {32, 64, 128, 256}) {
       fine_row<Bf16>("bf16", fs, mean);
       fine_row<Fp16>("fp16", fs, mean);

@@ -63,8 +63,8 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
   cfg.device_pages = ps::pages_for(bytes / 4 + kGroups * 16, cfg.page_bytes);
   ps::PagePool pool(cfg);
   auto record = ps::make_record<Traits>(pool, view);
-  ps::PoolReport* report = nullptr;  // pinned: the host reads it after the step's event
-  PAGESTASH_CUDA_TRY(cudaHostAlloc(&report, sizeof(ps::PoolReport), cudaHostAllocMapped));
+  ps::PoolStats* report = nullptr;  // pinned: the host reads it after the step's event
+  PAGESTASH_CUDA_TRY(cudaHostAlloc(&report, sizeof(ps::PoolStats), cudaHostAllocMapped));
 
   // The step, captured once: what forward and backward would do around the layer.
   const auto ex = ps::on(stream);

@@ -77,5 +77,10 @@ foreach(_bad "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hid
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")
   endif()
 endforeach()
+# --shape reads the sizer's table of model shapes: an unknown name is refused with the list.
+execute_process(COMMAND "${DEMO}" --shape gpt RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
+if(NOT _err MATCHES "unknown model shape 'gpt' \\(deepseek-v3, qwen3-moe")
+  message(FATAL_ERROR "demo --shape gpt: the message does not list the model shapes: ${_err}")
+endif()
 message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); the sized pool "
                "(${_planned} pages) holds the step; bad flags exit 2")

@@ -1,15 +1,16 @@
 // moe_stash_demo: a sync-free MoE training step with paged stashing, end to end.
 //
-// L MoE layers, G experts, M microbatches. A seeded router (Dirichlet over experts, top-k)
-// draws per-expert token counts; each layer's forward makes its saved activation in the
-// chosen recipe in an oversized [G, capacity, K] buffer (one static buffer, reused by every
-// layer), stashes the live rows into a page pool, and backward reloads them and checks
-// them bit for bit. The pool is sized from an eager step (every tensor fits) times a factor,
-// or, with --overflow P, by the pool sizer (pagestash/sizing.hpp) for a per-step overflow
-// probability P under the demo's own router; the sizer's pool is printed either way.
+// L MoE layers, G experts, M microbatches. A seeded router (the sizer's DirichletRouting,
+// token by token: Dirichlet(0.5) over experts, top-k) draws per-expert token counts; each
+// layer's forward makes its saved activation in the chosen recipe in an oversized
+// [G, capacity, K] buffer (one static buffer, reused by every layer), stashes the live rows
+// into a page pool, and backward reloads them and checks them bit for bit. The pool is
+// sized from an eager step (every tensor fits) times a factor, or, with --overflow P, by
+// the pool sizer (pagestash/sizing.hpp) for a per-step overflow probability P under the
+// same router; the sizer's pool is printed either way.
 // Runs the CUDA executor when a GPU is present, the host reference executor otherwise.
 //
-//   moe_stash_demo [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
+//   moe_stash_demo [--shape NAME] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers 4] [--experts 8]
 //                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
 //                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10 | --overflow P]
 //                  [--spill-factor 0]
@@ -79,6 +80,14 @@ T parse_number(const std::string& flag, const std::string& value) {
   return x;
 }
 
+const ps::sizing::ModelShape& model_shape(const std::string& name) {
+  try {
+    return ps::sizing::model_shape(name);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--shape: ") + e.what());
+  }
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -97,12 +106,9 @@ Options parse(int argc, char** argv) {
     } else {
       throw UsageError(flag + ": missing value");
     }
-    if (flag == "--shape") {
-      // Fine-grained MoE layers, one rank's experts; later flags override. Both have a mean
-      // of 128 tokens per expert (tokens x topk / experts).
-      if (value == "deepseek-v3") o.hidden = 7168, o.experts = 32, o.topk = 8, o.tokens = 512;  // 256 experts at 8-way EP
-      else if (value == "qwen3-moe") o.hidden = 2048, o.experts = 128, o.topk = 8, o.tokens = 2048;
-      else throw UsageError("--shape: unknown shape '" + value + "' (deepseek-v3, qwen3-moe)");
+    if (flag == "--shape") {  // one rank's MoE layer of a known model; later flags override
+      const ps::sizing::ModelShape& s = model_shape(value);
+      o.hidden = s.hidden, o.experts = s.experts, o.topk = s.top_k, o.tokens = s.tokens;
     } else if (flag == "--recipes") o.recipes = split(value);
     else if (flag == "--layers") o.layers = parse_number<int>(flag, value);
     else if (flag == "--experts") o.experts = parse_number<int>(flag, value);
@@ -200,25 +206,21 @@ struct Buffer {
 
 // ---- Router ---------------------------------------------------------------------------------
 
-/// Per-expert counts of one (layer, microbatch): expert popularity from a Dirichlet(0.5)
-/// draw (imbalanced, as real routers are), each token sent to `topk` distinct experts,
-/// every expert capped at `capacity` (tokens beyond it dropped, as a capacity factor does).
-std::vector<std::int32_t> route(const Options& o, int64_t capacity, std::mt19937& rng, int64_t& dropped) {
-  std::gamma_distribution<double> gamma(0.5, 1.0);
-  std::vector<double> weight(static_cast<std::size_t>(o.experts));
-  for (auto& w : weight) w = gamma(rng) + 1e-6;
-  std::vector<std::int32_t> counts(weight.size(), 0);
-  for (int64_t t = 0; t < o.tokens; ++t) {
-    std::vector<double> w = weight;
-    for (int k = 0; k < o.topk; ++k) {
-      std::discrete_distribution<int> pick(w.begin(), w.end());
-      const auto e = static_cast<std::size_t>(pick(rng));
-      w[e] = 0;
-      if (counts[e] < capacity) ++counts[e];
-      else ++dropped;
-    }
-  }
-  return counts;
+/// The router's popularity concentration: imbalanced, as real routers are.
+constexpr double router_alpha = 0.5;
+
+/// The sizer's router, token by token: per (layer, microbatch), expert popularity from a
+/// Dirichlet(router_alpha) draw, each token sent to `topk` distinct experts, every expert
+/// capped at `capacity` (tokens beyond it dropped, as a capacity factor does).
+ps::sizing::DirichletRouting dirichlet_router(const Options& o, int64_t capacity) {
+  ps::sizing::Routing r;
+  r.experts = o.experts;
+  r.top_k = o.topk;
+  r.tokens = o.tokens;
+  r.alpha = router_alpha;
+  r.capacity = capacity;
+  r.sampler = ps::sizing::RoutingSampler::per_token;
+  return ps::sizing::DirichletRouting(r);
 }
 
 // ---- The sizer's model of the step ----------------------------------------------------------
@@ -227,18 +229,19 @@ std::vector<std::int32_t> route(const Options& o, int64_t capacity, std::mt19937
 /// to show next to the eager sizing).
 constexpr double shown_overflow = 1e-3;
 constexpr std::int64_t sizing_samples = 20000;
-/// Count vectors drawn from route() for the sizer, which draws each sampled stash's
-/// counts from them with replacement: the demo's router itself (a per-token Dirichlet(0.5)
-/// top-k), at the cost of drawing it only this many times.
+/// Count vectors drawn from dirichlet_router() for the sizer, which draws each sampled stash's
+/// counts from them with replacement: the demo's router itself, at the cost of drawing it
+/// only this many times (token by token, it is too slow to draw for every sampled stash).
 constexpr int router_draws = 4096;
 
-/// Uncapped count vectors of the demo's router, from a seed of their own (the step's draws
-/// are not among them). The sizer caps them at its capacity, as route() does.
+/// Uncapped count vectors of the demo's router (a capacity of every token), from a seed of
+/// their own (the step's draws are not among them). The sizer caps them at each recipe's
+/// capacity, as the step's router does.
 std::vector<std::vector<std::int32_t>> router_samples(const Options& o) {
-  std::mt19937 rng(o.seed ^ 0x9E3779B9u);
-  std::vector<std::vector<std::int32_t>> out;
-  int64_t dropped = 0;
-  for (int i = 0; i < router_draws; ++i) out.push_back(route(o, INT32_MAX, rng, dropped));
+  const ps::sizing::DirichletRouting uncapped = dirichlet_router(o, o.tokens);
+  std::mt19937_64 rng(o.seed ^ 0x9E3779B9u);
+  std::vector<std::vector<std::int32_t>> out(router_draws);
+  for (auto& counts : out) uncapped.draw(rng, counts);
   return out;
 }
 
@@ -342,7 +345,7 @@ class Step {
       : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host), router_(router) {
     shape_.hidden = o.hidden;
     shape_.groups = o.experts;
-    const int64_t granule = shape_.token_granule();
+    const int64_t granule = shape_.granule();
     const auto mean = static_cast<double>(o.tokens) * o.topk / o.experts;
     shape_.max_tokens = std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
     if (o.capacity != 0) shape_.max_tokens = o.capacity;
@@ -361,8 +364,10 @@ class Step {
     view_.counts = static_cast<const std::int32_t*>(counts_->ptr);
     if (cuda_) PAGESTASH_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     // The router's draws for every (layer, microbatch), fixed by the seed.
-    std::mt19937 rng(o.seed);
-    for (int i = 0; i < o.layers * o.microbatches; ++i) routes_.push_back(route(o, shape_.max_tokens, rng, dropped_));
+    const ps::sizing::DirichletRouting capped = dirichlet_router(o, shape_.max_tokens);
+    std::mt19937_64 rng(o.seed);
+    routes_.resize(static_cast<std::size_t>(o.layers * o.microbatches));
+    for (auto& counts : routes_) dropped_ += capped.draw(rng, counts);
   }
   ~Step() {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -399,7 +404,7 @@ class Step {
     // schedule's peak and the demo's router.
     const ps::sizing::Schedule sizing_sched = sizing_schedule(schedule_name, o_);
     const ps::sizing::Layer layer({ps::sizing::SavedTensor::of<Traits>(shape_, r.recipe)}, shape_.max_tokens);
-    // route() does not cap: its counts are capped at each recipe's capacity here.
+    // router_samples() does not cap: its counts are capped at each recipe's capacity here.
     const ps::sizing::MeasuredCounts router(router_, shape_.max_tokens, "the demo's router", ps::sizing::Excess::cap);
     ps::sizing::SizingSettings settings;
     settings.page_bytes = o_.page_kib << 10;
@@ -424,7 +429,7 @@ class Step {
     r.peak_pages = st.peak_pages_used;
     r.peak_pool_bytes = st.peak_pages_used * pool.config().page_bytes;
     r.host_spill = st.flags.host_spill != 0;
-    r.overflows = st.failures;
+    r.overflows = st.failures();
     r.pages_held_at_step_end = st.pages_held_at_step_end;
     // Without stashing, every saved tensor keeps its full-shape buffers until its backward.
     int64_t per_tensor = 0;
@@ -643,10 +648,11 @@ int main(int argc, char** argv) {
     o = parse(argc, argv);
   } catch (const UsageError& e) {
     if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
-    std::fprintf(stderr, "usage: moe_stash_demo [--shape deepseek-v3|qwen3-moe] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] [--experts N] "
-                         "[--microbatches N] [--tokens N] [--topk N] [--hidden N] [--capacity-factor X | --capacity N] "
-                         "[--pool-factor X | --overflow P] [--spill-factor X] [--page-kib N] [--schedule lifo|1f1b|both] [--seed N] "
-                         "[--executor auto|host|cuda] [--json]\n");
+    std::fprintf(stderr, "usage: moe_stash_demo [--shape %s] [--recipes bf16,fp16,mxfp8,nvfp4] [--layers N] "
+                         "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
+                         "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
+                         "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] [--json]\n",
+                 ps::sizing::model_shape_names("|").c_str());
     return 2;
   }
   const bool gpu = gpu_present();

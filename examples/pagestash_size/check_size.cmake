@@ -48,6 +48,7 @@ refused("--seed: '-1' is negative" --seed -1)
 refused("schedule '1f1b:4:': '' is not a number" --schedule 1f1b:4:)
 refused("list:0,0 holds no stash" --schedule list:0,0)
 refused("--correlation must be in [0, 1]" --correlation 1.5)
+refused("--shape: pagestash::sizing: unknown model shape 'gpt' (deepseek-v3, " --shape gpt)
 refused("counts_over.txt:2: count 3000 of expert 0 exceeds the capacity" --counts "${_dir}/counts_over.txt")
 execute_process(COMMAND "${SIZER}" --samples 10 --counts "${_dir}/counts_over.txt" --cap-counts --layers 1 --microbatches 1
                 RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)

@@ -2,7 +2,7 @@
 // chosen probability, from a MoE layer's shape and recipe, the pipeline schedule and a
 // model of the router's counts (docs/sizing.md). Plain C++ on the host; no GPU.
 //
-//   pagestash_size [--shape deepseek-v3|qwen3-moe] [--hidden N --experts N --top-k N --tokens N]
+//   pagestash_size [--shape NAME] [--hidden N --experts N --top-k N --tokens N]
 //                  [--recipe bf16|fp16|mxfp8|nvfp4] [--placement capacity-padded|packed|packed-padded]
 //                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
@@ -36,9 +36,10 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-const char* const usage =
+const std::string usage =
     "usage: pagestash_size [options]\n"
-    "  --shape deepseek-v3|qwen3-moe  a rank's MoE layer, as moe_stash_demo's (later flags override)\n"
+    "  --shape " + sizing::model_shape_names("|") +
+    "  a rank's MoE layer (sizing::model_shapes; later flags override)\n"
     "  --hidden N --experts N --top-k N --tokens N   the layer: hidden size, experts on the rank,\n"
     "                                 experts per token, tokens per microbatch (default 1024, 8, 2, 1024)\n"
     "  --recipe bf16|fp16|mxfp8|nvfp4 what the layer saves (default mxfp8)\n"
@@ -109,13 +110,21 @@ std::vector<double> numbers(const std::string& flag, const std::string& list) {
   return out;
 }
 
+const sizing::ModelShape& model_shape(const std::string& name) {
+  try {
+    return sizing::model_shape(name);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--shape: ") + e.what());
+  }
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   o.settings.page_bytes = 65536;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
-      std::fputs(usage, stdout);
+      std::fputs(usage.c_str(), stdout);
       std::exit(0);
     }
     if (flag == "--json" || flag == "--cap-counts") {
@@ -125,10 +134,8 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) throw UsageError(flag + ": missing value (or unknown flag)");
     const std::string value = argv[++i];
     if (flag == "--shape") {
-      // One rank's experts, as examples/moe_stash_demo's --shape: a mean of 128 tokens per expert.
-      if (value == "deepseek-v3") o.hidden = 7168, o.experts = 32, o.top_k = 8, o.tokens = 512;  // 256 experts at EP 8
-      else if (value == "qwen3-moe") o.hidden = 2048, o.experts = 128, o.top_k = 8, o.tokens = 2048;
-      else throw UsageError("--shape: unknown shape '" + value + "' (deepseek-v3, qwen3-moe)");
+      const sizing::ModelShape& s = model_shape(value);
+      o.hidden = s.hidden, o.experts = s.experts, o.top_k = s.top_k, o.tokens = s.tokens;
     } else if (flag == "--hidden") o.hidden = at_least<std::int64_t>(flag, value, 1);
     else if (flag == "--experts") o.experts = at_least<std::int32_t>(flag, value, 1);
     else if (flag == "--top-k") o.top_k = at_least<std::int32_t>(flag, value, 1);
@@ -327,7 +334,7 @@ int main(int argc, char** argv) {
     if (!o.plot.empty()) plot(r);
     return 0;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "pagestash_size: %s\n%s", e.what(), usage);
+    std::fprintf(stderr, "pagestash_size: %s\n%s", e.what(), usage.c_str());
     return 2;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "pagestash_size: %s\n", e.what());

@@ -3,7 +3,7 @@
 // toolkit; link libnccl, e.g. CMake's pagestash::nccl target when it was found). Every rank
 // must take the same decision after a step (keep it, or rerun it without paging) though
 // only one rank may have overflowed: agree() all-reduces the flags (max, word by word) in
-// place on the stream, so that each rank's PagePool::flags() then holds the union, and
+// place on the CUDA stream, so that each rank's PagePool::flags() then holds the union, and
 // decide() gives every rank the same answer. Graph-capturable; nothing synchronises.
 
 #include <pagestash/pagestash.cuh>
@@ -16,11 +16,11 @@
 PAGESTASH_NAMESPACE_BEGIN
 
 /// Enqueues an in-place all-reduce (ncclMax over the flag_count int32 words) of the pool's flags on
-/// the executor's stream, across the ranks of `comm`. Enqueue it after the step's
-/// operations on that stream (side streams joined with events), and report() after it.
+/// the executor's CUDA stream, across the ranks of `comm`. Enqueue it after the step's
+/// operations on that CUDA stream (side CUDA streams joined with events), and report() after it.
 inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {
   if (pool.space() != MemorySpace::device)
-    detail::invalid_call("agree", "the pool is in host memory; agree() all-reduces device flags");
+    detail::throw_invalid("pagestash::agree", "the pool is in host memory; agree() all-reduces device flags");
   detail::check_stream_device("agree", ex.stream, pool.device());
   constexpr std::size_t words = sizeof(PoolFlags) / sizeof(cuda::std::int32_t);
   const ncclResult_t r = ncclAllReduce(pool.flags(), pool.flags(), words, ncclInt32, ncclMax, comm, ex.stream);

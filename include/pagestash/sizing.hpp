@@ -7,6 +7,7 @@
 
 #include <pagestash/sizing/count_model.hpp>
 #include <pagestash/sizing/layer.hpp>
+#include <pagestash/sizing/model_shapes.hpp>
 #include <pagestash/sizing/pool_sizing.hpp>
 #include <pagestash/sizing/recipes.hpp>
 #include <pagestash/sizing/saved_tensor.hpp>

@@ -26,7 +26,7 @@ namespace pagestash_torch {
 void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
               const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
-void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst);
+void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst);
 
 /// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
 /// stream is the legacy one, which pagestash refuses (it cannot be captured); the per-thread
@@ -45,7 +45,7 @@ cudaStream_t stream_of(const at::Tensor&) {
 void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
               const Buffers&, ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
-void report_cuda(cudaStream_t, const PoolParts&, ps::PoolReport*) {}
+void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
 #endif
 
 namespace {
@@ -218,7 +218,7 @@ void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at
 /// dimensions.
 Shape shape_of(at::IntArrayRef shape) {
   TORCH_CHECK_VALUE(shape.size() == 3, "pagestash: shape must be [groups, tokens, hidden], not ", shape);
-  return Shape{shape[1], shape[2], shape[0]};
+  return Shape{shape[0], shape[1], shape[2]};
 }
 
 /// `shape` for `recipe`, checked in the ops' terms (shape[i], the recipe, the fix) before
@@ -232,20 +232,20 @@ Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
         TORCH_CHECK_VALUE(false, "pagestash: shape ", shape, " does not fit recipe '", recipe, "': ", what...);
       };
       if (s.groups < 1 || s.groups > INT32_MAX) refuse("shape[0] (groups) = ", s.groups, " must be in [1, 2^31)");
-      if (s.max_tokens < 0) refuse("shape[1] (tokens) = ", s.max_tokens, " is negative");
+      if (s.tokens < 0) refuse("shape[1] (tokens) = ", s.tokens, " is negative");
       if (s.hidden < 1) refuse("shape[2] (hidden) = ", s.hidden, " must be positive");
       if (s.hidden % L::hidden_multiple != 0)
         refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", L::hidden_multiple,
                " for this recipe: pad hidden to ", (s.hidden / L::hidden_multiple + 1) * L::hidden_multiple);
       ps::GroupedView<L> v;
-      v.max_tokens = s.max_tokens;
+      v.max_tokens = s.tokens;
       v.hidden = s.hidden;
       v.groups = static_cast<std::int32_t>(s.groups);
-      const std::int64_t granule = v.token_granule();
-      if (s.max_tokens % granule != 0)
-        refuse("shape[1] (tokens) = ", s.max_tokens, " must be a multiple of ", granule,
+      const std::int64_t granule = v.granule();
+      if (s.tokens % granule != 0)
+        refuse("shape[1] (tokens) = ", s.tokens, " must be a multiple of ", granule,
                " (the recipe's token granule for this hidden): pad the capacity (packed: the token buffer) to ",
-               (s.max_tokens / granule + 1) * granule, " tokens");
+               (s.tokens / granule + 1) * granule, " tokens");
       if (family_of(recipe) == "plain" && s.groups != 1) refuse("shape[0] (groups) = ", s.groups, " must be 1");
     });
   });
@@ -298,13 +298,13 @@ void report_op(const at::Tensor& control, const at::Tensor& device_arena, const 
                std::int64_t page_bytes, at::Tensor& out) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   TORCH_CHECK_VALUE(out.scalar_type() == at::kByte && out.is_contiguous() &&
-                        out.numel() == static_cast<std::int64_t>(sizeof(ps::PoolReport)),
-                    "pagestash: report's out must be ", sizeof(ps::PoolReport), " contiguous torch.uint8");
+                        out.numel() == static_cast<std::int64_t>(sizeof(ps::PoolStats)),
+                    "pagestash: report's out must be ", sizeof(ps::PoolStats), " contiguous torch.uint8");
   TORCH_CHECK_VALUE(out.device() == control.device() || (control.is_cuda() && out.is_pinned()),
                     "pagestash: report's out must be on the pool's device (or pinned, for a CUDA pool)");
-  TORCH_CHECK_VALUE(reinterpret_cast<std::uintptr_t>(out.data_ptr()) % alignof(ps::PoolReport) == 0,
-                    "pagestash: report's out must be ", alignof(ps::PoolReport), "-byte aligned");
-  auto* dst = static_cast<ps::PoolReport*>(out.data_ptr());
+  TORCH_CHECK_VALUE(reinterpret_cast<std::uintptr_t>(out.data_ptr()) % alignof(ps::PoolStats) == 0,
+                    "pagestash: report's out must be ", alignof(ps::PoolStats), "-byte aligned");
+  auto* dst = static_cast<ps::PoolStats*>(out.data_ptr());
   on_executor(
       control, [&] { run_report(ps::host, pool, dst); }, [&](cudaStream_t stream) { report_cuda(stream, pool, dst); });
 }
@@ -318,7 +318,7 @@ py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& s
   d["scales_bytes"] = i.scales_bytes;
   d["amax_bytes"] = i.amax_bytes;
   d["count_alignment"] = i.count_alignment;
-  d["token_granule"] = i.token_granule;
+  d["granule"] = i.granule;
   d["token_rows"] = i.token_rows;
   d["packed"] = i.packed;
   d["scales_paged"] = i.scales_paged;
@@ -372,12 +372,11 @@ std::vector<std::string> flag_categories() {
   return out;
 }
 
-/// The flags and counters, by the library's own names (PoolStats and PoolReport are both
-/// PoolCounts).
-py::dict counters_dict(const ps::PoolCounts& c, const ps::PoolFlags& flags) {
+/// The flags and counters, by the library's own names (for_each_counter).
+py::dict counters_dict(const ps::PoolCounters& c, const ps::PoolFlags& flags) {
   py::dict d;
   d["flags"] = flags_dict(flags);
-  ps::for_each_count(c, [&](const char* name, std::int64_t value) { d[name] = value; });
+  ps::for_each_counter(c, [&](const char* name, std::int64_t value) { d[name] = value; });
   return d;
 }
 
@@ -410,9 +409,9 @@ py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tenso
 
 py::dict decode_report(at::Tensor bytes) {
   TORCH_CHECK_VALUE(bytes.is_cpu() && bytes.scalar_type() == at::kByte &&
-                        bytes.numel() == static_cast<std::int64_t>(sizeof(ps::PoolReport)),
-                    "pagestash: a report is ", sizeof(ps::PoolReport), " uint8 on the CPU");
-  ps::PoolReport r{};
+                        bytes.numel() == static_cast<std::int64_t>(sizeof(ps::PoolStats)),
+                    "pagestash: a report is ", sizeof(ps::PoolStats), " uint8 on the CPU");
+  ps::PoolStats r{};
   std::memcpy(&r, bytes.contiguous().data_ptr(), sizeof(r));
   py::dict d = counters_dict(r, r.flags);
   d["decision"] = ps::name_of(ps::decide(r.flags));
@@ -520,7 +519,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("init_record", &init_record_py, "Writes an empty record into its memory");
   m.def("pool_stats", &pool_stats_py, "The pool's flags and counters (synchronises)");
   m.def("record_status", &record_status_py, "A record's state (synchronises)");
-  m.def("report_bytes", [] { return static_cast<std::int64_t>(sizeof(ps::PoolReport)); });
+  m.def("report_bytes", [] { return static_cast<std::int64_t>(sizeof(ps::PoolStats)); });
   m.def("decode_report", &decode_report, "A report written by torch.ops.pagestash.report, as a dict");
   m.def("flag_names", &flag_names, "The flags' names, in the order of their int32 words");
   m.def("flag_meanings", &flag_meanings, "What each flag means, in the order of flag_names()");

@@ -18,7 +18,7 @@ void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step) {
   run_pool_step(ps::on(stream), pool, step);
 }
 
-void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolReport* dst) {
+void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst) {
   run_report(ps::on(stream), pool, dst);
 }
 

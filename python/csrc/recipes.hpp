@@ -119,8 +119,9 @@ inline void init_pool(const PoolParts& parts, ps::MemorySpace space) {
   const ps::PagePool made(config_of(parts), space, ps::PoolMemory{parts.control, parts.device_arena, parts.host_arena});
 }
 
+/// A grouped tensor's shape, in the tensor's order (Python's Shape(groups, tokens, hidden)).
 struct Shape {
-  std::int64_t max_tokens = 0, hidden = 0, groups = 1;
+  std::int64_t groups = 1, tokens = 0, hidden = 0;
 };
 
 template <class Layout>
@@ -128,7 +129,7 @@ ps::GroupedView<Layout> view_of(const Shape& s) {
   if (s.groups < 1 || s.groups > INT32_MAX)
     throw std::invalid_argument("pagestash: groups = " + std::to_string(s.groups) + " is out of range");
   ps::GroupedView<Layout> v;
-  v.max_tokens = s.max_tokens;
+  v.max_tokens = s.tokens;
   v.hidden = s.hidden;
   v.groups = static_cast<std::int32_t>(s.groups);
   ps::validate_shape(v);
@@ -158,7 +159,7 @@ ps::GroupedView<Layout> view_of(const Shape& s, const Buffers& b) {
 /// count and token granules, the record's bytes for a pool, and how each buffer is handled.
 struct RecipeInfo {
   std::int64_t data_bytes = 0, scales_bytes = 0, amax_bytes = 0;
-  std::int64_t count_alignment = 1, token_granule = 1, token_rows = 0;
+  std::int64_t count_alignment = 1, granule = 1, token_rows = 0;
   bool packed = false, scales_paged = false, amax_kept = false;
 };
 
@@ -172,7 +173,7 @@ inline RecipeInfo recipe_info(const std::string& recipe, const Shape& s) {
     info.scales_bytes = v.buffer_bytes(ps::BufferRole::scales);
     info.amax_bytes = v.buffer_bytes(ps::BufferRole::amax);
     info.count_alignment = v.count_alignment();
-    info.token_granule = v.token_granule();
+    info.granule = v.granule();
     info.token_rows = v.token_rows();
     info.packed = L::placement::packed;
     info.scales_paged = ps::handling_of<Tr>(ps::BufferRole::scales) == ps::Handling::paged;
@@ -257,7 +258,7 @@ void run_pool_step(const Exec& exec, const PoolParts& pool, PoolStep step) {
 }
 
 template <class Exec>
-void run_report(const Exec& exec, const PoolParts& pool, ps::PoolReport* dst) {
+void run_report(const Exec& exec, const PoolParts& pool, ps::PoolStats* dst) {
   const ps::PagePool p = attach_pool(pool, Exec::memory);
   ps::report(exec, p, dst);
 }

@@ -10,11 +10,17 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace pagestash_torch {
 namespace sizing = ps::sizing;
+
+/// Refuses a request as the sizer refuses its arguments (std::invalid_argument, ValueError in Python).
+[[noreturn]] inline void refuse_request(const std::string& what) {
+  throw std::invalid_argument("pagestash::sizing: " + what);
+}
 
 /// What size_pool is asked: the tensors one MoE layer saves, the schedule, and the router
 /// (Dirichlet) or measured count vectors.
@@ -82,24 +88,24 @@ inline sizing::SavedTensor saved_tensor(const std::string& recipe, const Shape& 
 /// sizer measures them at one capacity, and a layer whose shapes it changed would not
 /// be the one the ops stash.
 inline sizing::Layer layer_of(const SizingRequest& r) {
-  if (r.recipes.empty()) sizing::invalid_sizing("size_pool: no saved tensors");
+  if (r.recipes.empty()) refuse_request("size_pool: no saved tensors");
   if (r.recipes.size() != r.shapes.size())
-    sizing::invalid_sizing("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
+    refuse_request("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
                                std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
   std::vector<sizing::SavedTensor> tensors;
   for (std::size_t i = 0; i < r.recipes.size(); ++i) {
     const Shape& s = r.shapes[i];
     if (s.groups < 1)
-      sizing::invalid_sizing("size_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
+      refuse_request("size_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
                                  std::to_string(s.groups) + " must be at least 1");
     sizing::SavedTensor t = saved_tensor(r.recipes[i], s);
-    const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.max_tokens) +
+    const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.tokens) +
                              ", " + std::to_string(s.hidden) + "]";
-    if (recipe_info(r.recipes[i], s).packed && s.max_tokens != t.capacity() * s.groups)
-      sizing::invalid_sizing("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
+    if (recipe_info(r.recipes[i], s).packed && s.tokens != t.capacity() * s.groups)
+      refuse_request("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
                                  "a multiple of " + std::to_string(s.groups) + ")");
     if (!tensors.empty() && t.capacity() != tensors.front().capacity())
-      sizing::invalid_sizing("size_pool: " + what + " holds " + std::to_string(t.capacity()) +
+      refuse_request("size_pool: " + what + " holds " + std::to_string(t.capacity()) +
                                  " tokens per expert, the first tensor " + std::to_string(tensors.front().capacity()) +
                                  ": a layer's tensors share one capacity");
     tensors.push_back(std::move(t));
@@ -110,17 +116,17 @@ inline sizing::Layer layer_of(const SizingRequest& r) {
 inline sizing::RoutingSampler sampler_of(const std::string& name) {
   if (name == "multinomial") return sizing::RoutingSampler::multinomial;
   if (name == "per_token") return sizing::RoutingSampler::per_token;
-  sizing::invalid_sizing("size_pool: unknown sampler '" + name + "' (multinomial, per_token)");
+  refuse_request("size_pool: unknown sampler '" + name + "' (multinomial, per_token)");
 }
 
 /// The count model: the measured vectors when there are any, else the Dirichlet router.
 inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r, const sizing::Layer& layer) {
-  if (r.capacity < 0) sizing::invalid_sizing("size_pool: capacity = " + std::to_string(r.capacity) + " is negative");
+  if (r.capacity < 0) refuse_request("size_pool: capacity = " + std::to_string(r.capacity) + " is negative");
   const std::int64_t capacity = r.capacity > 0 ? r.capacity : layer.capacity();
   const sizing::Excess excess = r.cap_counts ? sizing::Excess::cap : sizing::Excess::refuse;
   const bool measured = !r.counts_file.empty() || !r.count_steps.empty() || !r.counts.empty();
   if (measured && r.correlation > 0)
-    sizing::invalid_sizing("size_pool: correlation models the Dirichlet router; measured counts keep their own "
+    refuse_request("size_pool: correlation models the Dirichlet router; measured counts keep their own "
                                "(give them as whole steps)");
   if (!r.counts_file.empty())
     return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
@@ -128,7 +134,7 @@ inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r
     return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
   if (!r.counts.empty()) return std::make_unique<sizing::MeasuredCounts>(r.counts, capacity, "counts", excess);
   if (r.tokens < 1)
-    sizing::invalid_sizing("size_pool: tokens = " + std::to_string(r.tokens) +
+    refuse_request("size_pool: tokens = " + std::to_string(r.tokens) +
                                ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
   sizing::Routing routing;
   routing.experts = layer.experts();
@@ -147,7 +153,7 @@ inline sizing::PoolSizing sizing_of(const SizingRequest& r) {
   const std::unique_ptr<sizing::CountModel> counts = count_model_of(r, layer);
   const sizing::Schedule schedule = sizing::Schedule::parse(r.schedule, r.layers, r.microbatches);
   if (r.curve_points < 2)
-    sizing::invalid_sizing("size_pool: curve_points = " + std::to_string(r.curve_points) + " must be at least 2");
+    refuse_request("size_pool: curve_points = " + std::to_string(r.curve_points) + " must be at least 2");
   return sizing::size_pool(layer, schedule, *counts, r.settings);
 }
 

@@ -85,7 +85,8 @@ _DOCS = {
     "reset": "Frees every page and clears the flags and counters; records stashed before become stale.",
     "end_step": "At the end of a step: counts the pages still held (pages_held_at_step_end) and raises the "
                 "unbalanced flag when there are any (a record neither reloaded nor discarded).",
-    "report": "Writes the pool's flags and counters into out (uint8, pagestash._C.report_bytes()) in stream order.",
+    "report": ("Writes the pool's flags and counters into out (uint8, pagestash._C.report_bytes()) "
+               "in CUDA stream order."),
 }
 for _name, _doc in _DOCS.items():
     getattr(ops, _name).__doc__ = f"torch.ops.pagestash.{_name}: {_doc} (Arguments: see pagestash._ops.)"

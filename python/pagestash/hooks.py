@@ -7,7 +7,7 @@ saves it, or any tensor over the same bytes (a view or reshape of it, as `x @ w`
 tensor passes through untouched. The counts are read on the device: nothing synchronises.
 
 Backward order: a context's marked tensors are reloaded in reverse order of stashing.
-`prefetch=N` issues the reloads of the next N in that order on a side stream when backward
+`prefetch=N` issues the reloads of the next N in that order on a side CUDA stream when backward
 needs one; `skip_next=K` stashes each only once K later ones are saved, so that the last K
 (whose backward runs first) are never paged. A mark under no_grad or inside a
 torch.utils.checkpoint region pages nothing: checkpoint frees and recomputes it itself.
@@ -56,10 +56,10 @@ def _is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-class _HostStreams:
-    """Where prefetched reloads run for a CPU pool: there are no streams, so a reload runs
+class _NoCudaStreams:
+    """Where prefetched reloads run for a CPU pool: there are no CUDA streams, so a reload runs
     when it is issued and there is nothing to wait for. The hook calls the same three
-    methods on CUDA (_CudaStreams) and the tests on a recorder."""
+    methods on CUDA (_SideCudaStreams) and the tests on a recorder."""
 
     def capturing(self) -> bool:
         return False
@@ -73,11 +73,11 @@ class _HostStreams:
         pass
 
 
-class _CudaStreams(_HostStreams):
-    """Prefetched reloads on a side stream, one per device: each waits for the current
+class _SideCudaStreams(_NoCudaStreams):
+    """Prefetched reloads on a side CUDA stream, one per device: each waits for the current
     stream (the stash, and the new buffers' allocation there), records an event that the
-    unpack makes the current stream wait on, and record_streams every tensor it touches so
-    that the caching allocator does not reuse their memory before the side stream is done."""
+    unpack makes the current CUDA stream wait on, and record_streams every tensor it touches so
+    that the caching allocator does not reuse their memory before the side CUDA stream is done."""
 
     _side: Dict[int, "torch.cuda.Stream"] = {}
 
@@ -162,9 +162,9 @@ class _Group:
         self.buffers = None  # the pages hold them now: let the caller's tensors go
         self.counts = None   # the record copied the counts
 
-    def issue(self, streams: Optional[_HostStreams] = None) -> None:
-        """Reloads the pages into new buffers (allocated on the current stream): here, or
-        with `streams`, as a prefetch on their side stream, whose event reload() waits on."""
+    def issue(self, cuda_streams: Optional[_NoCudaStreams] = None) -> None:
+        """Reloads the pages into new buffers (allocated on the current CUDA stream): here, or
+        with `cuda_streams`, as a prefetch on their side CUDA stream, whose event reload() waits on."""
         with torch.no_grad():
             out = {role: torch.empty(shape, dtype=dtype, device=device)
                    for role, (shape, dtype, device) in self.meta.items()}
@@ -174,17 +174,18 @@ class _Group:
                 record.reload(out["data"], out.get("scales"), out.get("amax"), zero_tail=self.zero_tail,
                               poison=self.poison, check=False)
 
-            if streams is None:
+            if cuda_streams is None:
                 run()
             else:
-                self.event = streams.issue(run, list(out.values()), [record.memory, *self.pool.state[:3]], self.name)
+                self.event = cuda_streams.issue(run, list(out.values()), [record.memory, *self.pool.state[:3]],
+                                                self.name)
         self.reloaded = out
         self.record = None  # its pages are back in the pool (once the reload has run)
         self.unchecked = True
 
-    def reload(self, strict: bool, streams: _HostStreams) -> Dict[str, torch.Tensor]:
+    def reload(self, strict: bool, cuda_streams: _NoCudaStreams) -> Dict[str, torch.Tensor]:
         """The buffers for backward: reloaded here unless a prefetch issued them (then the
-        current stream waits on the prefetch's own event); in strict mode the flags are
+        current CUDA stream waits on the prefetch's own event); in strict mode the flags are
         checked then, as for a reload here. A marked tensor never stashed (skip_next) gives back
         the tensors autograd saved."""
         if self.buffers is not None:
@@ -197,7 +198,7 @@ class _Group:
             self.issue()
         if self.unchecked:
             if self.event is not None:
-                streams.wait(self.event, self.name)
+                cuda_streams.wait(self.event, self.name)
                 self.event = None
             self.unchecked = False
             if strict:
@@ -258,7 +259,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     when the context ends for each mark autograd never saved.
 
     `prefetch`: when backward needs a marked tensor, the reloads of the next `prefetch` in
-    backward order (the context's stashes before it) are issued on a side stream, each
+    backward order (the context's stashes before it) are issued on a side CUDA stream, each
     unpack waiting on its own event. `skip_next`: the last `skip_next` marked tensors
     autograd saves in the context are never paged (each is stashed once that many later
     ones are saved); their saved tensors are counted in `skipped_tensors`.
@@ -275,7 +276,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self.strict = pool.strict if strict is None else bool(strict)
         self.warn_unpaged = warn_unpaged
         self.prefetch, self.skip_next = prefetch, skip_next
-        self._streams = _CudaStreams(pool.device) if pool.device.type == "cuda" else _HostStreams()
+        self._cuda_streams = _SideCudaStreams(pool.device) if pool.device.type == "cuda" else _NoCudaStreams()
         self._by_storage: Dict[int, list] = {}  # storage -> [(weak ref, group, role, geometry)]
         self._groups = []
         self._saved: List[_Group] = []  # saved, not yet stashed (at most skip_next once a save is done)
@@ -417,15 +418,15 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         return sum(self._passed_storages.values())
 
     @property
-    def reload_streams(self) -> list:
-        """The CUDA streams prefetched reloads ran on: pass them to pool.end_step(streams=...)."""
-        return [self._streams.side] if self.prefetch and isinstance(self._streams, _CudaStreams) else []
+    def reload_cuda_streams(self) -> list:
+        """The CUDA streams prefetched reloads ran on: pass them to pool.end_step(cuda_streams=...)."""
+        return [self._cuda_streams.side] if self.prefetch and isinstance(self._cuda_streams, _SideCudaStreams) else []
 
     def _unpack(self, packed):
         if not isinstance(packed, _Packed):
             return packed
         group = packed.group
-        t = group.reload(self.strict, self._streams)[packed.role]
+        t = group.reload(self.strict, self._cuda_streams)[packed.role]
         if group.order is not None:
             self._prefetch(group.order)
         return t if packed.view is None else t.as_strided(*packed.view)
@@ -436,14 +437,14 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         tensor prefetched early waits in its buffers, one needed first is reloaded in place."""
         if not self.prefetch:
             return
-        if self._streams.capturing():
-            raise RuntimeError(f"pagestash: paged_saved_tensors(prefetch={self.prefetch}) reloads on a side stream, "
-                               "which this CUDA graph capture would not join: pass prefetch=0 to the context whose "
-                               "backward is captured")
+        if self._cuda_streams.capturing():
+            raise RuntimeError(f"pagestash: paged_saved_tensors(prefetch={self.prefetch}) reloads on a side CUDA "
+                               "stream, which this CUDA graph capture would not join: pass prefetch=0 to the context "
+                               "whose backward is captured")
         for ref in reversed(self._stashes[max(0, order - self.prefetch):order]):
             group = ref()
             if group is not None and group.record is not None:
-                group.issue(self._streams)
+                group.issue(self._cuda_streams)
 
 
 def _checkpointed() -> bool:

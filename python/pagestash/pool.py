@@ -59,7 +59,7 @@ def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignm
 
 class PagePool:
     """A pool of `device_pages` pages of `page_bytes` bytes (a power of two) on `device`
-    ('cpu': the host executor; 'cuda[:n]': the CUDA executor on PyTorch's current stream),
+    ('cpu': the host executor; 'cuda[:n]': the CUDA executor on PyTorch's current CUDA stream),
     in tensors from PyTorch's allocator (so torch.cuda.memory_allocated counts it).
 
     `host_pages` are spill pages in pinned host memory (CUDA pools) or more host memory (CPU
@@ -310,8 +310,8 @@ class PagePool:
 
     def report(self, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Writes the flags and counters into `out` (uint8, _C.report_bytes(), on the pool's
-        device or pinned) on the current stream, without synchronising; returns it. Read it
-        with decode_report(out) after the stream."""
+        device or pinned) on the current CUDA stream, without synchronising; returns it. Read it
+        with decode_report(out) after the CUDA stream."""
         if out is None:
             out = torch.empty(_C.report_bytes(), dtype=torch.uint8, device=self.device)
         ops.report(*self.state, out)
@@ -332,22 +332,22 @@ class PagePool:
                                "microbatches accumulate gradients together, so the step decides, resets and reruns "
                                "as a whole after its last backward (PagedStep.finish, or run_step)")
 
-    def end_step(self, streams: Sequence["torch.cuda.Stream"] = ()) -> None:
+    def end_step(self, cuda_streams: Sequence["torch.cuda.Stream"] = ()) -> None:
         """At the end of a step, after its last reload or discard: raises the `unbalanced`
         flag (misuse: a record of the step was neither reloaded nor discarded, its pages
         leak) when any page is still held, and counts them (`pages_held_at_step_end` in
         stats() and the report). Graph-capturable; call it before report() or agree().
 
-        It counts what is held when it runs on the current stream: every other stream that
-        reloaded or discarded in this step goes in `streams`, and the current stream waits
+        It counts what is held when it runs on the current CUDA stream: every other CUDA stream that
+        reloaded or discarded in this step goes in `cuda_streams`, and the current CUDA stream waits
         for what each has enqueued so far (no host sync), so that its work is counted.
         Enqueue the next step's first stash after it. It closes a step observe() records."""
-        streams = list(streams)
-        if streams and self.device.type != "cuda":
-            raise ValueError(f"end_step: streams are for a CUDA pool; this pool is on {self.device}")
-        if streams:
+        cuda_streams = list(cuda_streams)
+        if cuda_streams and self.device.type != "cuda":
+            raise ValueError(f"end_step: cuda_streams are for a CUDA pool; this pool is on {self.device}")
+        if cuda_streams:
             current = torch.cuda.current_stream(self.device)
-            for s in streams:
+            for s in cuda_streams:
                 if s != current:
                     current.wait_stream(s)
         ops.end_step(*self.state)
@@ -413,7 +413,7 @@ class PagePool:
     def agree(self, group=None) -> None:
         """All-reduces the flags with MAX over `group` (torch.distributed; the default
         group when None), in place in the pool's memory, so that every rank's decide()
-        gives the same answer. In stream order without a host sync where the backend takes
+        gives the same answer. In CUDA stream order without a host sync where the backend takes
         the pool's device (NCCL for a CUDA pool, Gloo or MPI for a CPU one); otherwise
         through a copy on a device the backend takes."""
         dist = torch.distributed

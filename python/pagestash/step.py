@@ -58,7 +58,7 @@ class PagedStep:
             raise RuntimeError("pagestash: this pool already has an open step (PagedStep): finish() it first")
         self.pool, self.paged, self.hook_options = pool, paged, hook_options
         self.microbatches = 0
-        self.reload_streams: list = []  # the side streams its contexts prefetch on: end_step joins them
+        self.reload_cuda_streams: list = []  # the side streams its contexts prefetch on: end_step joins them
         self.decision: Optional[str] = None
         if pool is not None:
             pool._step = self
@@ -72,11 +72,11 @@ class PagedStep:
         if not self.paged:
             return _Unpaged()
         context = paged_saved_tensors(self.pool, **{**self.hook_options, **hook_options})
-        self.reload_streams += [s for s in context.reload_streams if s not in self.reload_streams]
+        self.reload_cuda_streams += [s for s in context.reload_cuda_streams if s not in self.reload_cuda_streams]
         return context
 
-    def finish(self, group=None, streams: Sequence["torch.cuda.Stream"] = ()) -> str:
-        """After the step's last backward: end_step(streams, and the side streams its
+    def finish(self, group=None, cuda_streams: Sequence["torch.cuda.Stream"] = ()) -> str:
+        """After the step's last backward: end_step(cuda_streams, and the side streams its
         contexts prefetched on), agree(group) when a group is given or torch.distributed is
         initialised, then decide (reads the flags: one sync).
         Returns the decision; an unpaged step keeps."""
@@ -84,7 +84,7 @@ class PagedStep:
         if not self.paged:
             self.decision = "keep"
             return self.decision
-        self.pool.end_step([*streams, *self.reload_streams])
+        self.pool.end_step([*cuda_streams, *self.reload_cuda_streams])
         if group is not None or (torch.distributed.is_available() and torch.distributed.is_initialized()):
             self.pool.agree(group)
         self.decision = self.pool.decide()
@@ -111,7 +111,7 @@ def _zero_grad(zero_grad) -> None:
 
 
 def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None], zero_grad, *, group=None,
-             streams: Sequence["torch.cuda.Stream"] = (), **hook_options) -> str:
+             cuda_streams: Sequence["torch.cuda.Stream"] = (), **hook_options) -> str:
     """Runs one optimizer step's microbatches (forward and backward of each, in the order
     `microbatches(step)` chooses) with paging, then decides; when paging failed anywhere in
     the step, clears the gradients, resets the pool and runs the whole step again without
@@ -121,7 +121,7 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     `zero_grad`: the optimizer or module whose gradients the step accumulates (its
     zero_grad(set_to_none=True) runs before the step and before a rerun), or a callable.
     The gradients start from zero: accumulate across run_step calls by summing yourself.
-    `group`, `streams`: as for PagedStep.finish. `hook_options` go to every
+    `group`, `cuda_streams`: as for PagedStep.finish. `hook_options` go to every
     paged_saved_tensors (zero_tail, strict, ...). In strict mode, the PagingError a reload
     raises in the middle of backward is caught here: the step reruns (while the pool
     observes, the paged run is not strict, so that it stashes the whole step). A rerun for
@@ -142,7 +142,7 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
         step.abandon()
     # The failed run's graph (and its groups) is gone before the reset, as the exception went.
     if failure is None:
-        decision = step.finish(group, streams)
+        decision = step.finish(group, cuda_streams)
     else:
         decision = failure[1]
         pool._count_step(decision)

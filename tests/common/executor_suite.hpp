@@ -310,7 +310,7 @@ ps::GroupedView<L> smallest_shape() {
   ps::GroupedView<L> v;
   v.groups = std::is_same_v<L, ps::Plain<typename L::data_type>> ? 1 : 3;
   v.hidden = L::hidden_multiple == 1 ? 3 : L::hidden_multiple;
-  v.max_tokens = v.token_granule() == 1 ? 5 : v.token_granule();
+  v.max_tokens = v.granule() == 1 ? 5 : v.granule();
   return v;
 }
 

@@ -401,7 +401,7 @@ struct Emulator {
     launch<Tr, ps::Operation::discard>(pool, rec.shape(), rec, {});
   }
   /// The report kernel is one block of 32 threads: write_report over its team.
-  void report(const ps::PagePool& pool, ps::PoolReport* dst) const {
+  void report(const ps::PagePool& pool, ps::PoolStats* dst) const {
     LaunchShape one = shape;
     one.blocks = 1;
     one.threads = 32;

@@ -84,7 +84,7 @@ ps::GroupedView<L> sequence_shape(bool odd) {
   v.groups = plain ? 1 : (odd ? 4 : 3);
   if constexpr (L::has(BufferRole::scales)) {
     v.hidden = odd ? 96 : 160;
-    const std::int64_t granule = v.token_granule();
+    const std::int64_t granule = v.granule();
     v.max_tokens = (odd ? 3 : 2) * granule;
   } else {
     v.hidden = odd ? 5 : 160;

@@ -68,7 +68,8 @@ TEST_CASE("device producer matches the host producer for every layout") {
 #define PAGESTASH_CHECK_LAYOUT(L)                                                   \
   {                                                                                 \
     CAPTURE(#L);                                                                    \
-    check_device_producer<L>(L::token_multiple == 1 ? 96 : 256, 160, std::is_same_v<L, Pf32> || std::is_same_v<L, Pbf16> ? 1 : 3, ++seed); \
+    check_device_producer<L>(L::granule == 1 ? 96 : 256, 160,                                              \
+                             std::is_same_v<L, Pf32> || std::is_same_v<L, Pbf16> ? 1 : 3, ++seed);          \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_LAYOUT)
 #undef PAGESTASH_CHECK_LAYOUT

@@ -201,7 +201,7 @@ TEST_CASE("attached device objects: the host knows no ids, and the kernels refus
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
     // Per call, as a framework makes them: attach reads no device memory, so no ids.
     ps::PagePool b = ps::PagePool::attach(pool_b.config(), ps::MemorySpace::device,
-                                          ps::PoolMemory{pool_b.ref().counters, pool_b.ref().device_arena, nullptr});
+                                          ps::PoolMemory{pool_b.ref().state, pool_b.ref().device_arena, nullptr});
     CHECK(b.id() == 0);
     auto on_b = ps::StashRecord<Tr>::attach(b, rec_a.shape(), rec_a.ref().header);
     CHECK(on_b.pool_id() == 0);

@@ -91,7 +91,7 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
   shape.groups = in.ConsumeIntegralInRange(1, 4);
   shape.hidden = 32 * in.ConsumeIntegralInRange(1, 12);
   shape.max_tokens = 1;
-  const std::int64_t granule = shape.token_granule();
+  const std::int64_t granule = shape.granule();
   shape.max_tokens = granule * in.ConsumeIntegralInRange(1, 3) * (L::placement::packed ? shape.groups : 1);
   try {
     ps::validate_shape(shape);

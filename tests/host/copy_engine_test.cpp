@@ -131,7 +131,7 @@ void check_stream_overhead(const char* name) {
       v.groups = 16;
       v.hidden = hidden;
       v.max_tokens = 1;
-      const std::int64_t per_group = (4 * mean + v.token_granule() - 1) / v.token_granule() * v.token_granule();
+      const std::int64_t per_group = (4 * mean + v.granule() - 1) / v.granule() * v.granule();
       v.max_tokens = L::placement::packed ? v.groups * per_group : per_group;
       const std::vector<std::int32_t> counts = dirichlet(v, mean, rng);
       REQUIRE(ps::check_counts(v, counts.data()).verdict() == ps::Flag::none);

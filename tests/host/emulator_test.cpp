@@ -5,6 +5,7 @@
 // overlap or never finished reported instead of hanging. CI runs these under TSan too.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/record_words.hpp>
 #include <pagestash/reference/serial_plan.hpp>
 
 #include <cuda/atomic>
@@ -708,13 +709,7 @@ TEST_CASE("emulated grid: a pool reset frees a record left held by a launch that
   std::mt19937 rng(19);
   Buffers<L> in(shape, rng), out(shape, rng);
   // A launch that took the record and died: held, its id published, this generation.
-  ps::LaunchWords& words = rec.ref().header->launch;
-  const std::uint64_t dead = next_grid_id();
-  words.arrival = dead << ps::launch_id_shift | ps::launch_held;
-  words.owner = dead;
-  words.generation = pool.stats().generation;
-  words.finished = 2;
-  words.next_tile = 1000;
+  ps::forge_held_launch(rec.ref(), next_grid_id(), pool.stats().generation, 2, 1000);
   Emulator{}.stash(pool, in.view, rec);
   CHECK(rec.status().refused_blocks == LaunchShape{}.blocks);
   CHECK(rec.status().launch_in_flight);
@@ -772,7 +767,7 @@ void check_team_plan(const char* name) {
     ps::GroupedView<L> v = sequence_shape<L>(round % 2 == 1);
     if constexpr (!std::is_same_v<L, ps::Plain<typename L::data_type>>) {
       v.groups = round < 2 ? 3 : 150;
-      if (L::placement::packed) v.max_tokens = v.max_tokens / v.token_granule() * v.token_granule() * 8;
+      if (L::placement::packed) v.max_tokens = v.max_tokens / v.granule() * v.granule() * 8;
     }
     std::vector<std::int32_t> counts = round == 5 ? bad_counts(v, rng) : random_counts(v, rng);
     const bool zero_tail = round % 3 == 0;

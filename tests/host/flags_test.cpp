@@ -63,9 +63,9 @@ struct Ops {
     if (emulated) Emulator{}.reload(pool, rec, v, false);
     else ps::reload(ps::host, pool, rec, v);
   }
-  ps::PoolReport report(const ps::PagePool& pool) const {
-    ps::PoolReport r;
-    std::memset(&r, 0xA5, sizeof(r));  // poisoned: every field must be written
+  ps::PoolStats report(const ps::PagePool& pool) const {
+    ps::PoolStats r;
+    std::memset(static_cast<void*>(&r), 0xA5, sizeof(r));  // poisoned: every field must be written
     if (emulated) Emulator{}.report(pool, &r);
     else ps::report(ps::host, pool, &r);
     return r;
@@ -99,14 +99,19 @@ struct Ops {
 };
 
 /// The report against stats(), which reads the same counters another way.
-void check_report_matches(const ps::PoolReport& r, const ps::PagePool& pool) {
+void check_report_matches(const ps::PoolStats& r, const ps::PagePool& pool) {
   const ps::PoolStats s = pool.stats();
   CHECK(std::memcmp(&r.flags, &s.flags, sizeof(ps::PoolFlags)) == 0);
   std::vector<std::pair<std::string, std::int64_t>> reported, read;
-  ps::for_each_count(r, [&](const char* name, std::int64_t v) { reported.emplace_back(name, v); });
-  ps::for_each_count(s, [&](const char* name, std::int64_t v) { read.emplace_back(name, v); });
+  ps::for_each_counter(r, [&](const char* name, std::int64_t v) { reported.emplace_back(name, v); });
+  ps::for_each_counter(s, [&](const char* name, std::int64_t v) { read.emplace_back(name, v); });
   CHECK(reported == read);
   CHECK(reported.size() == 12);
+  // One snapshot type: the report carries the pool's config as stats() does.
+  CHECK(r.config.page_bytes == s.config.page_bytes);
+  CHECK(r.config.device_pages == s.config.device_pages);
+  CHECK(r.config.host_pages == s.config.host_pages);
+  CHECK(r.failures() == s.failures());
 }
 
 TEST_CASE("end_step: a step whose records all came back is balanced, one left stashed raises unbalanced") {
@@ -131,7 +136,7 @@ TEST_CASE("end_step: a step whose records all came back is balanced, one left st
     ops.reload(pool, a, dst.view);
     ps::discard(ps::host, pool, b);
     ops.end_step(pool);
-    ps::PoolReport r = ops.report(pool);
+    ps::PoolStats r = ops.report(pool);
     CHECK(r.pages_held_at_step_end == 0);
     CHECK(r.flags.unbalanced == 0);
     CHECK(r.flags.error == 0);
@@ -216,7 +221,7 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
     };
     auto expect = [&](const char* what, int overflow, ps::PoolFlags kinds) {
       INFO(what);
-      ps::PoolReport r = ops.report(pool);
+      ps::PoolStats r = ops.report(pool);
       check_report_matches(r, pool);
       CHECK(r.flags.overflow == overflow);
       int any_kind = 0;
@@ -442,7 +447,7 @@ TEST_CASE("external memory: a pool and records in caller-owned memory allocate n
   CHECK(rec.status().state == ps::RecordState::stashed);
   ps::reload(ps::host, pool, rec, dst.view);
   CHECK(dst.data == expected_reload<Tr>(shape, BufferRole::data, src.counts, source, poisoned, false));
-  ps::PoolReport r{};
+  ps::PoolStats r{};
   ps::report(ps::host, pool, &r);
   CHECK(r.stashes == 1);
   CHECK(r.reloads == 1);
@@ -564,7 +569,7 @@ TEST_CASE("attach: a pool and a record over memory that holds them, or a byte co
 
 /// The memory a pool lives in, to attach to.
 ps::PoolMemory memory_of(const ps::PagePool& pool) {
-  return {pool.ref().counters, pool.ref().device_arena, pool.ref().host_arena};
+  return {pool.ref().state, pool.ref().device_arena, pool.ref().host_arena};
 }
 
 TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, kept by reset, read back by attach") {
@@ -586,14 +591,14 @@ TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, ke
     const Ops ops{emulated};
     ps::PagePool pool(cfg, ps::MemorySpace::host);
     const std::uint64_t id = pool.id();
-    CHECK(pool.ref().counters->id == id);
+    CHECK(pool.ref().state->id == id);
     auto rec = ps::make_record<Tr>(pool, shape);
     CHECK(rec.pool_id() == id);
     CHECK(rec.ref().header->pool_id == id);
     CHECK(ps::StashRecord<Tr>::attach(pool, shape, rec.ref().header).pool_id() == id);
     ops.reset(pool);
     ops.reset(pool);
-    CHECK(pool.ref().counters->id == id);
+    CHECK(pool.ref().state->id == id);
     const ps::PagePool attached = ps::PagePool::attach(pool.config(), ps::MemorySpace::host, memory_of(pool));
     CHECK(attached.id() == id);
     // A record made through an attached pool carries its id too.
@@ -613,8 +618,8 @@ TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, ke
 std::vector<unsigned char> bytes_but_error(const ps::StashRecord<Tr>& rec) {
   const auto* at = reinterpret_cast<const unsigned char*>(rec.ref().header);
   std::vector<unsigned char> b(at, at + rec.bytes());
-  std::fill_n(b.begin() + offsetof(ps::RecordHeader, summary) + offsetof(ps::RecordSummary, error), sizeof(ps::Flag), 0);
-  std::fill_n(b.begin() + offsetof(ps::RecordHeader, launch), sizeof(ps::LaunchWords), 0);
+  for (const ps::RecordBytes r : {ps::record_error_bytes(), ps::record_launch_bytes()})
+    std::fill_n(b.begin() + static_cast<std::ptrdiff_t>(r.offset), r.bytes, 0);
   return b;
 }
 

@@ -307,7 +307,7 @@ TEST_CASE("every layout: geometry matches the producer, and the produced tensor 
   {                                                                                                   \
     CAPTURE(#L);                                                                                      \
     const bool plain = std::is_same_v<L, Pf32> || std::is_same_v<L, Pbf16>;                           \
-    const std::int64_t tokens = L::token_multiple == 1 ? 48 : 256;                                    \
+    const std::int64_t tokens = L::granule == 1 ? 48 : 256;                                    \
     check_layout<L>(tokens, 160, plain ? 1 : 3, ++seed);                                              \
     check_layout<L>(tokens, 96, plain ? 1 : 5, ++seed);                                           \
   }
@@ -383,14 +383,14 @@ TEST_CASE("producer rejects counts that break the packed alignment or the capaci
 }
 
 namespace {
-// docs/layouts.md's custom layout, with both placements: it needs no packed_count_multiple.
+// docs/layouts.md's custom layout, with both placements: it needs no packed_count_alignment.
 template <class Placement>
 struct MyFp32Rows {
   using data_type = float;
   using scale_type = void;
   using placement = Placement;
   static constexpr const char* name = "MyFp32Rows";
-  static constexpr cuda::std::int64_t token_multiple = 1;
+  static constexpr cuda::std::int64_t granule = 1;
   static constexpr cuda::std::int64_t hidden_multiple = 1;
   PAGESTASH_HOST_DEVICE static constexpr bool has(ps::BufferRole role) { return role == ps::BufferRole::data; }
   PAGESTASH_HOST_DEVICE static ps::BlockShape block(ps::BufferRole, cuda::std::int64_t tokens, cuda::std::int64_t hidden) {

@@ -148,7 +148,7 @@ TEST_CASE("a layer pads its counts to the largest alignment of its tensors, and 
   const auto packed = sizing::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
   const auto rows = sizing::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
   CHECK(packed.count_alignment() == 128);
-  CHECK(sizing::Layer::capacity_multiple({packed, rows}) == 128);
+  CHECK(sizing::Layer::capacity_alignment({packed, rows}) == 128);
   const sizing::Layer layer({packed, rows}, 256);
   CHECK(layer.count_alignment() == 128);
   CHECK(layer.tensors()[0].capacity() == 256);
@@ -191,7 +191,7 @@ TEST_CASE("the planned overflow probability of a pool is the overflow frequency 
   r.top_k = 2;
   r.tokens = 96;
   r.alpha = 1.0;
-  r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5, sizing::Layer::capacity_multiple({tensor}));
+  r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5, sizing::Layer::capacity_alignment({tensor}));
   const sizing::Layer layer({tensor}, r.capacity);
   const sizing::DirichletRouting counts(r);
   const sizing::Schedule schedule = sizing::Schedule::explicit_list({2, 1});  // 3 stashes alive
@@ -313,6 +313,31 @@ TEST_CASE("Dirichlet routing: at most tokens x top_k, none above capacity, drops
           bad.capacity = 1;
           sizing::DirichletRouting m(bad);
         }).find("1 <= top_k <= experts") != std::string::npos);
+}
+
+TEST_CASE("model shapes: the one table the commands' --shape reads, every name found, an unknown one listing them") {
+  std::string names;
+  for (const sizing::ModelShape& s : sizing::model_shapes) {
+    CAPTURE(s.name);
+    CHECK(&sizing::model_shape(s.name) == &s);  // the names are unique
+    names += (names.empty() ? "" : "|") + std::string(s.name);
+    // What its header says: a mean of 128 tokens per expert; and a router the commands can build.
+    CHECK(s.tokens * s.top_k == 128 * std::int64_t{s.experts});
+    sizing::Routing r;
+    r.experts = s.experts;
+    r.top_k = s.top_k;
+    r.tokens = s.tokens;
+    r.capacity = 2 * 128;
+    std::vector<std::int32_t> c;
+    std::mt19937_64 rng(1);
+    const std::int64_t dropped = sizing::DirichletRouting(r).draw(rng, c);
+    CHECK(std::accumulate(c.begin(), c.end(), std::int64_t{0}) + dropped <= s.tokens * s.top_k);
+  }
+  CHECK(sizing::model_shape_names("|") == names);
+  CHECK(names.find("deepseek-v3") != std::string::npos);  // docs/sizing.md and README run these two
+  CHECK(names.find("qwen3-moe") != std::string::npos);
+  const std::string unknown = error_of([] { sizing::model_shape("gpt"); });
+  CHECK(unknown.find("unknown model shape 'gpt' (" + sizing::model_shape_names() + ")") != std::string::npos);
 }
 
 TEST_CASE("measured counts: the reader parses whitespace and commas, skips comments, rejects bad lines") {
@@ -564,7 +589,8 @@ struct SmallLayer {
     r.alpha = 1.0;
     r.correlation = correlation;
     r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
-                                    sizing::Layer::capacity_multiple({sizing::SavedTensor::of<ps::StashTraits<L>>(shape)}));
+                                    sizing::Layer::capacity_alignment({sizing::SavedTensor::of<ps::StashTraits<L>>(
+                                        shape)}));
     return r;
   }
 };
@@ -710,7 +736,7 @@ TEST_CASE("correlated routing: the Dirichlet correlation knob against a router w
   }
 }
 
-TEST_CASE("measured whole steps keep their correlation; the interval covers the file's error (bootstrap over steps)") {
+TEST_CASE("measured whole steps keep their correlation, and the interval covers the file's error (bootstrap over steps)") {
   const SmallLayer<Rows> s(64, 0.7);
   const int layers = 2, microbatches = 2;
   const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(layers, microbatches, 2);

@@ -357,7 +357,7 @@ TEST_CASE("PackedPadded scales: the allocation is the most any accepted counts f
   }
 }
 
-TEST_CASE("a stash of the worked example restores TE's padded layout bit for bit; Packed fails it loudly") {
+TEST_CASE("a stash of the worked example restores TE's padded layout bit for bit, and Packed fails it loudly") {
   using Padded = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::PackedPadded, ps::CompactScales>;
   using Tight = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>;
   const std::vector<std::int32_t> counts = {32, 96, 128, 64};

@@ -106,7 +106,7 @@ def test_cuda_end_step_flags_a_leaked_record_without_a_sync():
 
 def test_cuda_end_step_joins_the_streams_that_reloaded():
     # A reload on a side stream, still running when end_step is enqueued on the current
-    # stream: joined through `streams`, it is counted as done (no spurious `unbalanced`).
+    # stream: joined through `cuda_streams`, it is counted as done (no spurious `unbalanced`).
     pool = ps.PagePool(device_pages=64, page_bytes=4096, device="cuda")
     x = torch.randn(4, 64, 1024, device="cuda").to(torch.float16)
     counts = torch.tensor([64, 17, 30, 5], dtype=torch.int32, device="cuda")
@@ -118,7 +118,7 @@ def test_cuda_end_step_joins_the_streams_that_reloaded():
     with torch.cuda.stream(side):
         torch.cuda._sleep(50_000_000)  # keeps the side stream busy past end_step's enqueue
         rec.reload(out)
-    pool.end_step(streams=[side])
+    pool.end_step(cuda_streams=[side])
     report = ps.decode_report(pool.report().cpu())
     assert report["flags"]["unbalanced"] == 0 and report["pages_held_at_step_end"] == 0
     assert torch.equal(out[0, :64], x[0, :64])

@@ -72,7 +72,7 @@ def microbatches(seed=3, device="cpu"):
 
 
 class SideStream:
-    """The hook's stream calls (hooks._HostStreams), recorded. A prefetched reload is queued
+    """The hook's stream calls (hooks._NoCudaStreams), recorded. A prefetched reload is queued
     and runs when an unpack waits on its event or a later one (a stream runs in order); its
     new buffers are poisoned when issued."""
 
@@ -112,8 +112,8 @@ class Logged(ps.paged_saved_tensors):
 
     def _unpack(self, packed):
         t = super()._unpack(packed)
-        if isinstance(packed, hooks._Packed) and hasattr(self._streams, "log"):
-            self._streams.log.append(("unpack", packed.group.name, t.untyped_storage().data_ptr(),
+        if isinstance(packed, hooks._Packed) and hasattr(self._cuda_streams, "log"):
+            self._cuda_streams.log.append(("unpack", packed.group.name, t.untyped_storage().data_ptr(),
                                       packed.group.skipped))
         return t
 
@@ -143,9 +143,9 @@ def check_stream_order(log, prefetch):
     return list(issued), most
 
 
-def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, streams=SideStream, device="cpu", **forward):
+def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, cuda_streams=SideStream, device="cpu", **forward):
     """The microbatches' forwards and backwards in `order`, each forward in its own context
-    when there is a pool (its streams made by `streams`, None: the hook's own); the
+    when there is a pool (its streams made by `cuda_streams`, None: the hook's own); the
     accumulated gradients and the contexts."""
     torch.manual_seed(0)
     model, data, contexts, losses = Experts().to(device), microbatches(device=device), {}, {}
@@ -157,8 +157,8 @@ def train(order, pool=None, prefetch=0, skip_next=0, capturing=False, streams=Si
             losses[m] = (model(x, counts, **forward).float() * target).sum()
         else:
             with Logged(pool, prefetch=prefetch, skip_next=skip_next) as paging:
-                if streams is not None:
-                    paging._streams = streams(capturing)
+                if cuda_streams is not None:
+                    paging._cuda_streams = cuda_streams(capturing)
                 losses[m] = (model(x, counts, paging, **forward).float() * target).sum()
             contexts[m] = paging
     return [p.grad for p in model.parameters()], contexts
@@ -175,7 +175,7 @@ def test_prefetch_and_skip_next_give_eager_gradients_bit_for_bit(order, prefetch
         assert torch.equal(a, b)
     stashes = 3 * LAYERS - skip_next
     for paging in contexts.values():
-        log = paging._streams.log
+        log = paging._cuda_streams.log
         issued, most = check_stream_order(log, prefetch)
         # Backward goes in reverse order of stashing: every stash but the first one backward
         # needs is prefetched, in that order, `prefetch` ahead (the unpack of a skipped
@@ -212,22 +212,22 @@ def test_a_wrong_guess_stays_correct():
     for prefetch in (1, 2):
         pool = ps.PagePool(device_pages=64, page_bytes=4096)
         with Logged(pool, prefetch=prefetch) as paging:
-            paging._streams = SideStream()
+            paging._cuda_streams = SideStream()
             loss = run(paging)
         loss.backward()
-        paging._streams.drain()
+        paging._cuda_streams.drain()
         for want, w in zip(eager, ws):
             assert torch.equal(want, w.grad)
-        unpacked = [e[1] for e in paging._streams.log if e[0] == "unpack"]
+        unpacked = [e[1] for e in paging._cuda_streams.log if e[0] == "unpack"]
         assert unpacked[:3] == ["a", "c", "b"]
-        assert check_stream_order(paging._streams.log, prefetch) == (["b"], 1)  # from c
+        assert check_stream_order(paging._cuda_streams.log, prefetch) == (["b"], 1)  # from c
         assert pool.pages_in_use() == 0 and pool.stats()["reloads"] == 3
 
 
 def test_prefetch_is_refused_under_graph_capture():
     pool = ps.PagePool(device_pages=256, page_bytes=4096)
-    with pytest.raises(RuntimeError, match=r"paged_saved_tensors\(prefetch=1\) reloads on a side stream, which this "
-                                           r"CUDA graph capture would not join: pass prefetch=0"):
+    with pytest.raises(RuntimeError, match=r"paged_saved_tensors\(prefetch=1\) reloads on a side CUDA stream, which "
+                                           r"this CUDA graph capture would not join: pass prefetch=0"):
         train("lifo", pool, prefetch=1, capturing=True)
     eager, _ = train("lifo")
     paged, _ = train("lifo", ps.PagePool(device_pages=256, page_bytes=4096), prefetch=0, capturing=True)
@@ -280,7 +280,7 @@ def test_checkpointed_experts_are_recomputed_not_paged(reentrant):
             assert torch.equal(a, b)
         for paging in contexts.values():
             assert paging.paged_tensors == LAYERS and not paging._groups  # the recomputation marked nothing
-            prefetched = [e[1] for e in paging._streams.log if e[0] == "issue"]
+            prefetched = [e[1] for e in paging._cuda_streams.log if e[0] == "issue"]
             assert prefetched == [f"x{i}" for i in reversed(range(LAYERS - 1))]  # one ahead of each reload
         stats = pool.stats()
         assert stats["stashes"] == stats["reloads"] == MICROBATCHES * LAYERS
@@ -369,7 +369,7 @@ def test_run_step_passes_prefetch_and_skip_next_to_every_microbatch():
     assert pool.stats()["stashes"] == MICROBATCHES * (3 * LAYERS - 1)
 
 
-class SlowSide(hooks._CudaStreams):
+class SlowSide(hooks._SideCudaStreams):
     """The hook's side stream, slowed down before each prefetched reload and its buffers
     poisoned first: an unpack that did not wait on its event would read the poison."""
 
@@ -392,12 +392,12 @@ class SlowSide(hooks._CudaStreams):
 def test_cuda_prefetch_on_a_side_stream(order):
     eager, _ = train(order, device="cuda")
     pool = ps.PagePool(device_pages=256, page_bytes=4096, device="cuda")
-    paged, contexts = train(order, pool, prefetch=2, skip_next=1, streams=SlowSide, device="cuda")
+    paged, contexts = train(order, pool, prefetch=2, skip_next=1, cuda_streams=SlowSide, device="cuda")
     for a, b in zip(eager, paged):
         assert torch.equal(a, b)
-    side = contexts[0].reload_streams
+    side = contexts[0].reload_cuda_streams
     assert len(side) == 1 and side[0] != torch.cuda.current_stream()
-    pool.end_step(streams=side)
+    pool.end_step(cuda_streams=side)
     report = ps.decode_report(pool.report().cpu())
     assert report["decision"] == "keep" and report["pages_held_at_step_end"] == 0
     assert report["stashes"] == report["reloads"] == MICROBATCHES * (3 * LAYERS - 1)

@@ -45,7 +45,7 @@ def shape_of(recipe):
     """A small shape the recipe accepts: 2 granules a group (capacity) or 4 in all (packed)."""
     if recipe in SHAPES:
         return SHAPES[recipe]
-    granule = ps.recipe_info(recipe, ps.Shape(3, 0, 64))["token_granule"]
+    granule = ps.recipe_info(recipe, ps.Shape(3, 0, 64))["granule"]
     return ps.Shape(3, (4 if "packed" in recipe else 2) * granule, 64)
 
 
@@ -261,8 +261,8 @@ def test_end_step_balances_a_clean_step_and_flags_a_leaked_record():
     assert pool.decide() == "report_error"
     with pytest.raises(ps.PagingError, match="unbalanced: at the step's end"):
         pool.check()
-    with pytest.raises(ValueError, match="streams are for a CUDA pool"):
-        pool.end_step(streams=[object()])
+    with pytest.raises(ValueError, match="cuda_streams are for a CUDA pool"):
+        pool.end_step(cuda_streams=[object()])
 
 
 def test_flag_names_and_meanings_are_the_librarys_one_table():

@@ -17,7 +17,7 @@ def layer_shape(recipe, groups=4):
     """A shape the sizer takes for the recipe: 2 token granules per expert (a multiple of
     the count alignment), the packed buffer holding `groups` experts at that capacity."""
     info = ps.recipe_info(recipe, ps.Shape(groups, 0, 64))
-    align = max(info["token_granule"], info["count_alignment"])
+    align = max(info["granule"], info["count_alignment"])
     capacity = 2 * align
     return ps.Shape(groups, groups * capacity if info["packed"] else capacity, 64), capacity, info["count_alignment"]
 

@@ -1,6 +1,6 @@
 #pragma once
-// The host check every operation on a stream makes first (the CUDA executor and nccl.cuh):
-// the stream belongs to the pool's device. Host code: compiles with a plain C++ compiler,
+// The host check every operation on a CUDA stream makes first (the CUDA executor and nccl.cuh):
+// the CUDA stream belongs to the pool's device. Host code: compiles with a plain C++ compiler,
 // links cudart.
 
 #include <pagestash/cuda/error.hpp>
@@ -13,12 +13,13 @@
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
-/// Refuses `op` when `stream` belongs to another device than `pool_device`.
+/// Refuses `op` when the CUDA stream `stream` belongs to another device than `pool_device`.
 inline void check_stream_device(const char* op, cudaStream_t stream, int pool_device) {
   int device = 0;
   PAGESTASH_CUDA_TRY(cudaStreamGetDevice(stream, &device));
   if (device != pool_device)
-    invalid_call(op, "the stream belongs to device " + std::to_string(device) + ", the pool lives on device " +
+    throw_invalid(std::string("pagestash::") + op,
+        "the CUDA stream belongs to device " + std::to_string(device) + ", the pool lives on device " +
                          std::to_string(pool_device));
 }
 

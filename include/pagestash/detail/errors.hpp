@@ -1,6 +1,5 @@
 #pragma once
-// How a call is refused on the host before anything runs: std::invalid_argument saying
-// which operation and what does not match (every executor and nccl.cuh use it).
+// How the library refuses a call on the host, before anything runs: one helper for all.
 
 #include <pagestash/config.hpp>
 
@@ -10,8 +9,10 @@
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
-[[noreturn]] inline void invalid_call(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string("pagestash::") + op + ": " + what);
+/// Throws std::invalid_argument("<who>: <what>"): `who` the operation or type refused (e.g.
+/// "pagestash::stash", "PoolConfig", "GroupedView<Plain>"), `what` which value is wrong and why.
+[[noreturn]] inline void throw_invalid(const std::string& who, const std::string& what) {
+  throw std::invalid_argument(who + ": " + what);
 }
 
 }  // namespace detail

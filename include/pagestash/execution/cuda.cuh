@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA executor: stash, reload, discard and reset on a device pool, each one kernel
-// launch on the caller's stream. No host synchronisation, no allocation: every operation
+// launch on the caller's CUDA stream. No host synchronisation, no allocation: every operation
 // can be captured in a CUDA graph, and replays read the counts of the moment.
 //
 // One launch per grouped tensor, for all its paged buffers. The kernels are thin shells:
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(StashPolicy::threads_per_block) reset_kernel(P
 }
 
 template <int Unused = 0>
-__global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolReport* dst) {
+__global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolStats* dst) {
   write_report(BlockTeam<32, StashPolicy::block_scan>{}, pool, dst);
 }
 
@@ -108,7 +108,7 @@ void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename T
 
 }  // namespace detail
 
-/// Enqueues the stash of `view` on the executor's stream (see the host overload).
+/// Enqueues the stash of `view` on the executor's CUDA stream (see the host overload).
 template <class Traits>
 void stash(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {
@@ -116,7 +116,7 @@ void stash(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Tr
   detail::launch<Traits, Operation::stash>(ex, pool, view, rec, {}, rec.max_tiles());
 }
 
-/// Enqueues the reload of `rec` into `dest` on the executor's stream.
+/// Enqueues the reload of `rec` into `dest` on the executor's CUDA stream.
 template <class Traits>
 void reload(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
@@ -133,22 +133,24 @@ void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 }
 
 /// Enqueues a write of the pool's flags and counters into *dst (the caller's memory: pinned,
-/// mapped or device) on the executor's stream. It sees every operation enqueued before it
-/// on that stream (and whatever operations on other streams have done by then); read *dst
-/// on the host after an event on the stream. No synchronisation, no allocation: it can be
+/// mapped or device) on the executor's CUDA stream. It sees every operation enqueued before it
+/// on that CUDA stream (and whatever operations on other CUDA streams have done by then); read *dst
+/// on the host after an event on that CUDA stream. No synchronisation, no allocation: it can be
 /// captured in a graph. One small kernel.
-inline void report(const CudaExecutor& ex, const PagePool& pool, PoolReport* dst) {
-  if (pool.space() != ex.memory) detail::invalid_call("report", "the pool is in host memory; use pagestash::host");
-  if (dst == nullptr) detail::invalid_call("report", "dst is null");
+inline void report(const CudaExecutor& ex, const PagePool& pool, PoolStats* dst) {
+  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::report",
+      "the pool is in host memory; use pagestash::host");
+  if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
   detail::check_stream_device("report", ex.stream, pool.device());
   detail::report_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref(), dst);
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 
-/// Enqueues the end-of-step balance check (see the host overload) on the executor's stream,
+/// Enqueues the end-of-step balance check (see the host overload) on the executor's CUDA stream,
 /// after the step's last reload or discard and before report(). One small kernel; no sync.
 inline void end_step(const CudaExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory) detail::invalid_call("end_step", "the pool is in host memory; use pagestash::host");
+  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::end_step",
+      "the pool is in host memory; use pagestash::host");
   detail::check_stream_device("end_step", ex.stream, pool.device());
   detail::end_step_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
@@ -157,7 +159,8 @@ inline void end_step(const CudaExecutor& ex, PagePool& pool) {
 /// Enqueues a reset of the pool: every page free, flags and statistics cleared. Nothing
 /// else may run on the pool meanwhile; records stashed before become stale.
 inline void reset(const CudaExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory) detail::invalid_call("reset", "the pool is in host memory; use pagestash::host");
+  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::reset",
+      "the pool is in host memory; use pagestash::host");
   detail::check_stream_device("reset", ex.stream, pool.device());
   detail::reset_kernel<><<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();

@@ -3,11 +3,12 @@
 //
 //   pagestash::host        the reference executor: runs the steps on the calling CPU thread
 //                          (HostExecutor{n} copies with n threads), on a host-memory pool
-//   pagestash::on(stream)  CUDA kernels enqueued on `stream`, on a device-memory pool
+//   pagestash::on(stream)  CUDA kernels enqueued on the CUDA stream `stream`, on a device-memory pool
 //
 // The operations themselves (stash, reload, discard, reset, end_step, report) are declared in
 // execution/host.hpp and execution/cuda.cuh.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/pool/memory_space.hpp>
 
 #include <cuda_runtime_api.h>
@@ -38,12 +39,12 @@ struct CudaExecutor {
   CudaExecutor with_max_blocks(int blocks) const { return CudaExecutor{stream, blocks}; }
 };
 
-/// The executor for `stream`. The legacy default stream (null) is refused: it cannot be
-/// captured into a graph and serialises with every other stream; use a created stream or
+/// The executor for the CUDA stream `stream`. The legacy default CUDA stream (null) is refused:
+/// it cannot be captured into a graph and serialises with every other; use a created one or
 /// cudaStreamPerThread.
 inline CudaExecutor on(cudaStream_t stream) {
   if (stream == nullptr)
-    throw std::invalid_argument("pagestash::on: the null (legacy default) stream is not accepted; pass a created "
+    detail::throw_invalid("pagestash::on", "the null (legacy default) CUDA stream is not accepted; pass a created "
                                 "stream or cudaStreamPerThread");
   return CudaExecutor{stream, 0};
 }

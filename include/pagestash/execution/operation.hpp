@@ -86,7 +86,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   using u64 = cuda::std::uint64_t;
   const u64 me = ctx.launch;
   const device_atomic<u64> arrival(words.arrival), owner(words.owner);
-  const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.counters->counts.generation);
+  const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.state->counters.generation);
   u64 w = arrival.load(poll_order);
   for (;;) {
     const u64 newest = w >> launch_id_shift;

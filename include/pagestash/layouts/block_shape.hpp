@@ -46,38 +46,34 @@ struct BlockShape {
     return (token_axis == TokenAxis::rows ? rows : cols) * tokens_per_index;
   }
 
-  /// Tokens one 128x4 tile of scales spans: scales of blocks along tokens (columnwise,
-  /// tokens_per_index > 1) put tokens on the tile's 4-wide side, rowwise scales on its
-  /// 128-high side. The granule of swizzled scales, and what TE pads each tensor's scales to,
-  /// compact or swizzled alike (for scale blocks only).
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t tile_tokens() const {
+  /// Tokens one 128x4 swizzle tile of scales spans: on its 4-wide side for blocks along tokens
+  /// (columnwise, tokens_per_index > 1), its 128-high side for rowwise. The granule of swizzled
+  /// scales, and what TE pads each tensor's scales to, compact or swizzled (scale blocks only).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t swizzle_tokens() const {
     return tokens_per_index * (tokens_per_index > 1 ? SwizzleTile::cols : SwizzleTile::rows);
   }
 
   /// Smallest token count whose bytes are whole: a partial granule is live as a whole.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule_tokens() const { return swizzled ? tile_tokens() : tokens_per_index; }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule() const { return swizzled ? swizzle_tokens() : tokens_per_index; }
 
   /// Token indices that are live for m tokens (whole granules).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t live_indices(cuda::std::int64_t m) const {
-    const cuda::std::int64_t g = granule_tokens();
+    const cuda::std::int64_t g = granule();
     return detail::ceil_div(m, g) * (g / tokens_per_index);
   }
 
-  /// Live bytes of a block form `lines()` runs, `line_stride()` apart, of `run_bytes(m)`.
+  /// Live bytes of a block form `lines()` runs, `pitch()` apart, of `run_bytes(m)`.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t lines() const {
     if (token_axis == TokenAxis::rows) return 1;
     return swizzled ? rows / SwizzleTile::rows : rows;
   }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_stride() const {
-    if (token_axis == TokenAxis::rows) return 0;
+  /// Bytes from one line to the next, a whole block for one line: bytes() / lines().
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t pitch() const {
+    if (token_axis == TokenAxis::rows) return bytes();
     return swizzled ? (cols / SwizzleTile::cols) * SwizzleTile::bytes : cols;
   }
-  /// Bytes from one line to the next, a whole block for one line: bytes() / lines().
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_pitch() const {
-    return token_axis == TokenAxis::rows ? bytes() : line_stride();
-  }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t run_bytes(cuda::std::int64_t m) const {
-    const cuda::std::int64_t granules = detail::ceil_div(m, granule_tokens());
+    const cuda::std::int64_t granules = detail::ceil_div(m, granule());
     if (token_axis == TokenAxis::rows) {
       return granules * (swizzled ? (cols / SwizzleTile::cols) * SwizzleTile::bytes : cols);
     }

@@ -3,7 +3,7 @@
 // the single description the stash kernels and the host executor walk.
 //
 //   capacity-padded  one segment per group: group g's block starts at g * block_bytes;
-//                    inside it, `lines` runs, `line_stride` apart, each of run_bytes(m_g)
+//                    inside it, `lines` runs, `pitch` apart, each of run_bytes(m_g)
 //   packed           one segment, one run: the prefix up to the end of the last group's
 //                    block; group g's block starts where group g - 1's ends and holds its
 //                    m_g tokens (PackedPadded scales: m_g rounded up to whole 128x4 tiles)
@@ -36,7 +36,7 @@ struct BufferGeometry {
   cuda::std::int64_t total_bytes = 0; ///< size of the allocation
 
   /// Token granule: live bytes come in whole granules of this many tokens.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule_tokens() const { return block.granule_tokens(); }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule() const { return block.granule(); }
 
   /// Tokens a packed group of m tokens occupies: m, or m padded on its own (PackedPadded scales).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t padded_tokens(cuda::std::int64_t m) const {
@@ -47,7 +47,7 @@ struct BufferGeometry {
   /// (bytes are linear in granules); capacity-padded, the fixed block.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t group_bytes(cuda::std::int64_t m) const {
     if (!packed) return block.bytes();
-    return detail::ceil_div(padded_tokens(m), granule_tokens()) * block.bytes();
+    return detail::ceil_div(padded_tokens(m), granule()) * block.bytes();
   }
 
   /// Where group g's block starts: after the blocks of groups 0..g-1 (packed), or at g
@@ -69,14 +69,14 @@ struct BufferGeometry {
   PAGESTASH_HOST_DEVICE Segment segment(cuda::std::int32_t s, const cuda::std::int32_t* counts) const {
     if (whole) return {0, 1, total_bytes, total_bytes};
     if (packed) return {0, 1, total_bytes, group_offset(groups, counts)};
-    return {s * block.bytes(), block.lines(), block.line_pitch(), block.run_bytes(counts[s])};
+    return {s * block.bytes(), block.lines(), block.pitch(), block.run_bytes(counts[s])};
   }
 
   /// Segment s at its largest, whatever the counts: a full group (capacity-padded), the
   /// whole buffer (packed: total_bytes is the most any accepted counts can fill).
   PAGESTASH_HOST_DEVICE Segment largest_segment(cuda::std::int32_t s) const {
     if (whole || packed) return {0, 1, total_bytes, total_bytes};
-    return {s * block.bytes(), block.lines(), block.line_pitch(), block.run_bytes(block.tokens())};
+    return {s * block.bytes(), block.lines(), block.pitch(), block.run_bytes(block.tokens())};
   }
 };
 

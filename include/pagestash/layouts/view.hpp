@@ -3,6 +3,7 @@
 // value to kernels. The counts live in device memory (host memory for the host executor)
 // and are never read on the host by the stash.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/layouts/stash_traits.hpp>
 
@@ -40,12 +41,9 @@ struct GroupedView {
   /// Every count must be a multiple of this (1 for capacity-padded layouts; see
   /// detail::count_alignment and docs/layouts.md).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment() const { return detail::count_alignment<Layout>(hidden); }
-  /// max_tokens must be a multiple of this: the layout's token multiple and every buffer's
-  /// token granule (validate_shape checks it).
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t token_granule() const {
-    const cuda::std::int64_t largest = detail::largest_granule<Layout>(hidden);
-    return Layout::token_multiple > largest ? Layout::token_multiple : largest;
-  }
+  /// The tensor's granule: the layout's and every buffer's, the largest; max_tokens must be a
+  /// multiple of it (validate_shape checks it).
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t granule() const { return detail::granule<Layout>(hidden); }
   /// Rows of the token space: where group g's rows start in a [rows, hidden] source.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t token_rows() const {
     return Layout::placement::packed ? max_tokens : groups * max_tokens;
@@ -94,27 +92,27 @@ PAGESTASH_HOST_DEVICE bool count_fits(const GroupedView<Layout>& v, cuda::std::i
 inline constexpr std::uintptr_t buffer_alignment = 16;
 
 namespace detail {
-[[noreturn]] inline void invalid_view(const char* layout, const std::string& what) {
-  throw std::invalid_argument(std::string("GroupedView<") + layout + ">: " + what);
+template <class Layout>
+[[noreturn]] void refuse_view(const std::string& what) {
+  throw_invalid(std::string("GroupedView<") + Layout::name + ">", what);
 }
 }  // namespace detail
 
 /// Host checks of the shape: throws std::invalid_argument naming the field and its value.
 template <class Layout>
 void validate_shape(const GroupedView<Layout>& v) {
-  const char* n = Layout::name;
-  if (v.groups < 1) detail::invalid_view(n, "groups = " + std::to_string(v.groups) + " must be at least 1");
-  if (v.hidden < 1) detail::invalid_view(n, "hidden = " + std::to_string(v.hidden) + " must be positive");
-  if (v.max_tokens < 0) detail::invalid_view(n, "max_tokens = " + std::to_string(v.max_tokens) + " is negative");
+  if (v.groups < 1) detail::refuse_view<Layout>("groups = " + std::to_string(v.groups) + " must be at least 1");
+  if (v.hidden < 1) detail::refuse_view<Layout>("hidden = " + std::to_string(v.hidden) + " must be positive");
+  if (v.max_tokens < 0) detail::refuse_view<Layout>("max_tokens = " + std::to_string(v.max_tokens) + " is negative");
   if (v.hidden % Layout::hidden_multiple != 0)
-    detail::invalid_view(n, "hidden = " + std::to_string(v.hidden) + " is not a multiple of the block size " +
+    detail::refuse_view<Layout>("hidden = " + std::to_string(v.hidden) + " is not a multiple of the block size " +
                                 std::to_string(Layout::hidden_multiple));
-  const cuda::std::int64_t granule = v.token_granule();
+  const cuda::std::int64_t granule = v.granule();
   if (v.max_tokens % granule != 0)
-    detail::invalid_view(n, "max_tokens = " + std::to_string(v.max_tokens) + " is not a multiple of the granule " +
+    detail::refuse_view<Layout>("max_tokens = " + std::to_string(v.max_tokens) + " is not a multiple of the granule " +
                                 std::to_string(granule));
   if (cuda::std::is_same_v<Layout, Plain<typename Layout::data_type>> && v.groups != 1)
-    detail::invalid_view(n, "groups = " + std::to_string(v.groups) + ", Plain has exactly one group");
+    detail::refuse_view<Layout>("groups = " + std::to_string(v.groups) + ", Plain has exactly one group");
 }
 
 /// Full host check before any launch: shape, plus every buffer that Traits saves is non-null
@@ -124,13 +122,13 @@ void validate(const GroupedView<typename Traits::layout>& v, bool counts_read = 
   static_assert(check_stash_traits<Traits>());
   using Layout = typename Traits::layout;
   validate_shape(v);
-  if (counts_read && v.counts == nullptr) detail::invalid_view(Layout::name, "counts is null");
+  if (counts_read && v.counts == nullptr) detail::refuse_view<Layout>("counts is null");
   for_each_role([&](BufferRole role) {
     if (handling_of<Traits>(role) == Handling::dropped) return;
     const auto address = reinterpret_cast<std::uintptr_t>(v.buffer(role));
-    if (address == 0) detail::invalid_view(Layout::name, std::string(name_of(role)) + " is null");
+    if (address == 0) detail::refuse_view<Layout>(std::string(name_of(role)) + " is null");
     if (role != BufferRole::amax && address % buffer_alignment != 0)
-      detail::invalid_view(Layout::name, std::string(name_of(role)) + " = " + std::to_string(address) +
+      detail::refuse_view<Layout>(std::string(name_of(role)) + " = " + std::to_string(address) +
                                              " is not 16-byte aligned");
   });
 }

@@ -5,6 +5,7 @@
 // memory through their own allocator. Allocations happen when a pool or record is made,
 // never inside stash or reload.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/pool/memory_space.hpp>
 
@@ -72,9 +73,10 @@ class Allocation {
   /// Caller-owned memory of `bytes` bytes at `ptr` (never freed here). Throws
   /// std::invalid_argument naming `what` when it is null or not aligned to borrowed_alignment.
   static Allocation borrow(MemoryKind kind, void* ptr, std::size_t bytes, const char* what) {
-    if (bytes != 0 && ptr == nullptr) throw std::invalid_argument(std::string(what) + " is null");
+    if (bytes != 0 && ptr == nullptr) detail::throw_invalid("borrowed memory", std::string(what) + " is null");
     if (reinterpret_cast<std::uintptr_t>(ptr) % borrowed_alignment != 0)
-      throw std::invalid_argument(std::string(what) + " is not aligned to " + std::to_string(borrowed_alignment) + " bytes");
+      detail::throw_invalid("borrowed memory",
+                            std::string(what) + " is not aligned to " + std::to_string(borrowed_alignment) + " bytes");
     Allocation a;
     a.kind_ = kind;
     a.bytes_ = bytes;
@@ -126,7 +128,7 @@ class Allocation {
 
 /// Copies between a space's memory and the host: plain memcpy, or cudaMemcpy. A copy to the
 /// device then synchronises the device: cudaMemcpy from pageable memory may return before
-/// the bytes land, and a kernel launched next on a non-blocking stream must see them.
+/// the bytes land, and a kernel launched next on a non-blocking CUDA stream must see them.
 inline void copy_bytes(MemorySpace space, void* dst, const void* src, std::size_t bytes, bool to_host) {
   if (space == MemorySpace::host) {
     if (bytes != 0) std::memcpy(dst, src, bytes);

@@ -1,7 +1,7 @@
 #pragma once
 // What a training loop acts on without a device-wide sync: the pool's sticky flags, in a
-// stable layout at the start of the pool's counters (PagePool::flags() points at them), and
-// the report an executor writes into the caller's memory (report()). Two flags decide:
+// stable layout at the start of the pool's memory (PagePool::flags() points at them), and
+// the snapshot an executor writes into the caller's memory (report()). Two flags decide:
 // `overflow` (capacity: rerun the step without paging, or with a larger pool after reset)
 // and `error` (misuse: a bug to report; its kind has a flag of its own). Either way the
 // step's results cannot be trusted.
@@ -113,9 +113,9 @@ inline const char* name_of(FlagCategory c) {
   return c == FlagCategory::capacity ? "capacity" : c == FlagCategory::misuse ? "misuse" : "info";
 }
 
-/// The pool's counters, one table: type, name, meaning. PoolCounts' fields and
-/// for_each_count (the names tools print, e.g. the Python package's dicts) are made from it.
-#define PAGESTASH_POOL_COUNTS(X)                                                                    \
+/// The pool's counters, one table: type, name, meaning. PoolCounters' fields and
+/// for_each_counter (the names tools print, e.g. the Python package's dicts) are made from it.
+#define PAGESTASH_POOL_COUNTERS(X)                                                                  \
   X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                              \
   X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                  \
   X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")               \
@@ -129,28 +129,21 @@ inline const char* name_of(FlagCategory c) {
   X(cuda::std::int64_t, pages_held_at_step_end, "pages still held when end_step last ran (0: balanced)") \
   X(cuda::std::int32_t, generation, "resets so far")
 
-/// The pool's counters: in the pool's memory (PoolCounters, pool/free_list.hpp), in a report
-/// (PoolReport) and in what stats() reads back (PoolStats). Trivial, as a report lives in
-/// device memory: value-initialize it (PoolCounts{}) for zeros.
-struct PoolCounts {
-#define PAGESTASH_COUNT_FIELD(type, name, meaning) type name;
-  PAGESTASH_POOL_COUNTS(PAGESTASH_COUNT_FIELD)
-#undef PAGESTASH_COUNT_FIELD
+/// The pool's counters, as the pool's memory holds them (detail::PoolState, pool/page_pool.hpp)
+/// and as a snapshot (PoolStats) carries them. Trivial: value-initialize it (PoolCounters{}) for zeros.
+struct PoolCounters {
+#define PAGESTASH_COUNTER_FIELD(type, name, meaning) type name;
+  PAGESTASH_POOL_COUNTERS(PAGESTASH_COUNTER_FIELD)
+#undef PAGESTASH_COUNTER_FIELD
 };
 
 /// Calls f(name, value) for each counter, in the struct's order.
 template <class F>
-void for_each_count(const PoolCounts& c, F&& f) {
-#define PAGESTASH_COUNT_VISIT(type, name, meaning) f(#name, cuda::std::int64_t{c.name});
-  PAGESTASH_POOL_COUNTS(PAGESTASH_COUNT_VISIT)
-#undef PAGESTASH_COUNT_VISIT
+void for_each_counter(const PoolCounters& c, F&& f) {
+#define PAGESTASH_COUNTER_VISIT(type, name, meaning) f(#name, cuda::std::int64_t{c.name});
+  PAGESTASH_POOL_COUNTERS(PAGESTASH_COUNTER_VISIT)
+#undef PAGESTASH_COUNTER_VISIT
 }
-
-/// The flags and counters, as report() writes them into the caller's memory (pinned,
-/// mapped or device) in stream order: no device-wide sync, no allocation.
-struct PoolReport : PoolCounts {
-  PoolFlags flags;
-};
 
 /// What every rank does after a step, from the flags all ranks agreed on.
 enum class StepDecision : cuda::std::int32_t {

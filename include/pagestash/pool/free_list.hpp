@@ -7,49 +7,14 @@
 // host pages (ids [D, D + H)). A stash takes the pages it needs from the top of the device
 // stack, and the rest from the host stack; a reload pushes them back. A short critical
 // section guarded by one spin lock (device-scope acquire/release) makes the stacks safe
-// for stashes and reloads of different records running at once on different streams or
+// for stashes and reloads of different records running at once on different CUDA streams or
 // host threads; the argument is in docs/design.md, "Memory ordering".
 
-#include <pagestash/detail/team.hpp>
-#include <pagestash/pool/flags.hpp>
+#include <pagestash/pool/page_pool.hpp>
 
 #include <cuda/std/cstdint>
 
 PAGESTASH_NAMESPACE_BEGIN
-
-/// The pool's state, in the pool's memory, the flags first (their address is API). The
-/// flags, `lock`, `counts.generation`, `counts.overflows` and `counts.errors` are accessed
-/// atomically; `id` is written once, when the pool is made; the rest only under `lock`.
-/// Stashes do nothing while `flags.overflow` is set.
-struct PoolCounters {
-  PoolFlags flags;
-  cuda::std::int32_t lock;
-  /// The pool's identity (nonzero, random), kept by reset and by byte copies of the memory:
-  /// each record carries its pool's, so that a step refuses a record of another pool
-  /// whose memory is attached to this one's (its page ids are not this pool's).
-  cuda::std::uint64_t id;
-  /// What report() and stats() give the caller; `generation` is bumped by reset (a record
-  /// stashed before it is stale).
-  PoolCounts counts;
-};
-
-/// A trivially copyable handle on a pool, passed by value to kernels.
-struct PoolRef {
-  PoolCounters* counters = nullptr;
-  cuda::std::int32_t* device_stack = nullptr;
-  cuda::std::int32_t* host_stack = nullptr;
-  unsigned char* device_arena = nullptr;
-  unsigned char* host_arena = nullptr;  ///< as the executor sees it (device-mapped for kernels)
-  cuda::std::int64_t page_bytes = 0;
-  cuda::std::int32_t page_shift = 0;  ///< log2(page_bytes)
-  cuda::std::int32_t device_pages = 0;
-  cuda::std::int32_t host_pages = 0;
-
-  PAGESTASH_HOST_DEVICE unsigned char* page(cuda::std::int32_t id) const {
-    return id < device_pages ? device_arena + (cuda::std::int64_t{id} << page_shift)
-                             : host_arena + (cuda::std::int64_t{id - device_pages} << page_shift);
-  }
-};
 
 namespace detail {
 
@@ -58,7 +23,7 @@ PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) {
     // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once
     // (an acquire per poll would invalidate the SM's L1 each time).
-    const device_atomic<cuda::std::int32_t> lock(pool.counters->lock);
+    const device_atomic<cuda::std::int32_t> lock(pool.state->lock);
     while (lock.exchange(1, poll_order) != 0)
       spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
     acquire_fence();
@@ -69,26 +34,27 @@ PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
 template <class Team>
 PAGESTASH_HOST_DEVICE void unlock_pool(const Team& team, const PoolRef& pool) {
   team.publish();  // every thread's stack writes before the release
-  if (team.leader()) device_atomic<cuda::std::int32_t>(pool.counters->lock).store(0, cuda::std::memory_order_release);
+  if (team.leader()) device_atomic<cuda::std::int32_t>(pool.state->lock).store(0, cuda::std::memory_order_release);
 }
 
 /// Records an operation that did nothing for want of room: sets the sticky overflow flag
 /// and counts it. Plain atomics, no lock.
 PAGESTASH_HOST_DEVICE inline void raise_overflow(const PoolRef& pool) {
-  device_atomic<cuda::std::int32_t>(pool.counters->flags.overflow).store(1, cuda::std::memory_order_relaxed);
-  device_atomic<cuda::std::int64_t>(pool.counters->counts.overflows).fetch_add(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int32_t>(pool.state->flags.overflow).store(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int64_t>(pool.state->counters.overflows).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
 /// Records an operation refused as misuse: sets the sticky error flag and its kind's, and
 /// counts it (unless `count` is false: a launch's later blocks). Plain atomics, no lock.
 PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, Flag kind, bool count = true) {
-  device_atomic<cuda::std::int32_t>(pool.counters->flags[kind]).store(1, cuda::std::memory_order_relaxed);
-  device_atomic<cuda::std::int32_t>(pool.counters->flags.error).store(1, cuda::std::memory_order_relaxed);
-  if (count) device_atomic<cuda::std::int64_t>(pool.counters->counts.errors).fetch_add(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int32_t>(pool.state->flags[kind]).store(1, cuda::std::memory_order_relaxed);
+  device_atomic<cuda::std::int32_t>(pool.state->flags.error).store(1, cuda::std::memory_order_relaxed);
+  if (count)
+    device_atomic<cuda::std::int64_t>(pool.state->counters.errors).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
 PAGESTASH_HOST_DEVICE inline bool overflow_raised(const PoolRef& pool) {
-  return device_atomic<cuda::std::int32_t>(pool.counters->flags.overflow).load(cuda::std::memory_order_relaxed) != 0;
+  return device_atomic<cuda::std::int32_t>(pool.state->flags.overflow).load(cuda::std::memory_order_relaxed) != 0;
 }
 
 enum class TakeResult : cuda::std::int32_t { taken = 0, overflow_set = 1, pool_full = 2 };
@@ -106,8 +72,8 @@ template <class Team>
 PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cuda::std::int64_t need,
                                        cuda::std::int64_t live_bytes, cuda::std::int32_t* ids) {
   lock_pool(team, pool);
-  PoolCounters& c = *pool.counters;
-  PoolCounts& n = c.counts;
+  PoolState& c = *pool.state;
+  PoolCounters& n = c.counters;
   Taken t{TakeResult::taken, 0, 0};
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
@@ -157,7 +123,7 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
                                         cuda::std::int64_t count, cuda::std::int64_t device_pages,
                                         cuda::std::int64_t live_bytes) {
   lock_pool(team, pool);
-  PoolCounts& n = pool.counters->counts;
+  PoolCounters& n = pool.state->counters;
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
     device_top = n.device_pages_free;
@@ -185,7 +151,7 @@ PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
   PAGESTASH_UNROLL
   for (int k = 0; k < flag_count; ++k) {
     const Flag kind = flag_at(k);
-    f[kind] = device_atomic<cuda::std::int32_t>(pool.counters->flags[kind]).load(cuda::std::memory_order_relaxed);
+    f[kind] = device_atomic<cuda::std::int32_t>(pool.state->flags[kind]).load(cuda::std::memory_order_relaxed);
   }
   return f;
 }
@@ -195,16 +161,17 @@ PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
 /// Writes the flags and counters into `dst` (the caller's memory), the counters under the
 /// lock so that they are one snapshot.
 template <class Team>
-PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolReport* dst) {
+PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolStats* dst) {
   using namespace detail;  // the pool's atomics and locks
   lock_pool(team, pool);
   if (team.leader()) {
-    PoolReport r{};
+    PoolStats r{};
+    r.config = {pool.page_bytes, pool.device_pages, pool.host_pages};
     // Atomic loads, as some counters are raised without the lock.
-#define PAGESTASH_LOAD_COUNT(type, name, meaning) \
-  r.name = device_atomic<type>(pool.counters->counts.name).load(cuda::std::memory_order_relaxed);
-    PAGESTASH_POOL_COUNTS(PAGESTASH_LOAD_COUNT)
-#undef PAGESTASH_LOAD_COUNT
+#define PAGESTASH_LOAD_COUNTER(type, name, meaning) \
+  r.name = device_atomic<type>(pool.state->counters.name).load(cuda::std::memory_order_relaxed);
+    PAGESTASH_POOL_COUNTERS(PAGESTASH_LOAD_COUNTER)
+#undef PAGESTASH_LOAD_COUNTER
     r.flags = load_flags(pool);
     *dst = r;
   }
@@ -218,34 +185,11 @@ template <class Team>
 PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) {
   detail::lock_pool(team, pool);
   if (team.leader()) {
-    PoolCounts& n = pool.counters->counts;
+    PoolCounters& n = pool.state->counters;
     n.pages_held_at_step_end = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
     if (n.pages_held_at_step_end != 0) detail::raise_error(pool, Flag::unbalanced);
   }
   detail::unlock_pool(team, pool);
-}
-
-/// Every page free, flags and statistics cleared, generation bumped, the id kept; no
-/// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
-template <class Team>
-PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
-  for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
-    pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
-  for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())
-    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
-  if (team.leader()) {
-    // Every word but the id, which is never written: an operation that overlaps the reset
-    // (misuse) sees the pool's own id, never a false foreign_record.
-    PoolCounters& c = *pool.counters;
-    PoolCounts counts{};
-    counts.generation = c.counts.generation + 1;
-    counts.device_pages_free = pool.device_pages;
-    counts.host_pages_free = pool.host_pages;
-    c.flags = PoolFlags{};
-    c.lock = 0;
-    c.counts = counts;
-  }
-  team.sync();
 }
 
 PAGESTASH_NAMESPACE_END

@@ -3,16 +3,79 @@
 // memory for spill) and the free-page state. Made once, up front; stash, reload, discard
 // and reset never allocate. Move-only.
 
+#include <pagestash/detail/team.hpp>
 #include <pagestash/pool/allocation.hpp>
-#include <pagestash/pool/free_list.hpp>
+#include <pagestash/pool/flags.hpp>
 #include <pagestash/pool/pool_config.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
+
+/// A snapshot of a pool's counters, flags and config: what PagePool::stats() reads back and
+/// report() writes, in CUDA stream order, into the caller's memory (pinned, mapped or device).
+struct PoolStats : PoolCounters {
+  PoolConfig config;
+  PoolFlags flags;  ///< as PagePool::flags() holds them (`overflow`: rerun the step; `error`: a bug)
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t failures() const { return overflows + errors; }  ///< did nothing
+};
+
+namespace detail {
+/// The pool's state, in its memory, the flags first (their address is API). The flags, `lock`,
+/// `counters.generation`, `.overflows` and `.errors` are atomic; `id` (nonzero, random, kept by
+/// reset and byte copies: a record carries its pool's) is written once; the rest under `lock`.
+struct PoolState {
+  PoolFlags flags;
+  cuda::std::int32_t lock;
+  cuda::std::uint64_t id;
+  PoolCounters counters;  ///< `generation` is bumped by reset (a record stashed before it is stale)
+};
+}  // namespace detail
+
+/// A trivially copyable handle on a pool, passed by value to kernels.
+struct PoolRef {
+  detail::PoolState* state = nullptr;
+  cuda::std::int32_t* device_stack = nullptr;
+  cuda::std::int32_t* host_stack = nullptr;
+  unsigned char* device_arena = nullptr;
+  unsigned char* host_arena = nullptr;  ///< as the executor sees it (device-mapped for kernels)
+  cuda::std::int64_t page_bytes = 0;
+  cuda::std::int32_t page_shift = 0;  ///< log2(page_bytes)
+  cuda::std::int32_t device_pages = 0;
+  cuda::std::int32_t host_pages = 0;
+
+  PAGESTASH_HOST_DEVICE unsigned char* page(cuda::std::int32_t id) const {
+    return id < device_pages ? device_arena + (cuda::std::int64_t{id} << page_shift)
+                             : host_arena + (cuda::std::int64_t{id - device_pages} << page_shift);
+  }
+};
+
+/// Every page free, flags and statistics cleared, generation bumped, the id kept; no
+/// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
+template <class Team>
+PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
+  for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
+    pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
+  for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())
+    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+  if (team.leader()) {
+    // Every word but the id, which is never written: an operation that overlaps the reset
+    // (misuse) sees the pool's own id, never a false foreign_record.
+    detail::PoolState& s = *pool.state;
+    PoolCounters counters{};
+    counters.generation = s.counters.generation + 1;
+    counters.device_pages_free = pool.device_pages;
+    counters.host_pages_free = pool.host_pages;
+    s.flags = PoolFlags{};
+    s.lock = 0;
+    s.counters = counters;
+  }
+  team.sync();
+}
 
 /// What a pool's caller-owned memory must hold: bytes of each part (PagePool::bytes_needed).
 struct PoolMemorySizes {
@@ -71,10 +134,10 @@ class PagePool {
   const PoolConfig& config() const { return config_; }
   MemorySpace space() const { return space_; }
   /// The CUDA device a device pool lives on (the current one when it was made); -1 for a
-  /// host pool. Operations on a stream of another device are refused on the host.
+  /// host pool. Operations on a CUDA stream of another device are refused on the host.
   int device() const { return device_; }
 
-  /// The pool's identity (PoolCounters::id, in its memory), which its records carry: known
+  /// The pool's identity (detail::PoolState::id, in its memory), which its records carry: known
   /// for a pool made here and for an attached host pool; 0 (unknown) for an attached device
   /// pool, since attach reads no device memory (it runs per operation and must not
   /// synchronise). Where the host cannot compare ids, the operations still refuse a record
@@ -84,19 +147,18 @@ class PagePool {
   const PoolRef& ref() const { return ref_; }
   /// The pool's flags where the operations write them (device memory for a device pool), for
   /// the caller's kernels, collectives or conditional graph nodes: flag_count int32 words, each 0 or
-  /// 1, sticky until reset (pool/flags.hpp). Read them in stream order after the step's
+  /// 1, sticky until reset (pool/flags.hpp). Read them in CUDA stream order after the step's
   /// operations; writing 1 into a field (as an all-reduce does) raises it.
-  PoolFlags* flags() const { return &ref_.counters->flags; }
+  PoolFlags* flags() const { return &ref_.state->flags; }
 
   /// Reads the flags and counters back. For a device pool this synchronises the whole
   /// device first (cudaDeviceSynchronize); for a host pool no operation may be in flight.
   PoolStats stats() const {
-    const PoolCounters c = read_counters();
+    const detail::PoolState state = read_state();
     PoolStats s{};
+    static_cast<PoolCounters&>(s) = state.counters;
     s.config = config_;
-    s.flags = c.flags;
-    static_cast<PoolCounts&>(s) = c.counts;
-    s.failures = c.counts.overflows + c.counts.errors;
+    s.flags = state.flags;
     return s;
   }
 
@@ -119,32 +181,32 @@ class PagePool {
     }
     ref_ = make_ref();
     if (!initialize) {
-      if (!device) id_ = ref_.counters->id;  // host memory: read at no cost
+      if (!device) id_ = ref_.state->id;  // host memory: read at no cost
       return;
     }
     // The initial state is the reset state, built on the host and copied once.
     const auto d = static_cast<std::size_t>(config.device_pages);
     std::vector<unsigned char> image(control_.bytes());
     PoolRef staging = ref_;
-    staging.counters = reinterpret_cast<PoolCounters*>(image.data());
+    staging.state = reinterpret_cast<detail::PoolState*>(image.data());
     staging.device_stack = reinterpret_cast<std::int32_t*>(image.data() + control_offset);
     staging.host_stack = staging.device_stack + d;
-    *staging.counters = PoolCounters{};
-    staging.counters->counts.generation = -1;
-    staging.counters->id = id_;
+    *staging.state = detail::PoolState{};
+    staging.state->counters.generation = -1;
+    staging.state->id = id_;
     reset_pool(SerialTeam{}, staging);
     detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
   }
 
-  static constexpr std::size_t control_offset = 256;  // PoolCounters, then the stacks
-  static_assert(sizeof(PoolCounters) <= control_offset);
+  static constexpr std::size_t control_offset = 256;  // the PoolState, then the stacks
+  static_assert(sizeof(detail::PoolState) <= control_offset);
 
-  /// The counters, after synchronising the device for a device pool.
-  PoolCounters read_counters() const {
+  /// The state, after synchronising the device for a device pool.
+  detail::PoolState read_state() const {
     if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
-    PoolCounters c{};
-    detail::copy_bytes(space_, &c, ref_.counters, sizeof(c), true);
-    return c;
+    detail::PoolState s{};
+    detail::copy_bytes(space_, &s, ref_.state, sizeof(s), true);
+    return s;
   }
 
   /// A new pool's id, never 0: a process counter through a bijective mix (splitmix64's) keyed
@@ -168,7 +230,7 @@ class PagePool {
   PoolRef make_ref() const {
     PoolRef r;
     auto* control = static_cast<unsigned char*>(control_.get());
-    r.counters = reinterpret_cast<PoolCounters*>(control);
+    r.state = reinterpret_cast<detail::PoolState*>(control);
     r.device_stack = reinterpret_cast<std::int32_t*>(control + control_offset);
     r.host_stack = r.device_stack + config_.device_pages;
     r.device_arena = static_cast<unsigned char*>(device_arena_.get());
@@ -187,5 +249,20 @@ class PagePool {
   detail::Allocation control_, device_arena_, host_arena_;
   PoolRef ref_;
 };
+
+/// A pool sized from an observed step (typically an eager step run with a generous pool):
+/// the peak number of pages held at once, times a safety factor for each memory. Pages
+/// already include the rounding of each stash to whole pages, so the factor only covers
+/// step-to-step variation. The observed pool's page size is kept.
+inline PoolConfig size_from_peak(const PoolStats& observed, double device_factor = 1.10, double host_factor = 0.0) {
+  if (!(device_factor >= 0.0) || !(host_factor >= 0.0))
+    detail::throw_invalid("size_from_peak", "factors must be non-negative");
+  PoolConfig c;
+  c.page_bytes = observed.config.page_bytes;
+  const double peak = static_cast<double>(observed.peak_pages_used);
+  c.device_pages = static_cast<std::int64_t>(std::ceil(peak * device_factor));
+  c.host_pages = static_cast<std::int64_t>(std::ceil(peak * host_factor));
+  return c;
+}
 
 PAGESTASH_NAMESPACE_END

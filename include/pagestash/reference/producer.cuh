@@ -1,8 +1,9 @@
 #pragma once
 // The reference producer as CUDA kernels: the same per-byte function as the host producer
-// (produced_byte), with the counts read on the device. Asynchronous on `stream`; the
-// scratch it needs (12 bytes per group) is stream-ordered (cudaMallocAsync).
+// (produced_byte), with the counts read on the device. Asynchronous on the CUDA stream `stream`;
+// the scratch it needs (12 bytes per group) is stream-ordered (cudaMallocAsync).
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/reference/producer.hpp>
 
@@ -66,7 +67,7 @@ template <class Layout>
 void produce_on_device(const GroupedView<Layout>& v, const BF16* source, cuda::std::uint8_t poison,
                        cudaStream_t stream, Flag* status = nullptr) {
   validate_shape(v);
-  if (v.counts == nullptr) throw std::invalid_argument("produce_on_device: counts is null");
+  if (v.counts == nullptr) detail::throw_invalid("produce_on_device", "counts is null");
   void* scratch = nullptr;
   const size_t g = static_cast<size_t>(v.groups);
   PAGESTASH_CUDA_TRY(cudaMallocAsync(&scratch, g * (sizeof(cuda::std::int64_t) + sizeof(float)) + sizeof(Flag), stream));

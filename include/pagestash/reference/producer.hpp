@@ -9,6 +9,7 @@
 // them (produce_group_blocks; the tests check both agree). Rows of the source beyond a
 // group's count read as zero, so partial granules hold well-defined bytes.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/layouts/view.hpp>
 #include <pagestash/reference/quantize.hpp>
 #include <pagestash/reference/serial_plan.hpp>
@@ -207,7 +208,7 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
   const cuda::std::int32_t bad = plan_groups(v, counts, group_rows.data()).first_bad_group;
   if (bad >= 0) {
     const cuda::std::int64_t m = counts[bad];
-    throw std::invalid_argument("produce: count of group " + std::to_string(bad) + " = " + std::to_string(m) +
+    detail::throw_invalid("produce", "count of group " + std::to_string(bad) + " = " + std::to_string(m) +
                                 (m >= 0 && m % v.count_alignment() != 0
                                      ? " is not a multiple of the packed alignment " + std::to_string(v.count_alignment())
                                      : " does not fit max_tokens"));

@@ -18,6 +18,7 @@
 // The unit of work is one block ("line" = row for rowwise, column for columnwise); the same
 // host+device function serves the host loop below and any device kernel.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/formats/block.hpp>
 #include <pagestash/formats/direction.hpp>
 
@@ -196,20 +197,20 @@ PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>
 /// QuantizedMatrix<Traits>, which has no storage types.)
 template <class Format>
 void validate_matrix(const QuantizedMatrix<Format>& q) {
-  if (q.rows < 0 || q.cols < 0) throw std::invalid_argument("QuantizedMatrix: negative shape");
+  if (q.rows < 0 || q.cols < 0) detail::throw_invalid("QuantizedMatrix", "negative shape");
   if (q.line_length() % Format::block_size != 0) {
-    throw std::invalid_argument(std::string("QuantizedMatrix: ") +
-                                (q.direction == Direction::rowwise ? "cols" : "rows") + " = " +
+    detail::throw_invalid("QuantizedMatrix",
+                                std::string(q.direction == Direction::rowwise ? "cols" : "rows") + " = " +
                                 std::to_string(q.line_length()) + " is not a multiple of the block size " +
                                 std::to_string(Format::block_size));
   }
   if (q.scale_pitch != 0 && q.scale_pitch < q.compact_scale_pitch())
-    throw std::invalid_argument("QuantizedMatrix: scale_pitch = " + std::to_string(q.scale_pitch) +
+    detail::throw_invalid("QuantizedMatrix", "scale_pitch = " + std::to_string(q.scale_pitch) +
                                 " is shorter than a scale row (" + std::to_string(q.compact_scale_pitch()) + ")");
   if (q.rows * q.cols > 0 && (q.data == nullptr || q.scales == nullptr))
-    throw std::invalid_argument("QuantizedMatrix: data or scales is null");
+    detail::throw_invalid("QuantizedMatrix", "data or scales is null");
   if (cuda::std::is_same_v<Format, NVFP4> && q.amax == nullptr)
-    throw std::invalid_argument("QuantizedMatrix<NVFP4>: amax is null");
+    detail::throw_invalid("QuantizedMatrix<NVFP4>", "amax is null");
 }
 
 /// Quantizes a whole row-major source on the host. For NVFP4 the tensor amax is computed

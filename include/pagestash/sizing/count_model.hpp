@@ -53,7 +53,7 @@ class CountModel {
 /// How DirichletRouting turns expert popularity into counts.
 enum class RoutingSampler {
   /// Every token picks top_k distinct experts, each pick with probability proportional to
-  /// the popularity of the experts not yet picked (as examples/moe_stash_demo routes):
+  /// the popularity of the experts not yet picked (examples/moe_stash_demo routes with it):
   /// exact, tokens x top_k x experts work per draw.
   per_token,
   /// The tokens x top_k assignments drawn at once, multinomial over the experts' top-k
@@ -88,14 +88,19 @@ class DirichletRouting final : public CountModel {
  public:
   explicit DirichletRouting(const Routing& r) : r_(r) {
     if (r.experts < 1 || r.top_k < 1 || r.top_k > r.experts)
-      invalid_sizing("DirichletRouting: experts = " + std::to_string(r.experts) + ", top_k = " +
+      detail::throw_invalid("pagestash::sizing",
+          "DirichletRouting: experts = " + std::to_string(r.experts) + ", top_k = " +
                            std::to_string(r.top_k) + " (need 1 <= top_k <= experts)");
     if (r.tokens < 1 || r.tokens > INT32_MAX)
-      invalid_sizing("DirichletRouting: tokens = " + std::to_string(r.tokens) + " must be in [1, 2^31)");
-    if (!(r.alpha > 0) || !std::isfinite(r.alpha)) invalid_sizing("DirichletRouting: alpha must be positive");
-    if (r.capacity < 1) invalid_sizing("DirichletRouting: capacity = " + std::to_string(r.capacity) + " must be positive");
+      detail::throw_invalid("pagestash::sizing",
+          "DirichletRouting: tokens = " + std::to_string(r.tokens) + " must be in [1, 2^31)");
+    if (!(r.alpha > 0) || !std::isfinite(r.alpha)) detail::throw_invalid("pagestash::sizing",
+        "DirichletRouting: alpha must be positive");
+    if (r.capacity < 1) detail::throw_invalid("pagestash::sizing",
+        "DirichletRouting: capacity = " + std::to_string(r.capacity) + " must be positive");
     if (!(r.correlation >= 0 && r.correlation <= 1))
-      invalid_sizing("DirichletRouting: correlation = " + std::to_string(r.correlation) + " must be in [0, 1]");
+      detail::throw_invalid("pagestash::sizing",
+          "DirichletRouting: correlation = " + std::to_string(r.correlation) + " must be in [0, 1]");
   }
 
   std::int32_t experts() const override { return r_.experts; }
@@ -248,7 +253,7 @@ class MeasuredCounts final : public CountModel {
       sizes.push_back(static_cast<std::int64_t>(step.size()));
       lines.insert(lines.end(), step.begin(), step.end());
     }
-    if (steps.empty()) invalid_sizing(source + ": no steps");
+    if (steps.empty()) detail::throw_invalid("pagestash::sizing", source + ": no steps");
     return MeasuredCounts(std::move(lines), std::move(sizes), capacity, std::move(source), excess);
   }
 
@@ -272,9 +277,11 @@ class MeasuredCounts final : public CountModel {
       std::vector<std::int32_t> counts;
       if (fields >> field && field == "step") {
         if (sizes.empty() && !lines.empty())
-          invalid_sizing(where + "a step after count vectors outside any (from line " + std::to_string(first_loose) +
+          detail::throw_invalid("pagestash::sizing",
+              where + "a step after count vectors outside any (from line " + std::to_string(first_loose) +
                                "): put every vector in a step, or none");
-        if (!sizes.empty() && sizes.back() == 0) invalid_sizing(where + "the step before has no count vectors");
+        if (!sizes.empty() && sizes.back() == 0) detail::throw_invalid("pagestash::sizing",
+            where + "the step before has no count vectors");
         sizes.push_back(0);
         continue;
       }
@@ -286,29 +293,33 @@ class MeasuredCounts final : public CountModel {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used != field.size()) invalid_sizing(where + "'" + field + "' is not an integer");
-        if (value < 0 || value > INT32_MAX) invalid_sizing(where + "count " + field + " is outside [0, 2^31)");
+        if (used != field.size()) detail::throw_invalid("pagestash::sizing",
+            where + "'" + field + "' is not an integer");
+        if (value < 0 || value > INT32_MAX) detail::throw_invalid("pagestash::sizing",
+            where + "count " + field + " is outside [0, 2^31)");
         if (value > capacity && excess == Excess::refuse)
-          invalid_sizing(where + "count " + field + " of expert " + std::to_string(counts.size()) +
+          detail::throw_invalid("pagestash::sizing",
+              where + "count " + field + " of expert " + std::to_string(counts.size()) +
                                " exceeds the capacity " + std::to_string(capacity) + excess_hint);
         counts.push_back(static_cast<std::int32_t>(value));
       }
       if (counts.empty()) continue;
       if (counts.size() != static_cast<std::size_t>(experts))
-        invalid_sizing(where + std::to_string(counts.size()) + " counts, expected one per expert (" +
+        detail::throw_invalid("pagestash::sizing",
+            where + std::to_string(counts.size()) + " counts, expected one per expert (" +
                              std::to_string(experts) + ")");
       if (!sizes.empty()) ++sizes.back();
       else if (lines.empty()) first_loose = number;
       lines.push_back(std::move(counts));
     }
-    if (lines.empty()) invalid_sizing(source + ": no count vectors");
+    if (lines.empty()) detail::throw_invalid("pagestash::sizing", source + ": no count vectors");
     return MeasuredCounts(std::move(lines), std::move(sizes), capacity, source, excess);
   }
 
   static MeasuredCounts read(const std::string& path, std::int32_t experts, std::int64_t capacity,
                              Excess excess = Excess::refuse) {
     std::ifstream in(path);
-    if (!in) invalid_sizing("cannot open counts file '" + path + "'");
+    if (!in) detail::throw_invalid("pagestash::sizing", "cannot open counts file '" + path + "'");
     return parse(in, experts, capacity, path, excess);
   }
 
@@ -350,7 +361,8 @@ class MeasuredCounts final : public CountModel {
   std::int64_t draw_stash(std::mt19937_64& rng, const StepState& step, std::int64_t stash,
                           std::vector<std::int32_t>& counts) const override {
     if (steps() > 0 && (stash < 0 || stash >= per_step_))
-      invalid_sizing(source_ + ": stash " + std::to_string(stash) + " of a step of " + std::to_string(per_step_) +
+      detail::throw_invalid("pagestash::sizing",
+          source_ + ": stash " + std::to_string(stash) + " of a step of " + std::to_string(per_step_) +
                            " count vectors");
     return counts_of(line_of(rng, step, stash), counts);
   }
@@ -371,31 +383,38 @@ class MeasuredCounts final : public CountModel {
   MeasuredCounts(std::vector<std::vector<std::int32_t>> lines, std::vector<std::int64_t> sizes, std::int64_t capacity,
                  std::string source, Excess excess)
       : lines_(std::move(lines)), capacity_(capacity), source_(std::move(source)), excess_(excess) {
-    if (lines_.empty()) invalid_sizing(source_ + ": no count vectors");
-    if (capacity_ < 1) invalid_sizing(source_ + ": capacity = " + std::to_string(capacity_) + " must be positive");
+    if (lines_.empty()) detail::throw_invalid("pagestash::sizing", source_ + ": no count vectors");
+    if (capacity_ < 1) detail::throw_invalid("pagestash::sizing",
+        source_ + ": capacity = " + std::to_string(capacity_) + " must be positive");
     std::int64_t first = 0;
     for (std::size_t s = 0; s < sizes.size(); ++s) {
       if (sizes[s] != sizes.front())
-        invalid_sizing(source_ + ": step " + std::to_string(s + 1) + " has " + std::to_string(sizes[s]) +
+        detail::throw_invalid("pagestash::sizing",
+            source_ + ": step " + std::to_string(s + 1) + " has " + std::to_string(sizes[s]) +
                              " count vectors, step 1 " + std::to_string(sizes.front()) + ": every step has one per stash");
-      if (sizes[s] == 0) invalid_sizing(source_ + ": step " + std::to_string(s + 1) + " has no count vectors");
+      if (sizes[s] == 0) detail::throw_invalid("pagestash::sizing",
+          source_ + ": step " + std::to_string(s + 1) + " has no count vectors");
       first_.push_back(first);
       first += sizes[s];
     }
     if (!sizes.empty() && first != static_cast<std::int64_t>(lines_.size()))
-      invalid_sizing(source_ + ": " + std::to_string(static_cast<std::int64_t>(lines_.size()) - first) +
+      detail::throw_invalid("pagestash::sizing",
+          source_ + ": " + std::to_string(static_cast<std::int64_t>(lines_.size()) - first) +
                            " count vectors before the first step");
     per_step_ = sizes.empty() ? 0 : sizes.front();
     for (std::size_t i = 0; i < lines_.size(); ++i) {
       if (lines_[i].size() != lines_.front().size())
-        invalid_sizing(source_ + ": vector " + std::to_string(i + 1) + " has " + std::to_string(lines_[i].size()) +
+        detail::throw_invalid("pagestash::sizing",
+            source_ + ": vector " + std::to_string(i + 1) + " has " + std::to_string(lines_[i].size()) +
                              " counts, the first " + std::to_string(lines_.front().size()));
       for (std::size_t e = 0; e < lines_[i].size(); ++e) {
         if (lines_[i][e] < 0)
-          invalid_sizing(source_ + ": vector " + std::to_string(i + 1) + ", expert " + std::to_string(e) + ": count " +
+          detail::throw_invalid("pagestash::sizing",
+              source_ + ": vector " + std::to_string(i + 1) + ", expert " + std::to_string(e) + ": count " +
                                std::to_string(lines_[i][e]) + " is negative");
         if (lines_[i][e] > capacity_ && excess_ == Excess::refuse)
-          invalid_sizing(source_ + ": vector " + std::to_string(i + 1) + ", expert " + std::to_string(e) + ": count " +
+          detail::throw_invalid("pagestash::sizing",
+              source_ + ": vector " + std::to_string(i + 1) + ", expert " + std::to_string(e) + ": count " +
                                std::to_string(lines_[i][e]) + " exceeds the capacity " + std::to_string(capacity_) +
                                excess_hint);
       }

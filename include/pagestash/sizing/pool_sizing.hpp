@@ -46,7 +46,7 @@ struct CurvePoint {
 class PeakDistribution {
  public:
   explicit PeakDistribution(std::vector<std::int64_t> peaks) : sorted_(std::move(peaks)) {
-    if (sorted_.empty()) invalid_sizing("PeakDistribution: no samples");
+    if (sorted_.empty()) detail::throw_invalid("pagestash::sizing", "PeakDistribution: no samples");
     std::sort(sorted_.begin(), sorted_.end());
   }
   const std::vector<std::int64_t>& sorted() const { return sorted_; }
@@ -67,7 +67,8 @@ class PeakDistribution {
   /// The smallest pool whose empirical overflow probability is at most `overflow`, with the
   /// interval of the 1 - overflow quantile it estimates.
   QuantileEstimate pool_for(double overflow, double confidence = 0.95) const {
-    if (!(overflow > 0 && overflow < 1)) invalid_sizing("pool_for: overflow must be in (0, 1)");
+    if (!(overflow > 0 && overflow < 1)) detail::throw_invalid("pagestash::sizing",
+        "pool_for: overflow must be in (0, 1)");
     return quantile_estimate(sorted_, 1 - overflow, confidence);
   }
   /// `points` pool sizes evenly from the smallest peak to the largest, and where each
@@ -102,7 +103,7 @@ inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, c
   std::vector<WarmupSizing> out;
   const auto n = static_cast<double>(peaks.samples());
   for (double f : factors) {
-    if (!(f > 0)) invalid_sizing("compare_warmup: factors must be positive");
+    if (!(f > 0)) detail::throw_invalid("pagestash::sizing", "compare_warmup: factors must be positive");
     const auto pool_of = [&](std::int64_t warm) { return static_cast<std::int64_t>(std::ceil(static_cast<double>(warm) * f)); };
     WarmupSizing w;
     w.factor = f;
@@ -202,12 +203,14 @@ void for_each_field(const PoolSizing& p, Fn&& fn) {
 namespace detail {
 inline void check_settings(const SizingSettings& s) {
   if (s.page_bytes < 256 || (s.page_bytes & (s.page_bytes - 1)) != 0)
-    invalid_sizing("page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
-  if (s.host_pages < 0) invalid_sizing("host_pages must not be negative");
-  if (s.samples < 1) invalid_sizing("samples must be at least 1");
-  if (!(s.overflow > 0 && s.overflow < 1)) invalid_sizing("overflow must be in (0, 1)");
-  if (!(s.confidence > 0 && s.confidence < 1)) invalid_sizing("confidence must be in (0, 1)");
-  if (s.bootstrap < 0) invalid_sizing("bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
+    throw_invalid("pagestash::sizing",
+        "page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
+  if (s.host_pages < 0) throw_invalid("pagestash::sizing", "host_pages must not be negative");
+  if (s.samples < 1) throw_invalid("pagestash::sizing", "samples must be at least 1");
+  if (!(s.overflow > 0 && s.overflow < 1)) throw_invalid("pagestash::sizing", "overflow must be in (0, 1)");
+  if (!(s.confidence > 0 && s.confidence < 1)) throw_invalid("pagestash::sizing", "confidence must be in (0, 1)");
+  if (s.bootstrap < 0) throw_invalid("pagestash::sizing",
+      "bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
 }
 }  // namespace detail
 
@@ -247,13 +250,15 @@ namespace detail {
 
 inline void check_fits(const Layer& layer, const Schedule& schedule, const CountModel& counts) {
   if (counts.experts() != layer.experts())
-    invalid_sizing("size_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
+    throw_invalid("pagestash::sizing",
+        "size_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
                  std::to_string(layer.experts()));
   if (counts.capacity() > layer.capacity())
-    invalid_sizing("size_pool: the count model's capacity " + std::to_string(counts.capacity()) + " exceeds the layer's " +
+    throw_invalid("pagestash::sizing",
+        "size_pool: the count model's capacity " + std::to_string(counts.capacity()) + " exceeds the layer's " +
                  std::to_string(layer.capacity()));
   if (counts.stashes_per_step() != 0 && counts.stashes_per_step() != schedule.stashes())
-    invalid_sizing("size_pool: a measured step holds " + std::to_string(counts.stashes_per_step()) +
+    throw_invalid("pagestash::sizing", "size_pool: a measured step holds " + std::to_string(counts.stashes_per_step()) +
                  " count vectors, a step of the schedule " + std::to_string(schedule.stashes()) + " (" +
                  std::to_string(schedule.layers()) + " layers x " + std::to_string(schedule.microbatches()) +
                  " microbatches)");
@@ -276,7 +281,7 @@ struct MeasuredPages {
 /// resample; the replicates' pools' percentile interval at `confidence`.
 inline Interval bootstrap_pool(const Schedule& schedule, const MeasuredCounts& m, const MeasuredPages& pages,
                                const SizingSettings& s) {
-  std::mt19937_64 rng(s.seed ^ 0x9e3779b97f4a7c15ULL);  // a stream apart from the sampled steps' own
+  std::mt19937_64 rng(s.seed ^ 0x9e3779b97f4a7c15ULL);  // a sequence apart from the sampled steps' own
   std::vector<std::int64_t> pools, units(static_cast<std::size_t>(m.units())), peaks(static_cast<std::size_t>(s.samples));
   std::vector<StepDraw> held;
   for (std::int64_t b = 0; b < s.bootstrap; ++b) {

@@ -50,17 +50,17 @@ inline const char* name_of(ScaleArrangement s) { return s == ScaleArrangement::s
 inline Recipe parse_recipe(const std::string& s) {
   for (Recipe r : {Recipe::bf16, Recipe::fp16, Recipe::mxfp8, Recipe::nvfp4})
     if (s == name_of(r)) return r;
-  invalid_sizing("unknown recipe '" + s + "' (bf16, fp16, mxfp8, nvfp4)");
+  detail::throw_invalid("pagestash::sizing", "unknown recipe '" + s + "' (bf16, fp16, mxfp8, nvfp4)");
 }
 inline Placement parse_placement(const std::string& s) {
   for (Placement p : {Placement::capacity_padded, Placement::packed, Placement::packed_padded})
     if (s == name_of(p)) return p;
-  invalid_sizing("unknown placement '" + s + "' (capacity-padded, packed, packed-padded)");
+  detail::throw_invalid("pagestash::sizing", "unknown placement '" + s + "' (capacity-padded, packed, packed-padded)");
 }
 inline ScaleArrangement parse_scales(const std::string& s) {
   for (ScaleArrangement a : {ScaleArrangement::swizzled, ScaleArrangement::compact})
     if (s == name_of(a)) return a;
-  invalid_sizing("unknown scale arrangement '" + s + "' (swizzled, compact)");
+  detail::throw_invalid("pagestash::sizing", "unknown scale arrangement '" + s + "' (swizzled, compact)");
 }
 
 namespace detail {
@@ -88,7 +88,7 @@ SavedTensor tensor_in(Recipe recipe, ScaleArrangement scales, std::int64_t hidde
     case Recipe::mxfp8: return quantized_tensor<MXFP8_E4M3, PlacementTag>(scales, hidden, experts, name);
     case Recipe::nvfp4: return quantized_tensor<NVFP4, PlacementTag>(scales, hidden, experts, name);
   }
-  invalid_sizing("unknown recipe");
+  throw_invalid("pagestash::sizing", "unknown recipe");
 }
 
 inline SavedTensor recipe_tensor_of(Recipe recipe, const RecipeOptions& o, std::int64_t hidden, std::int32_t experts,
@@ -99,7 +99,7 @@ inline SavedTensor recipe_tensor_of(Recipe recipe, const RecipeOptions& o, std::
     case Placement::packed: return tensor_in<Packed>(recipe, o.scales, hidden, experts, name);
     case Placement::packed_padded: return tensor_in<PackedPadded>(recipe, o.scales, hidden, experts, name);
   }
-  invalid_sizing("unknown placement");
+  throw_invalid("pagestash::sizing", "unknown placement");
 }
 
 }  // namespace detail
@@ -119,7 +119,7 @@ inline std::vector<SavedTensor> recipe_tensors(Recipe recipe, std::int64_t hidde
 inline Layer recipe_layer(Recipe recipe, std::int64_t hidden, std::int32_t experts, std::int64_t tokens,
                           std::int32_t top_k, double capacity_factor, const RecipeOptions& options = {}) {
   const std::vector<SavedTensor> tensors = recipe_tensors(recipe, hidden, experts, options);
-  return Layer(tensors, capacity_for(tokens, top_k, experts, capacity_factor, Layer::capacity_multiple(tensors)));
+  return Layer(tensors, capacity_for(tokens, top_k, experts, capacity_factor, Layer::capacity_alignment(tensors)));
 }
 
 }  // namespace sizing

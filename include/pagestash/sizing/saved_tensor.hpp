@@ -3,6 +3,7 @@
 // GroupedView shape), measured for a count vector by the library's own work plan: the
 // pages a stash of those counts takes are exactly the pages the executors take.
 
+#include <pagestash/detail/errors.hpp>
 #include <pagestash/layouts/view.hpp>
 #include <pagestash/pool/pool_config.hpp>
 #include <pagestash/stash/work.hpp>
@@ -48,9 +49,9 @@ TensorBytes stash_bytes(const GroupedView<typename Traits::layout>& shape, const
   return TensorBytes{pages_for(work.stream_bytes, page_bytes), work.stream_bytes, work.live_bytes};
 }
 
-}  // namespace detail
+using pagestash::detail::throw_invalid;  // sizing::detail hides pagestash::detail
 
-[[noreturn]] inline void invalid_sizing(const std::string& what) { throw std::invalid_argument("pagestash::sizing: " + what); }
+}  // namespace detail
 
 /// One saved tensor of a layer: a layout and StashTraits with its shape (groups = experts,
 /// hidden, and the capacity: tokens per expert), behind a value type, so that one layer
@@ -76,22 +77,24 @@ class SavedTensor {
   /// Every count must be a multiple of this (packed quantized layouts: 128).
   std::int64_t count_alignment() const { return model_->count_alignment(); }
   /// The capacity must be a multiple of this for the layout to hold it.
-  std::int64_t capacity_multiple() const { return model_->capacity_multiple(); }
+  std::int64_t capacity_alignment() const { return model_->capacity_alignment(); }
   /// Bytes of the buffers the tensor saves (paged or kept) at their full shape: what it
   /// holds until its backward without stashing.
   std::int64_t full_bytes() const { return model_->full_bytes(); }
 
   /// The same layout with room for `capacity` tokens per group (a multiple of
-  /// capacity_multiple()).
+  /// capacity_alignment()).
   SavedTensor with_capacity(std::int64_t capacity) const { return SavedTensor(model_->with_capacity(capacity)); }
 
   /// The bytes and pages a stash of `counts` (one per group, each a count the layout holds)
   /// takes in pages of `page_bytes`. Throws std::invalid_argument for counts it cannot hold.
   TensorBytes measure(const std::vector<std::int32_t>& counts, std::int64_t page_bytes) const {
     if (counts.size() != static_cast<std::size_t>(groups()))
-      invalid_sizing(name() + ": " + std::to_string(counts.size()) + " counts for " + std::to_string(groups()) +
+      detail::throw_invalid("pagestash::sizing",
+          name() + ": " + std::to_string(counts.size()) + " counts for " + std::to_string(groups()) +
                            " groups");
-    if (page_bytes < 1) invalid_sizing("page_bytes = " + std::to_string(page_bytes) + " must be positive");
+    if (page_bytes < 1) detail::throw_invalid("pagestash::sizing",
+        "page_bytes = " + std::to_string(page_bytes) + " must be positive");
     return model_->measure(counts.data(), page_bytes);
   }
   std::int64_t pages(const std::vector<std::int32_t>& counts, std::int64_t page_bytes) const {
@@ -106,7 +109,7 @@ class SavedTensor {
     virtual std::int64_t hidden() const = 0;
     virtual std::int64_t capacity() const = 0;
     virtual std::int64_t count_alignment() const = 0;
-    virtual std::int64_t capacity_multiple() const = 0;
+    virtual std::int64_t capacity_alignment() const = 0;
     virtual std::int64_t full_bytes() const = 0;
     virtual std::shared_ptr<const Interface> with_capacity(std::int64_t capacity) const = 0;
     virtual TensorBytes measure(const cuda::std::int32_t* counts, std::int64_t page_bytes) const = 0;
@@ -122,9 +125,9 @@ class SavedTensor {
     std::int64_t hidden() const override { return shape.hidden; }
     std::int64_t capacity() const override { return packed ? shape.max_tokens / shape.groups : shape.max_tokens; }
     std::int64_t count_alignment() const override { return shape.count_alignment(); }
-    std::int64_t capacity_multiple() const override {
+    std::int64_t capacity_alignment() const override {
       // Packed: groups x capacity must be a multiple of the granule, each count of the alignment.
-      const std::int64_t granule = shape.token_granule();
+      const std::int64_t granule = shape.granule();
       return packed ? std::lcm(count_alignment(), granule / std::gcd(granule, std::int64_t{shape.groups})) : granule;
     }
     std::int64_t full_bytes() const override {
@@ -135,9 +138,10 @@ class SavedTensor {
       return bytes;
     }
     std::shared_ptr<const Interface> with_capacity(std::int64_t c) const override {
-      if (c < 1 || c % capacity_multiple() != 0)
-        invalid_sizing(name + ": capacity " + std::to_string(c) + " is not a positive multiple of " +
-                             std::to_string(capacity_multiple()));
+      if (c < 1 || c % capacity_alignment() != 0)
+        detail::throw_invalid("pagestash::sizing",
+            name + ": capacity " + std::to_string(c) + " is not a positive multiple of " +
+                             std::to_string(capacity_alignment()));
       const auto s = shape.with_max_tokens(packed ? c * shape.groups : c);
       validate_shape(s);
       return std::make_shared<const Model>(s, name);
@@ -145,7 +149,8 @@ class SavedTensor {
     TensorBytes measure(const cuda::std::int32_t* counts, std::int64_t page_bytes) const override {
       const cuda::std::int32_t bad = check_counts(shape, counts).first_bad_group;
       if (bad >= 0)
-        invalid_sizing(name + ": count " + std::to_string(counts[bad]) + " of group " + std::to_string(bad) +
+        detail::throw_invalid("pagestash::sizing",
+            name + ": count " + std::to_string(counts[bad]) + " of group " + std::to_string(bad) +
                              " does not fit (capacity " + std::to_string(capacity()) + ", alignment " +
                              std::to_string(count_alignment()) + ")");
       return detail::stash_bytes<Traits>(shape, counts, page_bytes);

@@ -61,7 +61,8 @@ class Schedule {
     name << "1f1b:" << p;
     if (v > 1) name << ":" << v;
     if (layers % virtual_stages != 0)
-      invalid_sizing("1F1B with " + std::to_string(virtual_stages) + " virtual stages needs layers (" +
+      detail::throw_invalid("pagestash::sizing",
+          "1F1B with " + std::to_string(virtual_stages) + " virtual stages needs layers (" +
                            std::to_string(layers) + ") divisible by them");
     Schedule s(name.str(), layers, microbatches);
     // Megatron's table of (microbatch, chunk) for the forwards, groups of p microbatches.
@@ -93,21 +94,24 @@ class Schedule {
   /// An explicit list: entry i is how many microbatches' stashes layer i holds at the one
   /// peak (every stash, then every reload in reverse).
   static Schedule explicit_list(std::vector<std::int64_t> microbatches_per_layer) {
-    if (microbatches_per_layer.empty()) invalid_sizing("Schedule: the list is empty");
+    if (microbatches_per_layer.empty()) detail::throw_invalid("pagestash::sizing", "Schedule: the list is empty");
     std::ostringstream name;
     name << "list:";
     std::int64_t most = 0, sum = 0;
     for (std::size_t i = 0; i < microbatches_per_layer.size(); ++i) {
       const std::int64_t n = microbatches_per_layer[i];
       if (n < 0 || n > INT32_MAX)
-        invalid_sizing("Schedule: list entry " + std::to_string(i) + " = " + std::to_string(n) +
+        detail::throw_invalid("pagestash::sizing",
+            "Schedule: list entry " + std::to_string(i) + " = " + std::to_string(n) +
                              " is outside [0, 2^31)");
       name << (i ? "," : "") << n;
       most = std::max(most, n);
       sum += n;
     }
-    if (sum == 0) invalid_sizing("Schedule: " + name.str() + " holds no stash (a pool needs at least one page)");
-    if (microbatches_per_layer.size() > INT32_MAX) invalid_sizing("Schedule: the list is too long");
+    if (sum == 0) detail::throw_invalid("pagestash::sizing",
+        "Schedule: " + name.str() + " holds no stash (a pool needs at least one page)");
+    if (microbatches_per_layer.size() > INT32_MAX) detail::throw_invalid("pagestash::sizing",
+        "Schedule: the list is too long");
     Schedule s(name.str(), static_cast<std::int32_t>(microbatches_per_layer.size()), static_cast<std::int32_t>(most));
     for (std::int32_t m = 0; m < most; ++m)
       for (std::size_t l = 0; l < microbatches_per_layer.size(); ++l)
@@ -135,7 +139,7 @@ class Schedule {
           used = 0;
         }
         if (item.empty() || used != item.size())
-          invalid_sizing("schedule '" + s + "': '" + item + "' is not a number");
+          detail::throw_invalid("pagestash::sizing", "schedule '" + s + "': '" + item + "' is not a number");
         out.push_back(value);
         if (end == std::string::npos) return out;
         begin = end + 1;
@@ -144,12 +148,12 @@ class Schedule {
     if (s.rfind("1f1b:", 0) == 0) {
       const std::vector<std::int64_t> pv = numbers(s.substr(5), ':');
       if (pv.size() > 2 || pv[0] > INT32_MAX || pv[0] < INT32_MIN || (pv.size() == 2 && (pv[1] > INT32_MAX || pv[1] < INT32_MIN)))
-        invalid_sizing("schedule '" + s + "': expected 1f1b:P or 1f1b:P:V");
+        detail::throw_invalid("pagestash::sizing", "schedule '" + s + "': expected 1f1b:P or 1f1b:P:V");
       return one_f_one_b(layers, microbatches, static_cast<std::int32_t>(pv[0]),
                          pv.size() == 2 ? static_cast<std::int32_t>(pv[1]) : 1);
     }
     if (s.rfind("list:", 0) == 0) return explicit_list(numbers(s.substr(5), ','));
-    invalid_sizing("unknown schedule '" + s + "' (lifo, 1f1b:P, 1f1b:P:V, list:a,b,c)");
+    detail::throw_invalid("pagestash::sizing", "unknown schedule '" + s + "' (lifo, 1f1b:P, 1f1b:P:V, list:a,b,c)");
   }
 
   const std::string& name() const { return name_; }
@@ -173,7 +177,8 @@ class Schedule {
   Schedule(std::string name, std::int32_t layers, std::int32_t microbatches)
       : name_(std::move(name)), layers_(layers), microbatches_(microbatches) {}
   static void check_positive(const char* what, std::int64_t n) {
-    if (n < 1) invalid_sizing(std::string("Schedule: ") + what + " = " + std::to_string(n) + " must be at least 1");
+    if (n < 1) detail::throw_invalid("pagestash::sizing",
+        std::string("Schedule: ") + what + " = " + std::to_string(n) + " must be at least 1");
   }
   void forward(std::int32_t microbatch, std::int32_t first_layer, std::int32_t layers) {
     for (std::int32_t l = first_layer; l < first_layer + layers; ++l) events_.push_back({true, l, microbatch});

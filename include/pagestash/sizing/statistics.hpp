@@ -20,7 +20,8 @@ struct Interval {
 
 /// The standard normal quantile (Acklam's rational approximation, relative error < 1.2e-9).
 inline double normal_quantile(double p) {
-  if (!(p > 0 && p < 1)) invalid_sizing("normal_quantile: p = " + std::to_string(p) + " must be in (0, 1)");
+  if (!(p > 0 && p < 1)) detail::throw_invalid("pagestash::sizing",
+      "normal_quantile: p = " + std::to_string(p) + " must be in (0, 1)");
   static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
                              1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
@@ -43,7 +44,8 @@ inline double normal_quantile(double p) {
 /// Wilson score interval of a proportion of k successes in n trials at `confidence`.
 inline Interval wilson_interval(std::int64_t k, std::int64_t n, double confidence = 0.95) {
   if (n < 1 || k < 0 || k > n)
-    invalid_sizing("wilson_interval: k = " + std::to_string(k) + ", n = " + std::to_string(n));
+    detail::throw_invalid("pagestash::sizing",
+        "wilson_interval: k = " + std::to_string(k) + ", n = " + std::to_string(n));
   const double z = normal_quantile(0.5 + confidence / 2), nn = static_cast<double>(n);
   const double p = static_cast<double>(k) / nn, z2 = z * z;
   const double centre = (p + z2 / (2 * nn)) / (1 + z2 / nn);
@@ -54,7 +56,7 @@ inline Interval wilson_interval(std::int64_t k, std::int64_t n, double confidenc
 /// P(B <= j) for every j in [0, n], B ~ Binomial(n, p): exact, in log space (no underflow
 /// trouble for the n of a Monte Carlo run).
 inline std::vector<double> binomial_cdf(std::int64_t n, double p) {
-  if (n < 0 || !(p >= 0 && p <= 1)) invalid_sizing("binomial_cdf: bad n or p");
+  if (n < 0 || !(p >= 0 && p <= 1)) detail::throw_invalid("pagestash::sizing", "binomial_cdf: bad n or p");
   std::vector<double> cdf(static_cast<std::size_t>(n) + 1);
   const double nn = static_cast<double>(n), log_p = std::log(p), log_q = std::log1p(-p), log_n = std::lgamma(nn + 1);
   double sum = 0;
@@ -91,9 +93,11 @@ inline std::int64_t quantile_value(const std::vector<std::int64_t>& sorted, doub
 /// with probability >= P(l <= B < u) >= confidence, l the largest rank with P(B < l) <=
 /// (1 - confidence) / 2, u the smallest with P(B >= u) <= (1 - confidence) / 2.
 inline QuantileEstimate quantile_estimate(const std::vector<std::int64_t>& sorted, double level, double confidence = 0.95) {
-  if (sorted.empty()) invalid_sizing("quantile_estimate: no samples");
-  if (!(level > 0 && level < 1)) invalid_sizing("quantile_estimate: level must be in (0, 1)");
-  if (!(confidence > 0 && confidence < 1)) invalid_sizing("quantile_estimate: confidence must be in (0, 1)");
+  if (sorted.empty()) detail::throw_invalid("pagestash::sizing", "quantile_estimate: no samples");
+  if (!(level > 0 && level < 1)) detail::throw_invalid("pagestash::sizing",
+      "quantile_estimate: level must be in (0, 1)");
+  if (!(confidence > 0 && confidence < 1)) detail::throw_invalid("pagestash::sizing",
+      "quantile_estimate: confidence must be in (0, 1)");
   const auto n = static_cast<std::int64_t>(sorted.size());
   const auto at = [&](std::int64_t rank) { return sorted[static_cast<std::size_t>(rank - 1)]; };  // 1-based
   QuantileEstimate q;

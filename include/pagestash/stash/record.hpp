@@ -34,6 +34,25 @@ PAGESTASH_HOST_DEVICE constexpr RecordState state_after_stash(Flag error) {
                                                          : RecordState::failed;
 }
 
+/// What a record's last operation left, which status() reads back: (type, name, initial, meaning)
+/// a field; RecordSummary is made of it and for_each_field reads it (so does Python's status()).
+#define PAGESTASH_RECORD_SUMMARY(X)                                                                                    \
+  X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")        \
+  X(Flag, error, Flag::none, "why the last operation did nothing (none: it did); a failed stash's reload keeps it")    \
+  X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")      \
+  X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                      \
+  X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                            \
+  X(cuda::std::int64_t, device_pages, 0, "of them on the device")                                                      \
+  X(cuda::std::int64_t, stream_bytes, 0, "bytes the pages hold (segments padded to 16)")                               \
+  X(cuda::std::int64_t, live_bytes, 0, "bytes of the live runs")
+#define PAGESTASH_RECORD_FIELD(type, name, initial, meaning) type name = initial;
+
+struct RecordSummary {
+  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_FIELD)
+};
+
+namespace detail {
+
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
 /// (blocks waiting for the verdict poll it while the owner writes the header). `arrival`
 /// holds the newest launch to arrive (its id), whether it was refused, and whether a launch
@@ -44,10 +63,9 @@ PAGESTASH_HOST_DEVICE constexpr RecordState state_after_stash(Flag error) {
 /// the last block to finish releases the record. A launch that arrives while another holds
 /// the record is refused as a whole: each of its blocks counts itself in `refused`, the
 /// pool's error flag (refused_launch) is raised, and it does nothing (a reload poisons its
-/// destination: ReloadOptions::poison), so that an
-/// overlapping or never-finished launch is reported, never a hang. Padded rather than
-/// over-aligned: caller memory need only be 16-byte aligned (the words are on their own
-/// line when it is 128-byte aligned).
+/// destination: ReloadOptions::poison), so that an overlapping or never-finished launch is
+/// reported, never a hang. Padded rather than over-aligned: caller memory need only be
+/// 16-byte aligned (the words are on their own line when it is 128-byte aligned).
 struct LaunchWords {
   static constexpr int remembered_launches = 8;
   cuda::std::uint64_t arrival;  ///< newest launch id << 2 | refused (2) | held (1)
@@ -67,38 +85,22 @@ static_assert(sizeof(LaunchWords) == 128);
 inline constexpr cuda::std::uint64_t launch_held = 1, launch_refused = 2;
 inline constexpr int launch_id_shift = 2;
 
-/// What a record's last operation left, which status() reads back: (type, name, initial, meaning)
-/// a field; RecordSummary is made of it and for_each_field reads it (so does Python's status()).
-#define PAGESTASH_RECORD_SUMMARY(X)                                                                                    \
-  X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")        \
-  X(Flag, error, Flag::none, "why the last operation did nothing (none: it did); a failed stash's reload keeps it")    \
-  X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")      \
-  X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                      \
-  X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                            \
-  X(cuda::std::int64_t, device_pages, 0, "of them on the device")                                                      \
-  X(cuda::std::int64_t, stream_bytes, 0, "bytes the pages hold (segments padded to 16)")                               \
-  X(cuda::std::int64_t, live_bytes, 0, "bytes of the live runs")
-#define PAGESTASH_RECORD_FIELD(type, name, initial, meaning) type name = initial;
-
-struct RecordSummary {
-  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_FIELD)
-};
-
 /// The record's header in the pool's memory space.
 struct RecordHeader {
   RecordSummary summary;
   cuda::std::int64_t tiles;  ///< of the current operation's plan
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
-  cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (PoolCounters::id)
+  cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (detail::PoolState::id)
   unsigned char padding[56];      ///< the launch words at offset 128
   LaunchWords launch;
 };
 static_assert(offsetof(RecordHeader, launch) == 128);
+}  // namespace detail
 
 /// A trivially copyable handle on a record's memory, passed by value to kernels.
 struct RecordRef {
-  RecordHeader* header = nullptr;
+  detail::RecordHeader* header = nullptr;
   cuda::std::int32_t* counts = nullptr;
   WorkItem* items = nullptr;
   cuda::std::int32_t* page_ids = nullptr;
@@ -132,7 +134,7 @@ struct WorkBounds {
 /// largest with every count 0. The default page_shift stands for pages no smaller than a tile.
 template <class Traits>
 WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = StashPolicy::tile_shift) {
-  if (shape.max_tokens > INT32_MAX) throw std::invalid_argument("StashRecord: max_tokens exceeds 2^31 - 1");
+  if (shape.max_tokens > INT32_MAX) detail::throw_invalid("StashRecord", "max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
   const int tile_shift = tile_shift_for(page_shift, StashPolicy::tile_shift);  // the device's, the smaller: the most tiles
   const WorkTotals most = plan_work_on_team<Traits>(SerialTeam{}, shape, LargestSegments{}, false, tile_shift, nullptr);
@@ -143,12 +145,12 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int pa
     if (handling_of<Traits>(role) != Handling::paged || geo.segment_count() == 0) return;
     const Segment seg = geo.largest_segment(0);
     if (seg.lines > 1 && seg.lines * seg.pitch > max_lined_segment_bytes)
-      throw std::invalid_argument("StashRecord: a group's " + std::string(name_of(role)) + " block of " +
+      detail::throw_invalid("StashRecord", "a group's " + std::string(name_of(role)) + " block of " +
                                   std::to_string(seg.lines * seg.pitch) +
                                   " bytes exceeds 4 GiB (fewer tokens per group, or more groups)");
   });
   if (bounds.tiles > max_plan_tiles)
-    throw std::invalid_argument("StashRecord: a tensor of this shape needs " + std::to_string(bounds.tiles) +
+    detail::throw_invalid("StashRecord", "a tensor of this shape needs " + std::to_string(bounds.tiles) +
                                 " tiles, more than 2^31 - 1");
   return bounds;
 }
@@ -159,7 +161,7 @@ class StashRecord {
   using traits = Traits;
   using layout = typename Traits::layout;
 
-  /// Allocates a record for tensors of `shape`'s shape (max_tokens, hidden, groups) in
+  /// Allocates a record for tensors of `shape`'s shape (groups, max_tokens, hidden) in
   /// `pool`'s memory space. Only the shape of `shape` is read.
   StashRecord(const PagePool& pool, const GroupedView<layout>& shape) : StashRecord(pool, shape, nullptr, Memory::owned) {}
 
@@ -188,20 +190,20 @@ class StashRecord {
   StashRecord& operator=(StashRecord&&) noexcept = default;
 
   const RecordRef& ref() const { return ref_; }
-  /// The id of the pool the record was made for (RecordHeader::pool_id); 0 where the host
+  /// The id of the pool the record was made for (detail::RecordHeader::pool_id); 0 where the host
   /// does not know it (an attached device record).
   std::uint64_t pool_id() const { return pool_id_; }
   MemorySpace space() const { return space_; }
   /// The shape the record was made for (pointers and counts are not kept).
+  cuda::std::int32_t groups() const { return shape_.groups; }
   cuda::std::int64_t max_tokens() const { return shape_.max_tokens; }
   cuda::std::int64_t hidden() const { return shape_.hidden; }
-  cuda::std::int32_t groups() const { return shape_.groups; }
-  /// A view of the record's shape with no buffers or counts (what discard launches with).
+  /// The record's shape: a view with no buffers or counts (what discard launches with).
   GroupedView<layout> shape() const {
     GroupedView<layout> v;
+    v.groups = shape_.groups;
     v.max_tokens = shape_.max_tokens;
     v.hidden = shape_.hidden;
-    v.groups = shape_.groups;
     return v;
   }
   /// Pages the largest stash of this shape takes.
@@ -218,20 +220,20 @@ class StashRecord {
   /// record may not be in use by another thread meanwhile.
   RecordStatus status() const {
     if (space_ == MemorySpace::device) PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
-    RecordHeader h{};
+    detail::RecordHeader h{};
     detail::copy_bytes(space_, &h, ref_.header, sizeof(h), true);
     RecordStatus s;
     static_cast<RecordSummary&>(s) = h.summary;
     s.host_pages = h.summary.pages - h.summary.device_pages;
     s.refused_blocks = h.launch.refused;
-    s.launch_in_flight = (h.launch.arrival & launch_held) != 0;
+    s.launch_in_flight = (h.launch.arrival & detail::launch_held) != 0;
     return s;
   }
 
   /// status(), with `stale` in place of `stashed` when `pool` (the record's) was reset since
   /// the stash: the record's page ids are no longer its own (status() alone cannot know).
   RecordStatus status(const PagePool& pool) const {
-    if (!same_pool(pool)) throw std::invalid_argument("StashRecord::status: the record was made for another pool");
+    if (!same_pool(pool)) detail::throw_invalid("StashRecord::status", "the record was made for another pool");
     RecordStatus s = status();
     if (s.state == RecordState::stashed && s.generation != pool.stats().generation) s.state = RecordState::stale;
     return s;
@@ -258,7 +260,7 @@ class StashRecord {
   };
   static Parts parts_of(const GroupedView<layout>& shape, cuda::std::int64_t max_pages) {
     Parts p{};
-    std::size_t offset = round16(sizeof(RecordHeader));
+    std::size_t offset = round16(sizeof(detail::RecordHeader));
     p.counts_at = offset;
     offset += round16(static_cast<std::size_t>(shape.groups) * sizeof(cuda::std::int32_t));
     p.items_at = offset;
@@ -287,7 +289,7 @@ class StashRecord {
     memory_ = how == Memory::owned ? detail::Allocation(kind, parts.total)
                                    : detail::Allocation::borrow(kind, memory, parts.total, "StashRecord memory");
     auto* base = static_cast<unsigned char*>(memory_.get());
-    ref_.header = reinterpret_cast<RecordHeader*>(base);
+    ref_.header = reinterpret_cast<detail::RecordHeader*>(base);
     ref_.counts = reinterpret_cast<cuda::std::int32_t*>(base + parts.counts_at);
     ref_.items = reinterpret_cast<WorkItem*>(base + parts.items_at);
     ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
@@ -298,8 +300,8 @@ class StashRecord {
     }
     // A pool attached to device memory does not know its id on the host: read it once (the
     // header's copy below synchronises anyway).
-    if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().counters->id, sizeof(pool_id_), true);
-    RecordHeader empty{};
+    if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().state->id, sizeof(pool_id_), true);
+    detail::RecordHeader empty{};
     empty.pool_id = pool_id_;
     detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }

@@ -49,7 +49,7 @@ PAGESTASH_HOST_DEVICE void poison_buffers(const GroupedView<typename Traits::lay
 PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const RecordHeader& h) {
   if (h.summary.state != RecordState::stashed) return Flag::not_stashed;
   const cuda::std::int32_t generation =
-      device_atomic<cuda::std::int32_t>(pool.counters->counts.generation).load(cuda::std::memory_order_relaxed);
+      device_atomic<cuda::std::int32_t>(pool.state->counters.generation).load(cuda::std::memory_order_relaxed);
   return h.summary.generation == generation ? Flag::none : Flag::stale;
 }
 
@@ -57,7 +57,7 @@ PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const R
 /// page ids, counts and plan are not this pool's. Every step checks it first, on the leader,
 /// before it reads or writes anything else of the record, the pool or the pages.
 PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHeader& h) {
-  return h.pool_id != pool.counters->id;
+  return h.pool_id != pool.state->id;
 }
 
 /// The leader refuses the operation as misuse: the record says why, the pool raises its kind.

@@ -15,9 +15,9 @@ template <class T>
 struct UnquantizedRows {
   using data_type = T;
   using scale_type = void;
-  static constexpr cuda::std::int64_t token_multiple = 1;   ///< max_tokens must be a multiple of this
+  static constexpr cuda::std::int64_t granule = 1;          ///< the layout's least granule (tokens)
   static constexpr cuda::std::int64_t hidden_multiple = 1;  ///< hidden must be a multiple of this
-  static constexpr cuda::std::int64_t packed_count_multiple = 1;  ///< Packed: every count a multiple of this
+  static constexpr cuda::std::int64_t packed_count_alignment = 1;  ///< Packed: every count a multiple of this
 
   PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) { return role == BufferRole::data; }
 
@@ -26,29 +26,30 @@ struct UnquantizedRows {
   }
 };
 
-/// Largest token granule of the layout's buffers (max_tokens must be a multiple of it).
+/// A tensor's granule: the largest of the layout's own (Layout::granule) and every buffer's
+/// (max_tokens must be a multiple of it).
 template <class Layout>
-PAGESTASH_HOST_DEVICE cuda::std::int64_t largest_granule(cuda::std::int64_t hidden) {
-  cuda::std::int64_t largest = 1;
+PAGESTASH_HOST_DEVICE cuda::std::int64_t granule(cuda::std::int64_t hidden) {
+  cuda::std::int64_t largest = Layout::granule;
   for_each_token_role([&](BufferRole role) {
     if (!Layout::has(role)) return;
-    const cuda::std::int64_t g = Layout::block(role, 0, hidden).granule_tokens();
+    const cuda::std::int64_t g = Layout::block(role, 0, hidden).granule();
     if (g > largest) largest = g;
   });
   return largest;
 }
 
-/// Layout::packed_count_multiple, or 1 for a layout that does not say (custom layouts).
+/// Layout::packed_count_alignment, or 1 for a layout that does not say (custom layouts).
 template <class Layout, class = void>
-inline constexpr cuda::std::int64_t packed_count_multiple_of = 1;
+inline constexpr cuda::std::int64_t packed_count_alignment_of = 1;
 template <class Layout>
 inline constexpr cuda::std::int64_t
-    packed_count_multiple_of<Layout, cuda::std::void_t<decltype(Layout::packed_count_multiple)>> =
-        Layout::packed_count_multiple;
+    packed_count_alignment_of<Layout, cuda::std::void_t<decltype(Layout::packed_count_alignment)>> =
+        Layout::packed_count_alignment;
 
 /// What every count must be a multiple of:
 ///   CapacityPadded  1 (partial granules are live as a whole)
-///   Packed          whole granules of every buffer, and the layout's packed_count_multiple
+///   Packed          whole granules of every buffer, and the layout's packed_count_alignment
 ///                   (128 for quantized layouts: TE's device grouped kernels require it)
 ///   PackedPadded    the tokens one index of every buffer covers (the quantization block
 ///                   along tokens: 32 MXFP8 and 16 NVFP4 columnwise, 1 rowwise)
@@ -56,11 +57,11 @@ template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidden) {
   using P = typename Layout::placement;
   if (!P::packed) return 1;
-  cuda::std::int64_t a = P::pads_group_scales ? 1 : packed_count_multiple_of<Layout>;
+  cuda::std::int64_t a = P::pads_group_scales ? 1 : packed_count_alignment_of<Layout>;
   for_each_token_role([&](BufferRole role) {
     if (!Layout::has(role)) return;
     const BlockShape b = Layout::block(role, 0, hidden);
-    const cuda::std::int64_t need = P::pads_group_scales ? b.tokens_per_index : b.granule_tokens();
+    const cuda::std::int64_t need = P::pads_group_scales ? b.tokens_per_index : b.granule();
     if (need > a) a = need;
   });
   return a;
@@ -99,8 +100,8 @@ PAGESTASH_HOST_DEVICE BufferGeometry make_geometry(BufferRole role, cuda::std::i
     return g;
   }
   const BlockShape shape = Layout::block(role, 0, hidden);
-  g.block = Layout::block(role, shape.granule_tokens(), hidden);
-  if (P::pads_group_scales && role == BufferRole::scales) g.pad_tokens = shape.tile_tokens();
+  g.block = Layout::block(role, shape.granule(), hidden);
+  if (P::pads_group_scales && role == BufferRole::scales) g.pad_tokens = shape.swizzle_tokens();
   // The allocation holds the most that any counts the stash accepts can fill.
   g.total_bytes =
       g.group_bytes(most_padded_tokens(max_tokens, groups, count_alignment<Layout>(hidden), g.pad_tokens));

@@ -1,0 +1,21 @@
+# The C++ and CUDA sources clang-format keeps as .clang-format says: a check (the default,
+# a ctest), or -DFIX=ON to rewrite them (scripts/format). Run with -P and -DCLANG_FORMAT=path.
+cmake_minimum_required(VERSION 3.20)
+get_filename_component(_root "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+set(_files "")
+foreach(_dir include tests bench examples python/csrc)
+  file(GLOB_RECURSE _found "${_root}/${_dir}/*.hpp" "${_root}/${_dir}/*.cuh" "${_root}/${_dir}/*.inl"
+       "${_root}/${_dir}/*.h" "${_root}/${_dir}/*.cpp" "${_root}/${_dir}/*.cu")
+  list(APPEND _files ${_found})
+endforeach()
+list(FILTER _files EXCLUDE REGEX "/build[^/]*/")
+list(LENGTH _files _n)
+if(FIX)
+  execute_process(COMMAND "${CLANG_FORMAT}" -i ${_files} RESULT_VARIABLE _rc)
+else()
+  execute_process(COMMAND "${CLANG_FORMAT}" --dry-run --Werror ${_files} RESULT_VARIABLE _rc)
+endif()
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "clang-format: ${_rc} (the lines above are not as .clang-format says: run scripts/format)")
+endif()
+message(STATUS "clang-format: ${_n} files as .clang-format says")

@@ -42,7 +42,7 @@ std::vector<std::int32_t> counts_for(const ps::GroupedView<Layout>& shape, std::
   std::vector<double> w(kExperts);
   double sum = 0;
   for (double& x : w) sum += (x = std::exponential_distribution<double>(1.0)(rng));
-  for (std::int64_t tokens = 0; ps::detail::plan_work<Traits>(shape, counts.data(), false, nullptr).stream_bytes < bytes;
+  for (std::int64_t tokens = 0; ps::plan_work<Traits>(shape, counts.data(), false, nullptr).stream_bytes < bytes;
        tokens += 16) {
     for (int g = 0; g < kExperts; ++g) {
       const auto m = static_cast<std::int64_t>(static_cast<double>(tokens) * w[static_cast<std::size_t>(g)] / sum);
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
 
   ps::PoolConfig cfg;
   cfg.page_bytes = 1 << 16;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, shape);
 
@@ -104,10 +104,10 @@ int main(int argc, char** argv) {
   // (stash/policy.hpp): the kernel's occupancy is min_blocks_per_sm (its launch bound, at
   // <= 64 registers).
   LaunchShape grid;
-  ps::detail::with_stash_policy(major, [&](auto policy) {
+  ps::with_stash_policy(major, [&](auto policy) {
     using Policy = decltype(policy);
-    grid.blocks = static_cast<int>(ps::detail::launch_blocks<Policy>(
-        ps::detail::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
+    grid.blocks = static_cast<int>(ps::launch_blocks<Policy>(
+        ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
     grid.threads = Policy::threads_per_block;
   });
   if (blocks > 0) grid.blocks = blocks;

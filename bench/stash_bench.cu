@@ -74,7 +74,7 @@ ps::GroupedView<L> shape_for(int64_t mib, std::vector<std::int32_t>& counts) {
   const int64_t granule = v.granule();
   v.max_tokens = granule;
   const std::int32_t one = static_cast<std::int32_t>(granule);
-  const int64_t per_granule = ps::detail::plan_work<Tr>(v, &one, false, nullptr).live_bytes;
+  const int64_t per_granule = ps::plan_work<Tr>(v, &one, false, nullptr).live_bytes;
   const int64_t granules = std::max<int64_t>(1, (mib << 20) / per_granule);
   v.groups = ps::Recipe<L>::plain ? 1 : static_cast<std::int32_t>(std::clamp<int64_t>(granules, 1, kGroups));
   const int64_t per_group = std::max<int64_t>(1, granules / v.groups);
@@ -99,11 +99,11 @@ struct Bytes {
   unsigned char* p = nullptr;
   Bytes(bool on_device, std::size_t bytes) : device(on_device), n(bytes) {
     if (device) PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p), n + 16));
-    else p = static_cast<unsigned char*>(ps::detail::allocate_host(n + 16));  // as the host pool: 2 MiB pages
+    else p = static_cast<unsigned char*>(ps::allocate_host(n + 16));  // as the host pool: 2 MiB pages
   }
   ~Bytes() {
     if (device) cudaFree(p);
-    else ps::detail::free_host(p, n + 16);
+    else ps::free_host(p, n + 16);
   }
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;
@@ -256,7 +256,7 @@ void bm_stash(benchmark::State& state, Op op, int64_t mib, int max_blocks = 0) {
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<L>(mib, counts);
   auto tensors = rotation(shape, counts, g_gpu);
-  ps::PagePool pool(pool_for(ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1),
+  ps::PagePool pool(pool_for(ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1),
                     g_gpu ? ps::MemorySpace::device : ps::MemorySpace::host);
   auto rec = ps::make_record<Tr>(pool, shape);
   Events* events = g_gpu ? new Events : nullptr;
@@ -308,7 +308,7 @@ void bm_memcpy(benchmark::State& state, int64_t mib) {
   using Tr = ps::StashTraits<L>;
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<L>(mib, counts);
-  const int64_t live = ps::detail::plan_work<Tr>(shape, counts.data(), false, nullptr).live_bytes;
+  const int64_t live = ps::plan_work<Tr>(shape, counts.data(), false, nullptr).live_bytes;
   const int64_t copies = g_gpu ? std::clamp<int64_t>((int64_t{256} << 20) / live, 1, 64) : 1;
   std::vector<std::unique_ptr<Bytes>> src;
   for (int64_t i = 0; i < copies; ++i) {
@@ -407,7 +407,7 @@ void bm_cub_batched(benchmark::State& state, int64_t mib) {
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<L>(mib, counts);
   auto tensors = rotation(shape, counts, true);
-  ps::PagePool pool(pool_for(ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1));
+  ps::PagePool pool(pool_for(ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1));
   auto rec = ps::make_record<Tr>(pool, shape);
   ps::stash(ps::on(bench_stream()), pool, tensors[0]->view, rec);
   const std::vector<std::int32_t> ids = rec.page_ids();
@@ -488,10 +488,10 @@ void bm_spill(benchmark::State& state, bool baseline, int64_t mib) {
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<Bf16>(mib, counts);
   Tensor<Bf16> t(shape, counts, true, 3);
-  const int64_t pages = ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1;
+  const int64_t pages = ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1;
   ps::PagePool pool(pool_for(0, pages));
   auto rec = ps::make_record<Tr>(pool, shape);
-  const int64_t live = ps::detail::plan_work<Tr>(shape, counts.data(), false, nullptr).live_bytes;
+  const int64_t live = ps::plan_work<Tr>(shape, counts.data(), false, nullptr).live_bytes;
   void* pinned = nullptr;
   PAGESTASH_CUDA_TRY(cudaMallocHost(&pinned, static_cast<std::size_t>(live)));
   Events events;
@@ -523,7 +523,7 @@ void bm_graph32(benchmark::State& state) {
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<Bf16>(1, counts);
   std::vector<std::unique_ptr<Tensor<Bf16>>> tensors;
-  ps::PagePool pool(pool_for(32 * (ps::detail::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1)));
+  ps::PagePool pool(pool_for(32 * (ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1)));
   std::vector<ps::StashRecord<Tr>> recs;
   for (int i = 0; i < 32; ++i) {
     tensors.push_back(std::make_unique<Tensor<Bf16>>(shape, counts, true, static_cast<std::uint32_t>(i)));
@@ -690,8 +690,8 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   v.max_tokens = 1;
   v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
   const auto counts = dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
-  const ps::WorkTotals plan = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
-  const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::detail::work_bounds<Tr>(v).stream_bytes, 64 << 10));
+  const ps::WorkTotals plan = ps::plan_work<Tr>(v, counts.data(), false, nullptr);
+  const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, 64 << 10));
   const int64_t pages = ps::pages_for(plan.stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, g_gpu ? ps::MemorySpace::device : ps::MemorySpace::host);
   auto rec = ps::make_record<Tr>(pool, v);
@@ -748,7 +748,7 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
           unsigned sum = 0;
           each_run([&](const unsigned char* at, int64_t bytes, int64_t pitch) {
             const auto run = static_cast<std::uint32_t>(std::min<int64_t>(bytes, INT32_MAX));
-            if (dense && ps::detail::prefetches_dead_lines(run, pitch)) ps::detail::prefetch_dead_lines(at, run, pitch);
+            if (dense && ps::prefetches_dead_lines(run, pitch)) ps::prefetch_dead_lines(at, run, pitch);
             const auto first = reinterpret_cast<std::uintptr_t>(at);
             for (std::uintptr_t a = first; a < first + static_cast<std::uintptr_t>(bytes); a = (a | 63) + 1)
               sum += *reinterpret_cast<const unsigned char*>(a);

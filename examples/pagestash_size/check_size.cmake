@@ -13,11 +13,11 @@ file(WRITE "${_file}" "${_json}")
 set(_check [=[
 import json, sys
 p = json.load(open(sys.argv[1]))
-pages = p["pool_pages"]
+pages = p["pages"]
 assert 0 < p["peak_pages"]["min"] <= pages <= p["peak_pages"]["max"], p["peak_pages"]
-assert p["pool_pages_ci"][0] <= pages <= p["pool_pages_ci"][1], p["pool_pages_ci"]
-assert p["pool_bytes"] == pages * p["page_bytes"] and p["device_pages"] + p["host_pages"] == pages
-assert p["overflow_at_pool"] <= p["overflow_target"] and p["overflow_at_pool_ci"][0] <= p["overflow_at_pool"]
+assert p["pages_interval"][0] <= pages <= p["pages_interval"][1], p["pages_interval"]
+assert p["bytes"] == pages * p["page_bytes"] and p["device_pages"] + p["host_pages"] == pages
+assert p["overflow_probability"] <= p["overflow"] and p["overflow_interval"][0] <= p["overflow_probability"]
 curve = p["curve"]
 assert curve and all(a["pages"] < b["pages"] and a["overflow"] >= b["overflow"] for a, b in zip(curve, curve[1:])), curve
 assert p["saved_bytes"] == p["full_bytes"] - p["device_bytes"] and p["warmup"]

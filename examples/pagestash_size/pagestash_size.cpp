@@ -258,24 +258,18 @@ std::string to_json(const Report& r) {
     j << (i ? ", " : "") << "{\"name\": " << json_string(t.name()) << ", \"hidden\": " << t.hidden()
       << ", \"full_bytes\": " << t.full_bytes() << "}";
   }
-  j << "],\n  \"schedule\": " << json_string(p.schedule) << ", \"alive_stashes\": " << p.alive_stashes
-    << ", \"peak_moments\": " << p.peak_moments
-    << ", \"counts\": " << json_string(p.count_model) << ",\n  \"samples\": " << p.peaks.samples() << ", \"seed\": " << p.settings.seed
-    << ", \"page_bytes\": " << p.settings.page_bytes << ", \"overflow_target\": " << p.settings.overflow
-    << ", \"confidence\": " << p.settings.confidence << ",\n  \"pool_pages\": " << p.pages.value
-    << ", \"pool_pages_ci\": [" << p.pages_interval.low << ", " << p.pages_interval.high << "], \"pool_pages_ci_monte_carlo\": ["
-    << p.pages.low << ", " << p.pages.high << "], \"bootstrap_replicates\": " << p.bootstrap_replicates
-    << ", \"pool_ci_bounded\": ["
-    << (p.pages.low_bounded ? "true" : "false") << ", " << (p.pages.high_bounded ? "true" : "false") << "]"
-    << ", \"pool_bytes\": " << p.bytes() << ", \"device_pages\": " << p.device_pages
-    << ", \"host_pages\": " << p.host_pages << ", \"device_bytes\": " << p.device_bytes()
-    << ",\n  \"overflow_at_pool\": " << p.overflow_probability << ", \"overflow_at_pool_ci\": [" << p.overflow_interval.low
-    << ", " << p.overflow_interval.high << "],\n  \"peak_pages\": {\"min\": " << p.peaks.min() << ", \"max\": " << p.peaks.max()
-    << ", \"mean\": " << p.mean_pages << "},\n  \"mean_live_bytes\": " << p.mean_live_bytes
-    << ", \"mean_stream_bytes\": " << p.mean_stream_bytes << ", \"page_rounding_bytes\": " << p.page_rounding_bytes()
-    << ", \"segment_rounding_bytes\": " << p.segment_rounding_bytes() << ", \"mean_dropped_tokens\": " << p.mean_dropped_tokens
-    << ",\n  \"full_bytes\": " << p.full_bytes << ", \"saved_bytes\": " << p.saved_bytes()
-    << ", \"saved_fraction\": " << p.saved_fraction() << ",\n  \"curve\": [";
+  j << "],\n  \"peak_pages\": {\"min\": " << p.peaks.min() << ", \"max\": " << p.peaks.max() << "}";
+  // PoolSizing's fields under their C++ names (the table Python's PoolSizing has too).
+  sizing::for_each_field(p, [&](const char* name, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    j << ",\n  \"" << name << "\": ";
+    if constexpr (std::is_same_v<T, bool>) j << (value ? "true" : "false");
+    else if constexpr (std::is_same_v<T, std::string>) j << json_string(value);
+    else if constexpr (std::is_same_v<T, sizing::Interval>) j << "[" << value.low << ", " << value.high << "]";
+    else if constexpr (std::is_arithmetic_v<T>) j << value;
+    else j << "[" << value.first << ", " << value.second << "]";
+  });
+  j << ",\n  \"curve\": [";
   for (std::size_t i = 0; i < r.curve.size(); ++i) {
     const auto& c = r.curve[i];
     j << (i ? ",\n    " : "\n    ") << "{\"pages\": " << c.pages << ", \"overflow\": " << c.overflow << ", \"ci\": ["

@@ -29,8 +29,8 @@ def main(src, dst):
     ax.fill_between(x, [max(c["ci"][0], floor) for c in curve], [max(c["ci"][1], floor) for c in curve],
                     alpha=0.25, label="95% interval")
     ax.plot(x, [max(c["overflow"], floor) for c in curve], marker=".", label="P(step overflows)")
-    ax.axhline(sizing["overflow_target"], color="grey", linestyle=":", label=f"target {sizing['overflow_target']:g}")
-    ax.axvline(sizing["pool_pages"] * mib, color="black", label=f"planned: {sizing['pool_pages'] * mib:.0f} MiB")
+    ax.axhline(sizing["overflow"], color="grey", linestyle=":", label=f"target {sizing['overflow']:g}")
+    ax.axvline(sizing["pages"] * mib, color="black", label=f"planned: {sizing['pages'] * mib:.0f} MiB")
     styles = ["--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1)), (0, (3, 3))]
     for w, style in zip(sizing["warmup"], styles * (1 + len(sizing["warmup"]) // len(styles))):
         ax.axvline(w["median_pages"] * mib, color="tab:red", linestyle=style,

@@ -12,9 +12,11 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace pagestash_torch {
@@ -428,18 +430,11 @@ py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tenso
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::RecordStatus s = checked(
       [&] { return record_status(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
-  py::dict d;
-  d["state"] = ps::name_of(s.state);
-  d["error"] = ps::name_of(s.error);
-  d["first_bad_group"] = s.first_bad_group;
-  d["pages"] = s.pages;
-  d["device_pages"] = s.device_pages;
-  d["host_pages"] = s.host_pages;
-  d["stream_bytes"] = s.stream_bytes;
-  d["live_bytes"] = s.live_bytes;
-  d["generation"] = s.generation;
-  d["refused_blocks"] = s.refused_blocks;
-  d["launch_in_flight"] = s.launch_in_flight;
+  py::dict d;  // every field of the C++ table, under its name; states and flags by name
+  ps::for_each_field(s, [&](const char* name, auto value) {
+    if constexpr (std::is_enum_v<decltype(value)>) d[name] = ps::name_of(value);
+    else d[name] = value;
+  });
   return d;
 }
 
@@ -463,75 +458,41 @@ std::string decide_py(const std::vector<std::int32_t>& words) {
 }
 
 
-/// The pool sizer (csrc/sizing.hpp) for the Python wrapper pagestash.size_pool: its result as
-/// a dict of plain numbers. `shapes` are [groups, tokens, hidden], one per recipe.
-py::dict size_pool_py(const std::vector<std::string>& recipes, const std::vector<std::vector<std::int64_t>>& shapes,
-                      const std::string& schedule, std::int32_t layers, std::int32_t microbatches, std::int64_t tokens,
-                      std::int32_t top_k, double alpha, double correlation, const std::string& sampler,
-                      std::int64_t capacity, const std::vector<std::vector<std::int32_t>>& counts,
-                      const std::vector<std::vector<std::vector<std::int32_t>>>& count_steps,
-                      const std::string& counts_file, bool cap_counts, std::int64_t page_bytes,
-                      std::int64_t host_pages, std::int64_t samples, std::uint64_t seed, double overflow,
-                      double confidence, std::int64_t bootstrap, std::int32_t curve_points) {
+/// A C++ value as Python has it: an Interval or a pair as a (low, high) tuple.
+py::object to_python(const sizing::Interval& i) { return py::make_tuple(i.low, i.high); }
+template <class T>
+py::object to_python(const T& value) { return py::cast(value); }
+
+/// The pool sizer (csrc/sizing.hpp) for the Python wrapper pagestash.size_pool. The request
+/// comes as keyword arguments, each a field of SizingRequest's table (an unknown one is an
+/// error; one not given keeps the table's default); the result is PoolSizing's table as a
+/// dict, and the overflow curve. `shapes` are [groups, tokens, hidden], one per recipe.
+py::dict size_pool_py(const py::kwargs& request) {
   SizingRequest r;
-  r.recipes = recipes;
-  for (const auto& s : shapes) r.shapes.push_back(shape_of(s));
-  r.schedule = schedule;
-  r.layers = layers;
-  r.microbatches = microbatches;
-  r.tokens = tokens;
-  r.top_k = top_k;
-  r.alpha = alpha;
-  r.sampler = sampler;
-  r.correlation = correlation;
-  r.capacity = capacity;
-  r.counts = counts;
-  r.count_steps = count_steps;
-  r.counts_file = counts_file;
-  r.cap_counts = cap_counts;
-  r.settings.bootstrap = bootstrap;
-  r.settings.page_bytes = page_bytes;
-  r.settings.host_pages = host_pages;
-  r.settings.samples = samples;
-  r.settings.seed = seed;
-  r.settings.overflow = overflow;
-  r.settings.confidence = confidence;
-  TORCH_CHECK_VALUE(curve_points >= 2, "pagestash: curve_points = ", curve_points, " must be at least 2");
+  std::vector<std::string> known;
+  for_each_field(r, [&](const char* name, auto& member) {
+    known.emplace_back(name);
+    if (!request.contains(name)) return;
+    using T = std::decay_t<decltype(member)>;
+    if constexpr (std::is_same_v<T, std::vector<Shape>>) {
+      for (const auto& s : request[name].cast<std::vector<std::vector<std::int64_t>>>()) member.push_back(shape_of(s));
+    } else {
+      member = request[name].cast<T>();
+    }
+  });
+  for (const auto& item : request) {
+    const std::string name = py::str(item.first);
+    TORCH_CHECK_VALUE(std::find(known.begin(), known.end(), name) != known.end(),
+                      "pagestash: size_pool has no argument '", name, "'");
+  }
   const sizing::PoolSizing p = [&] {
     const py::gil_scoped_release unlocked;  // seconds of sampling: let other Python threads run
-    return checked([&] { return plan_of(r); });
+    return checked([&] { return sizing_of(r); });
   }();
   py::dict d;
-  d["pages"] = p.pages.value;
-  d["pages_low"] = static_cast<std::int64_t>(p.pages_interval.low);
-  d["pages_high"] = static_cast<std::int64_t>(p.pages_interval.high);
-  d["pages_low_monte_carlo"] = p.pages.low;
-  d["pages_high_monte_carlo"] = p.pages.high;
-  d["bootstrap_replicates"] = p.bootstrap_replicates;
-  d["peak_moments"] = p.peak_moments;
-  d["pages_high_bounded"] = p.pages.high_bounded;
-  d["page_bytes"] = p.settings.page_bytes;
-  d["device_pages"] = p.device_pages;
-  d["host_pages"] = p.host_pages;
-  d["bytes"] = p.bytes();
-  d["device_bytes"] = p.device_bytes();
-  d["full_bytes"] = p.full_bytes;
-  d["saved_fraction"] = p.saved_fraction();
-  d["overflow_probability"] = p.overflow_probability;
-  d["overflow_low"] = p.overflow_interval.low;
-  d["overflow_high"] = p.overflow_interval.high;
-  d["alive_stashes"] = p.alive_stashes;
-  d["schedule"] = p.schedule;
-  d["count_model"] = p.count_model;
-  d["samples"] = p.peaks.samples();
-  d["peak_min"] = p.peaks.min();
-  d["peak_max"] = p.peaks.max();
-  d["mean_pages"] = p.mean_pages;
-  d["mean_dropped_tokens"] = p.mean_dropped_tokens;
-  d["page_rounding_bytes"] = p.page_rounding_bytes();
-  d["segment_rounding_bytes"] = p.segment_rounding_bytes();
+  sizing::for_each_field(p, [&](const char* name, const auto& value) { d[name] = to_python(value); });
   py::list curve;
-  for (const sizing::CurvePoint& c : p.peaks.curve(curve_points, confidence))
+  for (const sizing::CurvePoint& c : p.peaks.curve(r.curve_points, p.settings.confidence))
     curve.append(py::make_tuple(c.pages, c.overflow, c.interval.low, c.interval.high));
   d["curve"] = curve;
   return d;
@@ -597,24 +558,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flag_categories", &flag_categories,
         "Each flag's category (capacity, misuse, info), in the order of flag_names()");
   m.def("decide", &decide_py, "keep, rerun_without_paging or report_error, for agreed flags");
-  m.def("size_pool", &size_pool_py, "The pool sizer (pagestash/sizing.hpp) for a layer of the recipes",
-        py::arg("recipes"), py::arg("shapes"), py::arg("schedule"), py::arg("layers"), py::arg("microbatches"),
-        py::arg("tokens"), py::arg("top_k"), py::arg("alpha"), py::arg("correlation"), py::arg("sampler"),
-        py::arg("capacity"), py::arg("counts"), py::arg("count_steps"), py::arg("counts_file"), py::arg("cap_counts"),
-        py::arg("page_bytes"), py::arg("host_pages"), py::arg("samples"), py::arg("seed"), py::arg("overflow"),
-        py::arg("confidence"), py::arg("bootstrap"), py::arg("curve_points"));
-  {  // size_pool's defaults, the command's (pagestash_size): one set for both
-    const sizing::SizingSettings defaults;
+  m.def("size_pool", &size_pool_py, "The pool sizer (pagestash/sizing.hpp) for a layer of the recipes");
+  {  // size_pool's request and defaults (the command's, pagestash_size): SizingRequest's table
+    SizingRequest defaults;
     py::dict d;
-    d["layers"] = sizing::default_layers;
-    d["microbatches"] = sizing::default_microbatches;
-    d["overflow"] = defaults.overflow;
-    d["page_bytes"] = defaults.page_bytes;
-    d["samples"] = defaults.samples;
-    d["seed"] = defaults.seed;
-    d["confidence"] = defaults.confidence;
-    d["bootstrap"] = defaults.bootstrap;
-    m.attr("sizing_defaults") = d;
+    for_each_field(defaults, [&](const char* name, const auto& value) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::vector<Shape>>) d[name] = py::list();
+      else d[name] = py::cast(value);
+    });
+    m.attr("sizing_request") = d;
+    py::list fields;
+    sizing::for_each_field(sizing::PoolSizing{}, [&](const char* name, const auto&) { fields.append(name); });
+    m.attr("sizing_fields") = fields;
   }
 #ifdef PAGESTASH_TORCH_CUDA
   m.attr("with_cuda") = true;

@@ -43,7 +43,38 @@ struct SizingRequest {
   std::vector<std::vector<std::int32_t>> counts;
   bool cap_counts = false;  ///< cap counts above the capacity (else refused)
   sizing::SizingSettings settings;
+  std::int32_t curve_points = 24;  ///< points of the overflow curve reported
 };
+
+/// fn(name, member) for every field of the request, by the keyword names pagestash.size_pool
+/// sends (the settings' by their own): the binding fills the request from this table and
+/// gives Python its defaults, so a field added here is one Python may send.
+template <class Request, class Fn>
+void for_each_field(Request& r, Fn&& fn) {
+  fn("recipes", r.recipes);
+  fn("shapes", r.shapes);
+  fn("schedule", r.schedule);
+  fn("layers", r.layers);
+  fn("microbatches", r.microbatches);
+  fn("tokens", r.tokens);
+  fn("top_k", r.top_k);
+  fn("alpha", r.alpha);
+  fn("sampler", r.sampler);
+  fn("correlation", r.correlation);
+  fn("capacity", r.capacity);
+  fn("counts_file", r.counts_file);
+  fn("count_steps", r.count_steps);
+  fn("counts", r.counts);
+  fn("cap_counts", r.cap_counts);
+  fn("page_bytes", r.settings.page_bytes);
+  fn("host_pages", r.settings.host_pages);
+  fn("samples", r.settings.samples);
+  fn("seed", r.settings.seed);
+  fn("overflow", r.settings.overflow);
+  fn("confidence", r.settings.confidence);
+  fn("bootstrap", r.settings.bootstrap);
+  fn("curve_points", r.curve_points);
+}
 
 /// A saved tensor of one of the extension's recipes, of shape `s`.
 inline sizing::SavedTensor saved_tensor(const std::string& recipe, const Shape& s) {
@@ -117,10 +148,12 @@ inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r
 }
 
 /// Samples the steps and sizes the pool. Throws std::invalid_argument for bad input.
-inline sizing::PoolSizing plan_of(const SizingRequest& r) {
+inline sizing::PoolSizing sizing_of(const SizingRequest& r) {
   const sizing::Layer layer = layer_of(r);
   const std::unique_ptr<sizing::CountModel> counts = count_model_of(r, layer);
   const sizing::Schedule schedule = sizing::Schedule::parse(r.schedule, r.layers, r.microbatches);
+  if (r.curve_points < 2)
+    refuse_request("size_pool: curve_points = " + std::to_string(r.curve_points) + " must be at least 2");
   return sizing::size_pool(layer, schedule, *counts, r.settings);
 }
 

@@ -1,6 +1,6 @@
 # The compiled extension (python/csrc/ops.cpp): helpers for the Python objects. The ops
 # themselves are torch.ops.pagestash.* (pagestash._ops).
-from typing import Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import torch
 
@@ -24,7 +24,6 @@ def flag_names() -> List[str]: ...
 def flag_meanings() -> List[str]: ...
 def flag_categories() -> List[str]: ...
 def decide(flags: List[int]) -> str: ...
-def size_pool(recipes: List[str], shapes: List[List[int]], schedule: str, layers: int, microbatches: int, tokens: int,
-              top_k: int, alpha: float, sampler: str, capacity: int, counts: List[List[int]], page_bytes: int,
-              host_pages: int, samples: int, seed: int, overflow: float, confidence: float,
-              curve_points: int) -> Dict[str, Union[int, float, bool, str, List[Tuple[int, float, float, float]]]]: ...
+def size_pool(**request: Any) -> Dict[str, Any]: ...  # keys: sizing_request's; result: sizing_fields + curve
+sizing_request: Dict[str, Any]  # SizingRequest's table (python/csrc/sizing.hpp): name -> default
+sizing_fields: List[str]  # PoolSizing's table (sizing/pool_sizing.hpp, for_each_field)

@@ -254,7 +254,7 @@ class PagePool:
             raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
                              "discard them, and call end_step(), first)")
         self._allocate(sizing.device_pages, sizing.page_bytes, sizing.host_pages)
-        self._target(sizing.overflow_target)
+        self._target(sizing.overflow)
 
     def observe(self, steps: int) -> None:
         """Records the counts of every stash of the next `steps` whole steps, without a sync
@@ -491,8 +491,9 @@ class Record:
         self._checked(check, "discard")
 
     def status(self) -> dict:
-        """The C++ RecordStatus as a dict: state ('empty', 'stashed', 'overflowed', 'failed',
-        'reloaded', 'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group,
-        pages, device_pages, host_pages, stream_bytes, live_bytes, generation,
-        refused_blocks, launch_in_flight (synchronises)."""
+        """The C++ RecordStatus as a dict, every field of its table (stash/record.hpp) in the
+        table's order: state ('empty', 'stashed', 'overflowed', 'failed', 'reloaded',
+        'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group, generation,
+        pages, device_pages, stream_bytes, live_bytes, host_pages, refused_blocks,
+        launch_in_flight (synchronises)."""
         return _C.record_status(*self.pool.state, self.memory, self.recipe, list(self.shape))

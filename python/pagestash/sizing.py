@@ -34,58 +34,57 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class PoolSizing:
-    """What size_pool found. `pages` (device + host) is the smallest pool whose sampled
-    overflow rate is at most the target; `pages_interval` its confidence interval: the
-    Monte Carlo error and, with measured counts, the file's own sampling error (a bootstrap
-    over its steps; `pages_interval_monte_carlo` without it). The upper end is the largest
-    sample when too few lie above it: `pages_interval_bounded` False, sample more."""
+    """What size_pool found: the C++ PoolSizing's fields (sizing/pool_sizing.hpp,
+    `for_each_field`: one table, the same names), and the overflow curve. `pages` (device +
+    host) is the smallest pool whose sampled overflow rate is at most the target `overflow`;
+    `pages_interval` its confidence interval: the Monte Carlo error and, with measured
+    counts, the file's own sampling error (a bootstrap over its steps; `pages_monte_carlo`
+    without it). The upper end is the largest sample when too few lie above it:
+    `pages_high_bounded` False, sample more."""
 
     pages: int
     pages_interval: Tuple[int, int]
-    pages_interval_bounded: bool
-    pages_interval_monte_carlo: Tuple[int, int]
+    pages_high_bounded: bool
+    pages_monte_carlo: Tuple[int, int]
     bootstrap_replicates: int  #: 0: no bootstrap (a Dirichlet router)
+    bootstrap_interval: Tuple[float, float]  #: the replicates' pools' percentile interval
     page_bytes: int
     device_pages: int  #: pages - host_pages
     host_pages: int
     bytes: int  #: pages x page_bytes
+    device_bytes: int  #: device_pages x page_bytes: what the pool costs on the device
     full_bytes: int  #: the alive stashes' tensors at full shape: what autograd holds without paging
-    saved_fraction: float  #: 1 - device bytes / full_bytes
+    saved_bytes: int  #: full_bytes - device_bytes (negative: the pool takes more)
+    saved_fraction: float  #: saved_bytes / full_bytes
+    overflow: float  #: the per-step overflow probability it was sized for (size_pool's `overflow`)
     overflow_probability: float  #: the sized pool's overflow rate on the sampled steps
-    overflow_target: float  #: the per-step overflow probability it was sized for (size_pool's `overflow`)
     overflow_interval: Tuple[float, float]
-    curve: List[CurvePoint]  #: overflow rate against pool size, from the smallest sampled peak to the largest
     alive_stashes: int  #: (layer, microbatch) stashes held at once at the schedule's peaks
     peak_moments: int  #: moments of a step holding them (a step overflows if any does)
     schedule: str
     count_model: str
-    samples: int
+    samples: int  #: steps sampled
+    seed: int
     confidence: float  #: of the intervals
     mean_pages: float  #: per step at the peak
+    mean_stream_bytes: float  #: per step at the peak: bytes the pages hold
+    mean_live_bytes: float  #: per step at the peak: bytes of the live runs
+    mean_dropped_tokens: float  #: per step at the peak: tokens beyond the capacity
     page_rounding_bytes: float  #: per step at the peak: pages x page_bytes - the bytes they hold
-
-    @property
-    def device_bytes(self) -> int:
-        """The pool's pages on the device: what it costs there."""
-        return self.device_pages * self.page_bytes
-
-    @property
-    def saved_bytes(self) -> int:
-        """full_bytes - device_bytes: what the pool saves against autograd holding the
-        tensors (negative: the pool takes more)."""
-        return self.full_bytes - self.device_bytes
+    segment_rounding_bytes: float  #: per step at the peak: stream bytes - live bytes (segments on 16)
+    curve: List[CurvePoint]  #: overflow rate against pool size, from the smallest sampled peak to the largest
 
     def pool(self, device: Device = "cpu", strict: Optional[bool] = None) -> PagePool:
         """A PagePool of the size it found: device_pages on `device`, host_pages of spill,
-        sized for overflow_target (it warns when the steps overflow far more often)."""
+        sized for `overflow` (it warns when the steps overflow far more often)."""
         return PagePool(self.device_pages, page_bytes=self.page_bytes, host_pages=self.host_pages, device=device,
-                        strict=strict, overflow_target=self.overflow_target)
+                        strict=strict, overflow_target=self.overflow)
 
     def __str__(self) -> str:
         low, high = self.pages_interval
         o_low, o_high = self.overflow_interval
         return (f"pool: {self.pages} pages of {self.page_bytes} B = {self.bytes / 2**20:.2f} MiB "
-                f"({100 * self.confidence:g}% CI {low}..{high}{'' if self.pages_interval_bounded else '+, sample more'}), "
+                f"({100 * self.confidence:g}% CI {low}..{high}{'' if self.pages_high_bounded else '+, sample more'}), "
                 f"device {self.device_pages}, host {self.host_pages}\n"
                 f"overflow on {self.samples} sampled steps: {self.overflow_probability:.5f} "
                 f"({o_low:.5f}..{o_high:.5f}); {self.alive_stashes} stashes alive ({self.schedule})\n"
@@ -131,17 +130,20 @@ def _measured(counts):
     return [[_integer(x, f"counts[{i}][{e}]") for e, x in enumerate(row)] for i, row in enumerate(rows)], [], ""
 
 
-#: The command's defaults (pagestash_size), from the C++ sizer: one set for both.
-DEFAULTS = dict(_C.sizing_defaults)
+#: size_pool's request, name -> default: SizingRequest's table (python/csrc/sizing.hpp), the
+#: command's defaults (pagestash_size). size_pool sends exactly these keys.
+DEFAULTS = dict(_C.sizing_request)
 
 
-def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", layers: Optional[int] = None,
-              microbatches: Optional[int] = None, tokens: Optional[int] = None, top_k: int = 1, alpha: float = 1.0,
-              correlation: float = 0.0, counts=None, cap_counts: bool = False, capacity: Optional[int] = None,
-              sampler: str = "multinomial", overflow: float = DEFAULTS["overflow"],
-              page_bytes: int = DEFAULTS["page_bytes"], host_pages: int = 0, samples: int = DEFAULTS["samples"],
+def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = DEFAULTS["schedule"],
+              layers: Optional[int] = None, microbatches: Optional[int] = None, tokens: Optional[int] = None,
+              top_k: int = DEFAULTS["top_k"], alpha: float = DEFAULTS["alpha"],
+              correlation: float = DEFAULTS["correlation"], counts=None, cap_counts: bool = DEFAULTS["cap_counts"],
+              capacity: Optional[int] = None, sampler: str = DEFAULTS["sampler"],
+              overflow: float = DEFAULTS["overflow"], page_bytes: int = DEFAULTS["page_bytes"],
+              host_pages: int = DEFAULTS["host_pages"], samples: int = DEFAULTS["samples"],
               seed: int = DEFAULTS["seed"], confidence: float = DEFAULTS["confidence"],
-              bootstrap: int = DEFAULTS["bootstrap"], curve_points: int = 24) -> PoolSizing:
+              bootstrap: int = DEFAULTS["bootstrap"], curve_points: int = DEFAULTS["curve_points"]) -> PoolSizing:
     """Sizes a PagePool for a target per-step overflow probability.
 
     - `saved`: what one MoE layer saves for backward, as (recipe, Shape) pairs, e.g.
@@ -178,25 +180,16 @@ def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = "lifo", l
     vectors, steps, path = ([], [], "") if counts is None else _measured(counts)
     layers = DEFAULTS["layers"] if layers is None else layers
     microbatches = DEFAULTS["microbatches"] if microbatches is None else microbatches
-    d = _C.size_pool(recipes=[r for r, _ in pairs], shapes=[list(s) for _, s in pairs], schedule=schedule,
-                     layers=int(layers), microbatches=int(microbatches), tokens=0 if tokens is None else int(tokens),
-                     top_k=int(top_k), alpha=float(alpha), correlation=float(correlation), sampler=sampler,
-                     capacity=0 if capacity is None else int(capacity), counts=vectors, count_steps=steps,
-                     counts_file=path, cap_counts=bool(cap_counts), page_bytes=int(page_bytes),
-                     host_pages=int(host_pages), samples=int(samples), seed=int(seed), overflow=float(overflow),
-                     confidence=float(confidence), bootstrap=int(bootstrap), curve_points=int(curve_points))
-    sizing = PoolSizing(pages=d["pages"], pages_interval=(d["pages_low"], d["pages_high"]),
-                    pages_interval_bounded=d["pages_high_bounded"],
-                    pages_interval_monte_carlo=(d["pages_low_monte_carlo"], d["pages_high_monte_carlo"]),
-                    bootstrap_replicates=d["bootstrap_replicates"], peak_moments=d["peak_moments"],
-                    page_bytes=d["page_bytes"],
-                    device_pages=d["device_pages"], host_pages=d["host_pages"], bytes=d["bytes"],
-                    full_bytes=d["full_bytes"], saved_fraction=d["saved_fraction"],
-                    overflow_probability=d["overflow_probability"], overflow_target=float(overflow),
-                    overflow_interval=(d["overflow_low"], d["overflow_high"]),
-                    curve=[CurvePoint(p, o, (lo, hi)) for p, o, lo, hi in d["curve"]],
-                    alive_stashes=d["alive_stashes"], schedule=d["schedule"], count_model=d["count_model"],
-                    samples=d["samples"], confidence=float(confidence), mean_pages=d["mean_pages"], page_rounding_bytes=d["page_rounding_bytes"])
+    request = dict(recipes=[r for r, _ in pairs], shapes=[list(s) for _, s in pairs], schedule=schedule,
+                   layers=int(layers), microbatches=int(microbatches), tokens=0 if tokens is None else int(tokens),
+                   top_k=int(top_k), alpha=float(alpha), sampler=sampler, correlation=float(correlation),
+                   capacity=0 if capacity is None else int(capacity), counts_file=path, count_steps=steps,
+                   counts=vectors, cap_counts=bool(cap_counts), page_bytes=int(page_bytes),
+                   host_pages=int(host_pages), samples=int(samples), seed=int(seed), overflow=float(overflow),
+                   confidence=float(confidence), bootstrap=int(bootstrap), curve_points=int(curve_points))
+    d = _C.size_pool(**request)
+    d["curve"] = [CurvePoint(p, o, (lo, hi)) for p, o, lo, hi in d["curve"]]
+    sizing = PoolSizing(**d)
     if sizing.device_bytes > sizing.saved_bytes:
         warnings.warn(f"pagestash: the sized pool costs more than it saves: its {sizing.device_bytes / 2**20:.2f} MiB "
                       f"on the device save {sizing.saved_bytes / 2**20:.2f} MiB of the {sizing.full_bytes / 2**20:.2f} MiB "

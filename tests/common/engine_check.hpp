@@ -23,7 +23,7 @@ namespace ps = pagestash;
 
 struct EngineCase {
   int page_shift = 8;                ///< 8 (256-byte pages) .. 16
-  int executor_tile_shift = ps::detail::StashPolicy::tile_shift;  ///< or HostPolicy::tile_shift
+  int executor_tile_shift = ps::StashPolicy::tile_shift;  ///< or HostPolicy::tile_shift
   int lanes = 32;                    ///< lanes of the vector mover
   bool zero_tail = false;            ///< reload also clears the dead rest of each line
   unsigned base_misalign = 0;        ///< the buffer's address mod 16
@@ -44,7 +44,7 @@ inline EngineCase random_engine_case(std::mt19937& rng, int count, std::int64_t 
   EngineCase c;
   auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
   c.page_shift = static_cast<int>(pick(8, 17));
-  c.executor_tile_shift = pick(0, 1) == 0 ? ps::detail::StashPolicy::tile_shift : ps::detail::HostPolicy::tile_shift;
+  c.executor_tile_shift = pick(0, 1) == 0 ? ps::StashPolicy::tile_shift : ps::HostPolicy::tile_shift;
   c.lanes = pick(0, 3) == 0 ? static_cast<int>(pick(1, 31)) : 32;
   c.zero_tail = pick(0, 1) == 1;
   c.base_misalign = static_cast<unsigned>(pick(0, 15));
@@ -114,7 +114,7 @@ inline std::string check_engine(const EngineCase& c) {
   auto page_byte = [&](std::int64_t p) { return ref.page(ids[static_cast<std::size_t>(p >> c.page_shift)]) + (p & (cfg.page_bytes - 1)); };
 
   auto work_for = [&](const std::vector<ps::WorkItem>& items, unsigned char* buffer, bool to_pages) {
-    ps::detail::TileWork w{};
+    ps::TileWork w{};
     w.data = buffer;
     w.scales = nullptr;
     w.items = items.data();
@@ -126,17 +126,17 @@ inline std::string check_engine(const EngineCase& c) {
     return w;
   };
   // Tiles in increasing order (one cursor carried along), or shuffled (the cursor seeks back).
-  auto run = [&](const ps::detail::TileWork& w, std::int64_t tiles, bool vectors, bool shuffled) {
+  auto run = [&](const ps::TileWork& w, std::int64_t tiles, bool vectors, bool shuffled) {
     std::vector<std::int32_t> order(static_cast<std::size_t>(tiles));
     std::iota(order.begin(), order.end(), 0);
     if (shuffled) std::shuffle(order.begin(), order.end(), rng);
-    ps::detail::ItemCursor cursor;
+    ps::ItemCursor cursor;
     for (std::int32_t t : order) {
-      const ps::detail::TileSpan s = ps::detail::resolve_tile(w, cursor, t);
-      const ps::detail::TileOp op = ps::detail::tile_op(w, cursor);
-      if (!vectors) ps::detail::copy_tile_pieces(s, op);
+      const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
+      const ps::TileOp op = ps::tile_op(w, cursor);
+      if (!vectors) ps::copy_tile_pieces(s, op);
       else
-        for (int lane = 0; lane < c.lanes; ++lane) ps::detail::copy_tile_vectors(OneLane{lane, c.lanes}, s, op);
+        for (int lane = 0; lane < c.lanes; ++lane) ps::copy_tile_vectors(OneLane{lane, c.lanes}, s, op);
     }
   };
 

@@ -95,7 +95,7 @@ template <class Tr>
 ps::PoolConfig room_for_two(const ps::GroupedView<typename Tr::layout>& shape) {
   ps::PoolConfig cfg;
   cfg.page_bytes = 1024;
-  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   return cfg;
 }
 
@@ -175,7 +175,7 @@ int graph_replays(int replays, std::uint32_t seed) {
   const auto shape = sequence_shape<L>(false);
   ps::PoolConfig cfg;
   cfg.page_bytes = 1024;
-  cfg.device_pages = 3 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = 3 * ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, Backend::space);
   std::vector<std::unique_ptr<Tensor<L, Backend>>> src, dest;
   std::vector<std::unique_ptr<ps::StashRecord<Tr>>> recs;
@@ -233,8 +233,8 @@ void concurrent_streams(int streams, int rounds, std::uint32_t seed) {
   const auto shape = sequence_shape<L>(false);
   ps::PoolConfig cfg;
   cfg.page_bytes = 512;
-  cfg.device_pages = streams * 3 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
-  cfg.host_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = streams * 3 * ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.host_pages = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, Backend::space);
   const int n = streams * per_stream;
   std::vector<std::unique_ptr<Tensor<L, Backend>>> src, dest;
@@ -430,7 +430,7 @@ int failed_reload_poisons(std::uint32_t seed) {
   const auto shape = sequence_shape<L>(seed % 2 == 1);
   ps::PoolConfig cfg;  // one full stash, no two
   cfg.page_bytes = 256;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, Backend::space);
   Tensor<L, Backend> src(shape), dest(shape), scratch(shape);
   auto rec = ps::make_record<Tr>(pool, shape), other = ps::make_record<Tr>(pool, shape);

@@ -87,13 +87,13 @@ struct LaunchCost {
 class CostCounter {
  public:
   CostCounter() {
-    auto& slot = ps::detail::atomic_observer();
+    auto& slot = ps::atomic_observer();
     slot.context = this;
     slot.observer.store(&CostCounter::observe);
     active() = this;
   }
   ~CostCounter() {
-    auto& slot = ps::detail::atomic_observer();
+    auto& slot = ps::atomic_observer();
     slot.observer.store(nullptr);
     slot.context = nullptr;
     active() = nullptr;
@@ -121,14 +121,14 @@ class CostCounter {
   }
 
  private:
-  static void observe(const void* address, ps::detail::AtomicAccess access, void* context) {
+  static void observe(const void* address, ps::AtomicAccess access, void* context) {
     auto* self = static_cast<CostCounter*>(context);
     std::lock_guard<std::mutex> lock(self->m_);
     switch (access) {
-      case ps::detail::AtomicAccess::load: ++self->totals_.loads; break;
-      case ps::detail::AtomicAccess::store: ++self->totals_.stores; break;
-      case ps::detail::AtomicAccess::fence: ++self->totals_.fences; break;
-      case ps::detail::AtomicAccess::rmw:
+      case ps::AtomicAccess::load: ++self->totals_.loads; break;
+      case ps::AtomicAccess::store: ++self->totals_.stores; break;
+      case ps::AtomicAccess::fence: ++self->totals_.fences; break;
+      case ps::AtomicAccess::rmw:
         ++self->totals_.rmw;
         ++self->line_rmw_[reinterpret_cast<std::uintptr_t>(address) / 128];
         break;
@@ -148,12 +148,12 @@ class CostCounter {
 class PreemptAtAtomics {
  public:
   explicit PreemptAtAtomics(std::uint32_t seed, int percent = 30) : seed_(seed), percent_(percent) {
-    auto& slot = ps::detail::atomic_observer();
+    auto& slot = ps::atomic_observer();
     slot.context = this;
     slot.observer.store(&PreemptAtAtomics::observe);
   }
   ~PreemptAtAtomics() {
-    auto& slot = ps::detail::atomic_observer();
+    auto& slot = ps::atomic_observer();
     slot.observer.store(nullptr);
     slot.context = nullptr;
   }
@@ -161,7 +161,7 @@ class PreemptAtAtomics {
   PreemptAtAtomics& operator=(const PreemptAtAtomics&) = delete;
 
  private:
-  static void observe(const void*, ps::detail::AtomicAccess, void* context) {
+  static void observe(const void*, ps::AtomicAccess, void* context) {
     const auto* self = static_cast<const PreemptAtAtomics*>(context);
     // Per thread: the seed, this thread and its count of accesses (splitmix64).
     thread_local std::uint64_t state = 0;
@@ -241,7 +241,7 @@ struct EmulatedLanes {
   static constexpr int size() { return 32; }
 };
 
-using EmulatedContext = ps::detail::GridContext<EmulatedTeam, EmulatedLanes>;
+using EmulatedContext = ps::GridContext<EmulatedTeam, EmulatedLanes>;
 
 /// n host threads kept for the process, that run fn(i), i < n, one call at a time.
 /// Creating a thread is the dearest part of a launch (under TSan most of all), so the
@@ -386,19 +386,19 @@ struct Emulator {
 
   template <class Tr>
   void stash(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec) const {
-    ps::detail::check_stash(ps::MemorySpace::host, pool, v, rec);
-    launch<Tr, ps::detail::Operation::stash>(pool, v, rec, {});
+    ps::check_stash(ps::MemorySpace::host, pool, v, rec);
+    launch<Tr, ps::Operation::stash>(pool, v, rec, {});
   }
   template <class Tr>
   void reload(ps::PagePool& pool, ps::StashRecord<Tr>& rec, const ps::GroupedView<typename Tr::layout>& dest,
               bool zero_tail, bool poison = true) const {
-    ps::detail::check_reload(ps::MemorySpace::host, pool, rec, dest);
-    launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, ps::ReloadOptions{zero_tail, poison});
+    ps::check_reload(ps::MemorySpace::host, pool, rec, dest);
+    launch<Tr, ps::Operation::reload>(pool, dest, rec, ps::ReloadOptions{zero_tail, poison});
   }
   template <class Tr>
   void discard(ps::PagePool& pool, ps::StashRecord<Tr>& rec) const {
-    ps::detail::check_pool_and_record("discard", ps::MemorySpace::host, pool, rec);
-    launch<Tr, ps::detail::Operation::discard>(pool, rec.shape(), rec, {});
+    ps::check_pool_and_record("discard", ps::MemorySpace::host, pool, rec);
+    launch<Tr, ps::Operation::discard>(pool, rec.shape(), rec, {});
   }
   /// The report kernel is one block of 32 threads: write_report over its team.
   void report(const ps::PagePool& pool, ps::PoolStats* dst) const {
@@ -407,7 +407,7 @@ struct Emulator {
     one.threads = 32;
     one.slots = 1;
     const ps::PoolRef ref = pool.ref();
-    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::write_report(ctx.team, ref, dst); });
+    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::write_report(ctx.team, ref, dst); });
   }
   /// The reset kernel is one block: its body is reset_pool over the block's team.
   void end_step(ps::PagePool& pool) const {
@@ -416,28 +416,28 @@ struct Emulator {
     one.threads = 32;
     one.slots = 1;
     const ps::PoolRef ref = pool.ref();
-    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::check_balance(ctx.team, ref); });
+    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::check_balance(ctx.team, ref); });
   }
 
   void reset(ps::PagePool& pool) const {
     LaunchShape one = shape;
     one.blocks = 1;
     const ps::PoolRef ref = pool.ref();
-    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::detail::reset_pool(ctx.team, ref); });
+    emulate_launch(one, [&](const EmulatedContext& ctx) { ps::reset_pool(ctx.team, ref); });
   }
 
-  template <class Tr, ps::detail::Operation Op>
+  template <class Tr, ps::Operation Op>
   void launch(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec,
               ps::ReloadOptions options) const {
     launch<Tr, Op>(pool.ref(), v, rec.ref(), options);
   }
   /// One launch on the handles, with no host check: what runs where the host cannot tell
   /// a record of another pool (attached device objects).
-  template <class Tr, ps::detail::Operation Op>
+  template <class Tr, ps::Operation Op>
   void launch(const ps::PoolRef& pool, const ps::GroupedView<typename Tr::layout>& v, const ps::RecordRef& rec,
               ps::ReloadOptions options) const {
     emulate_launch(shape, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Tr, Op>(ctx, pool, v, rec, options);
+      ps::run_operation<Tr, Op>(ctx, pool, v, rec, options);
     });
   }
 };

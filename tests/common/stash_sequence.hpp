@@ -183,7 +183,7 @@ template <class Traits>
 ps::PoolConfig spilling_config(const ps::GroupedView<typename Traits::layout>& shape) {
   ps::PoolConfig cfg;
   cfg.page_bytes = 256;
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Traits>(shape).stream_bytes, cfg.page_bytes) / 2 + 1;
   cfg.host_pages = cfg.device_pages;
   return cfg;
 }
@@ -241,7 +241,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
 
   // A pool that holds about two full stashes on the device and one more on the host (none,
   // every third sequence), so that spill and overflow both happen.
-  const std::int64_t full = ps::detail::work_bounds<Traits>(shape).stream_bytes;
+  const std::int64_t full = ps::work_bounds<Traits>(shape).stream_bytes;
   ps::PoolConfig cfg;
   cfg.page_bytes = page_bytes;
   cfg.device_pages = 2 * ps::pages_for(full, page_bytes);

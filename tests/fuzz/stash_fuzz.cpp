@@ -35,7 +35,7 @@ using namespace pagestash_test;
 void fuzz_engine(FuzzedDataProvider& in) {
   EngineCase c;
   c.page_shift = in.ConsumeIntegralInRange(8, 17);
-  c.executor_tile_shift = in.ConsumeBool() ? ps::detail::HostPolicy::tile_shift : ps::detail::StashPolicy::tile_shift;
+  c.executor_tile_shift = in.ConsumeBool() ? ps::HostPolicy::tile_shift : ps::StashPolicy::tile_shift;
   c.lanes = in.ConsumeIntegralInRange(1, 32);
   c.zero_tail = in.ConsumeBool();
   c.base_misalign = in.ConsumeIntegralInRange(0u, 15u);
@@ -107,7 +107,7 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
   }
   ps::PoolConfig cfg;
   cfg.page_bytes = std::int64_t{1} << in.ConsumeIntegralInRange(8, 12);
-  const std::int64_t most = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  const std::int64_t most = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   cfg.device_pages = std::max<std::int64_t>(1, in.ConsumeBool() ? most : most / 2);
   const bool zero_tail = in.ConsumeBool();
   const std::uint32_t seed = in.ConsumeIntegral<std::uint32_t>();

@@ -61,10 +61,10 @@ TEST_CASE("copy engine: a page boundary falls at every offset of a line, with pa
 }
 
 TEST_CASE("copy engine: lines whose dead rest is one or two cache lines (the host mover prefetches it)") {
-  CHECK(ps::detail::prefetches_dead_lines(64, 128));
-  CHECK(ps::detail::prefetches_dead_lines(64, 192));
-  CHECK_FALSE(ps::detail::prefetches_dead_lines(65, 128));  // 63 dead bytes
-  CHECK_FALSE(ps::detail::prefetches_dead_lines(63, 192));  // 129
+  CHECK(ps::prefetches_dead_lines(64, 128));
+  CHECK(ps::prefetches_dead_lines(64, 192));
+  CHECK_FALSE(ps::prefetches_dead_lines(65, 128));  // 63 dead bytes
+  CHECK_FALSE(ps::prefetches_dead_lines(63, 192));  // 129
   for (int zero_tail = 0; zero_tail < 2; ++zero_tail) {
     EngineCase c;
     c.zero_tail = zero_tail == 1;
@@ -72,7 +72,7 @@ TEST_CASE("copy engine: lines whose dead rest is one or two cache lines (the hos
                           {300 * 128 + 200 * 192 + 64, 150, 200, 100}};
     c.seed = static_cast<std::uint32_t>(7 + zero_tail);
     for (const auto& seg : c.segments)
-      CHECK(ps::detail::prefetches_dead_lines(static_cast<std::uint32_t>(seg.live), seg.pitch));
+      CHECK(ps::prefetches_dead_lines(static_cast<std::uint32_t>(seg.live), seg.pitch));
     INFO("zero_tail " << zero_tail);
     REQUIRE(check_engine(c) == "");
   }
@@ -84,7 +84,7 @@ TEST_CASE("copy engine: one tile covers hundreds of short lines") {
   c.segments = Segments{{5, 3000, 5, 3}};
   ps::WorkTotals t{};
   const std::vector<ps::WorkItem> items = pagestash_test::engine_items(c, false, t);
-  ps::detail::TileWork w{};
+  ps::TileWork w{};
   w.items = items.data();
   w.item_count = t.items;
   w.tile_shift = ps::tile_shift_for(c.page_shift, c.executor_tile_shift);
@@ -95,8 +95,8 @@ TEST_CASE("copy engine: one tile covers hundreds of short lines") {
   w.pool.device_pages = 1;
   const std::int32_t page0 = 0;
   w.page_ids = &page0;
-  ps::detail::ItemCursor cursor;
-  const ps::detail::TileSpan s = ps::detail::resolve_tile(w, cursor, 0);
+  ps::ItemCursor cursor;
+  const ps::TileSpan s = ps::resolve_tile(w, cursor, 0);
   CHECK(s.bytes == 4096);
   CHECK((s.bytes - s.head_bytes) / s.run > 1000);
   c.zero_tail = true;
@@ -135,7 +135,7 @@ void check_stream_overhead(const char* name) {
       v.max_tokens = L::placement::packed ? v.groups * per_group : per_group;
       const std::vector<std::int32_t> counts = dirichlet(v, mean, rng);
       REQUIRE(ps::check_counts(v, counts.data()).verdict() == ps::Flag::none);
-      const ps::WorkTotals t = ps::detail::plan_work<Tr>(v, counts.data(), false, nullptr);
+      const ps::WorkTotals t = ps::plan_work<Tr>(v, counts.data(), false, nullptr);
       INFO(name << ", mean " << mean << ", hidden " << hidden);
       CHECK(static_cast<double>(t.stream_bytes) <= 1.01 * static_cast<double>(t.live_bytes) + 16.0 * t.items);
     }

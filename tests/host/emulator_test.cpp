@@ -5,8 +5,10 @@
 // overlap or never finished reported instead of hanging. CI runs these under TSan too.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/record_words.hpp>
 #include <pagestash/reference/serial_plan.hpp>
 
+#include <cuda/atomic>
 #include <doctest/doctest.h>
 
 #include "../common/grid_emulator.hpp"
@@ -32,7 +34,7 @@ ps::PoolConfig room_for(const ps::GroupedView<typename Traits::layout>& shape, s
                         std::int64_t stashes) {
   ps::PoolConfig cfg;
   cfg.page_bytes = page_bytes;
-  cfg.device_pages = stashes * ps::pages_for(ps::detail::work_bounds<Traits>(shape).stream_bytes, page_bytes);
+  cfg.device_pages = stashes * ps::pages_for(ps::work_bounds<Traits>(shape).stream_bytes, page_bytes);
   return cfg;
 }
 
@@ -56,7 +58,7 @@ struct HeldLaunch {
 /// Waits until `blocks` blocks of the launch on `rec` have finished (acquiring their writes).
 template <class Tr>
 void wait_finished(const ps::StashRecord<Tr>& rec, std::int32_t blocks) {
-  ps::detail::device_atomic<std::int32_t> finished(rec.ref().header->launch.finished);
+  cuda::atomic_ref<std::int32_t, cuda::thread_scope_device> finished(rec.ref().header->launch.finished);
   while (finished.load(cuda::std::memory_order_acquire) != blocks) std::this_thread::yield();
 }
 
@@ -298,10 +300,10 @@ TEST_CASE("emulated grid: one record relaunched with new counts, as a graph repl
     for (auto& b : in.bytes) std::generate(b.begin(), b.end(), [&] { return static_cast<std::uint8_t>(rng()); });
     launch.seed = static_cast<std::uint32_t>(replay);
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
+      ps::run_operation<Traits, ps::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
     });
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
+      ps::run_operation<Traits, ps::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
                                                                        ps::ReloadOptions{true});
     });
     bool same = rec.status().state == ps::RecordState::reloaded;
@@ -371,7 +373,7 @@ void overlap_same_arguments() {
   Buffers<L> in(shape, rng), out(shape, rng);
   const std::int64_t pages = expected_pages<Traits>(shape, in.counts, cfg.page_bytes);
 
-  for (const auto op : {ps::detail::Operation::stash, ps::detail::Operation::reload}) {
+  for (const auto op : {ps::Operation::stash, ps::Operation::reload}) {
     CAPTURE(static_cast<int>(op));
     HeldLaunch held;
     held.shape.launch = next_grid_id();
@@ -381,10 +383,10 @@ void overlap_same_arguments() {
     twin.launch = next_grid_id();
     auto run = [&](const LaunchShape& launch) {
       emulate_launch(launch, [&](const EmulatedContext& ctx) {
-        if (op == ps::detail::Operation::stash)
-          ps::detail::run_operation<Traits, ps::detail::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
+        if (op == ps::Operation::stash)
+          ps::run_operation<Traits, ps::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
         else  // poison off: the refused twin would poison the destination both write
-          ps::detail::run_operation<Traits, ps::detail::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
+          ps::run_operation<Traits, ps::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
                                                                            ps::ReloadOptions{true, false});
       });
     };
@@ -403,7 +405,7 @@ void overlap_same_arguments() {
     CHECK_FALSE(st.launch_in_flight);
     CHECK(pool.stats().flags.refused_launch == 1);
     CHECK(pool.stats().errors == errors_before + 1);
-    if (op == ps::detail::Operation::stash) {
+    if (op == ps::Operation::stash) {
       CHECK(st.state == ps::RecordState::stashed);
       CHECK(st.pages == pages);
       CHECK(pool.stats().device_pages_free == cfg.device_pages - pages);
@@ -710,13 +712,7 @@ TEST_CASE("emulated grid: a pool reset frees a record left held by a launch that
   std::mt19937 rng(19);
   Buffers<L> in(shape, rng), out(shape, rng);
   // A launch that took the record and died: held, its id published, this generation.
-  ps::detail::LaunchWords& words = rec.ref().header->launch;
-  const std::uint64_t dead = next_grid_id();
-  words.arrival = dead << ps::detail::launch_id_shift | ps::detail::launch_held;
-  words.owner = dead;
-  words.generation = pool.stats().generation;
-  words.finished = 2;
-  words.next_tile = 1000;
+  ps::forge_held_launch(rec.ref(), next_grid_id(), pool.stats().generation, 2, 1000);
   Emulator{}.stash(pool, in.view, rec);
   CHECK(rec.status().refused_blocks == LaunchShape{}.blocks);
   CHECK(rec.status().launch_in_flight);
@@ -780,11 +776,11 @@ void check_team_plan(const char* name) {
     const bool zero_tail = round % 3 == 0;
     const int tile_shift = 8 + round;
     const ps::CountCheck serial_check = ps::plan_groups(v, counts.data(), nullptr);
-    std::vector<ps::WorkItem> serial(static_cast<std::size_t>(ps::detail::max_work_items(v.groups)));
+    std::vector<ps::WorkItem> serial(static_cast<std::size_t>(ps::max_work_items(v.groups)));
     const ps::WorkTotals st = ps::serial_plan_work<Tr>(v, counts.data(), zero_tail, serial.data(), tile_shift);
     // The one-thread plan of the host executor is the team code too.
     std::vector<ps::WorkItem> one_thread(serial.size());
-    REQUIRE(ps::detail::plan_work<Tr>(v, counts.data(), zero_tail, one_thread.data(), tile_shift).tiles == st.tiles);
+    REQUIRE(ps::plan_work<Tr>(v, counts.data(), zero_tail, one_thread.data(), tile_shift).tiles == st.tiles);
     REQUIRE(std::memcmp(one_thread.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) == 0);
     REQUIRE(ps::check_counts(v, counts.data()).first_bad_group == serial_check.first_bad_group);
 
@@ -798,8 +794,8 @@ void check_team_plan(const char* name) {
     emulate_launch(one, [&](const EmulatedContext& ctx) {
       const int r = ctx.team.rank();
       checks[static_cast<std::size_t>(r)] = ps::check_counts(ctx.team, v, counts.data());
-      totals[static_cast<std::size_t>(r)] = ps::detail::plan_work_on_team<Tr>(
-          ctx.team, v, ps::detail::SegmentsAt{counts.data()}, zero_tail, tile_shift, team_items.data());
+      totals[static_cast<std::size_t>(r)] = ps::plan_work_on_team<Tr>(
+          ctx.team, v, ps::SegmentsAt{counts.data()}, zero_tail, tile_shift, team_items.data());
     });
     INFO(name << ", round " << round << ", groups " << v.groups);
     for (int r = 0; r < 64; ++r) {
@@ -832,28 +828,27 @@ TEST_CASE("emulated grid: a launch cuts tiles of the device policy's size, the h
   std::vector<std::int32_t> counts{64};
   v.data = data.data();
   v.counts = counts.data();
-  const std::int64_t page_bytes = std::int64_t{1} << ps::detail::HostPolicy::tile_shift;  // no tile clipped
+  const std::int64_t page_bytes = std::int64_t{1} << ps::HostPolicy::tile_shift;  // no tile clipped
   ps::PagePool pool(room_for<Traits>(v, page_bytes, 1), ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, v);
   const auto tiles_of = [&](int tile_shift) {
-    return ps::detail::plan_work<Traits>(v, counts.data(), false, nullptr, tile_shift).tiles;
+    return ps::plan_work<Traits>(v, counts.data(), false, nullptr, tile_shift).tiles;
   };
-  REQUIRE(tiles_of(ps::detail::StashPolicy::tile_shift) != tiles_of(ps::detail::HostPolicy::tile_shift));
+  REQUIRE(tiles_of(ps::StashPolicy::tile_shift) != tiles_of(ps::HostPolicy::tile_shift));
   FourByTwoWarps::stash(pool, v, rec);
   REQUIRE(rec.status().state == ps::RecordState::stashed);
-  CHECK(rec.ref().header->tiles == tiles_of(ps::detail::StashPolicy::tile_shift));
+  CHECK(rec.ref().header->tiles == tiles_of(ps::StashPolicy::tile_shift));
   ps::discard(ps::host, pool, rec);
   ps::stash(ps::host, pool, v, rec);
   REQUIRE(rec.status().state == ps::RecordState::stashed);
-  CHECK(rec.ref().header->tiles == tiles_of(ps::detail::HostPolicy::tile_shift));
+  CHECK(rec.ref().header->tiles == tiles_of(ps::HostPolicy::tile_shift));
 }
 
 TEST_CASE("launch shape: the policy of a device's compute capability sizes its grid") {
-  namespace d = ps::detail;
-  static_assert(std::is_same_v<d::StashPolicy, d::StashPolicy90>, "host code runs sm_90's policy");
+  static_assert(std::is_same_v<ps::StashPolicy, ps::StashPolicy90>, "host code runs sm_90's policy");
   const auto blocks_on = [](int sms, int compute_major, int resident_per_sm) {
-    return d::with_stash_policy(compute_major,
-                                [&](auto policy) { return d::device_blocks<decltype(policy)>(sms, resident_per_sm); });
+    return ps::with_stash_policy(compute_major,
+                                [&](auto policy) { return ps::device_blocks<decltype(policy)>(sms, resident_per_sm); });
   };
   CHECK(blocks_on(132, 9, 2) == 132);   // H200: one block per SM
   CHECK(blocks_on(148, 10, 2) == 296);  // B200: two
@@ -861,12 +856,12 @@ TEST_CASE("launch shape: the policy of a device's compute capability sizes its g
   CHECK(blocks_on(108, 8, 0) == 108);   // before sm_90: sm_90's; no occupancy known: one per SM
   CHECK(blocks_on(100, 12, 2) == 200);  // after sm_100: sm_100's
 
-  using P = d::StashPolicy90;
+  using P = ps::StashPolicy90;
   constexpr std::int64_t claim = P::warps_per_block * P::tiles_per_warp_claim;  // a block's tiles per claim
-  CHECK(d::launch_blocks<P>(132, 0, 0) == 1);
-  CHECK(d::launch_blocks<P>(132, 0, 10 * claim + 1) == 11);  // one claim per block
-  CHECK(d::launch_blocks<P>(132, 0, 1000 * claim) == 132);
-  CHECK(d::launch_blocks<P>(132, 7, 1000 * claim) == 7);  // max_blocks
+  CHECK(ps::launch_blocks<P>(132, 0, 0) == 1);
+  CHECK(ps::launch_blocks<P>(132, 0, 10 * claim + 1) == 11);  // one claim per block
+  CHECK(ps::launch_blocks<P>(132, 0, 1000 * claim) == 132);
+  CHECK(ps::launch_blocks<P>(132, 7, 1000 * claim) == 7);  // max_blocks
 }
 
 }  // namespace

@@ -60,9 +60,9 @@ TEST_CASE("executor suite, host executor: the steps refuse a record of another p
   suite::foreign_record_refused<Host>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
     // Past the host checks, as on the device with attached objects (no ids on the host).
-    ps::detail::stash_on_host<Tr>(ps::host, pool_b.ref(), src, rec_a.ref());
-    ps::detail::reload_on_host<Tr>(ps::host, pool_b.ref(), rec_a.ref(), dst, ps::ReloadOptions{true});
-    ps::detail::discard_pages(ps::detail::SerialTeam{}, pool_b.ref(), rec_a.ref());
+    ps::stash_on_host<Tr>(ps::host, pool_b.ref(), src, rec_a.ref());
+    ps::reload_on_host<Tr>(ps::host, pool_b.ref(), rec_a.ref(), dst, ps::ReloadOptions{true});
+    ps::discard_pages(ps::SerialTeam{}, pool_b.ref(), rec_a.ref());
   });
 }
 
@@ -124,7 +124,7 @@ TEST_CASE("emulated grid: executor suite, end_step, a clean step is balanced, a 
 TEST_CASE("emulated grid: executor suite, the kernels refuse a record of another pool where the host cannot tell") {
   suite::foreign_record_refused<Emulated>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
-    using ps::detail::Operation;
+    using ps::Operation;
     // Launches on the handles, past the host checks, as on the device with attached objects.
     const Emulator em = Emulated::emulator();
     em.launch<Tr, Operation::stash>(pool_b.ref(), src, rec_a.ref(), {});

@@ -11,16 +11,32 @@
 #include "../common/stash_sequence.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+// The library allocates host memory with the aligned operator new (pool/allocation.hpp):
+// this binary's replacement counts those calls, so that a test can tell it made none.
+static std::atomic<long long> aligned_allocations{0};
+
+void* operator new(std::size_t bytes, std::align_val_t align) {
+  aligned_allocations.fetch_add(1, std::memory_order_relaxed);
+  const auto a = static_cast<std::size_t>(align);
+  if (void* p = std::aligned_alloc(a, (bytes + a - 1) / a * a + (bytes == 0 ? a : 0))) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -66,19 +82,19 @@ struct Ops {
   // The same past the host checks, on the handles: what runs where the host cannot compare
   // a pool's and a record's ids (attached device objects).
   void unchecked_stash(const ps::PoolRef& pool, const ps::GroupedView<L>& v, const ps::RecordRef& rec) const {
-    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::stash>(pool, v, rec, {});
-    else ps::detail::stash_on_host<Tr>(ps::host, pool, v, rec);
+    if (emulated) Emulator{}.launch<Tr, ps::Operation::stash>(pool, v, rec, {});
+    else ps::stash_on_host<Tr>(ps::host, pool, v, rec);
   }
   // Poison off: the tests of these check that a refused step writes nothing (the executor
   // suite checks that a refused reload poisons its destination).
   void unchecked_reload(const ps::PoolRef& pool, const ps::RecordRef& rec, const ps::GroupedView<L>& dest) const {
     const ps::ReloadOptions no_poison{true, false};
-    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::reload>(pool, dest, rec, no_poison);
-    else ps::detail::reload_on_host<Tr>(ps::host, pool, rec, dest, no_poison);
+    if (emulated) Emulator{}.launch<Tr, ps::Operation::reload>(pool, dest, rec, no_poison);
+    else ps::reload_on_host<Tr>(ps::host, pool, rec, dest, no_poison);
   }
   void unchecked_discard(const ps::PoolRef& pool, const ps::GroupedView<L>& shape, const ps::RecordRef& rec) const {
-    if (emulated) Emulator{}.launch<Tr, ps::detail::Operation::discard>(pool, shape, rec, {});
-    else ps::detail::discard_pages(ps::detail::SerialTeam{}, pool, rec);
+    if (emulated) Emulator{}.launch<Tr, ps::Operation::discard>(pool, shape, rec, {});
+    else ps::discard_pages(ps::SerialTeam{}, pool, rec);
   }
 };
 
@@ -193,7 +209,7 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
     fill(src, rng);
     ps::PoolConfig cfg;
     cfg.page_bytes = 1024;
-    cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);  // one full stash
+    cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);  // one full stash
     ps::PagePool pool(cfg, ps::MemorySpace::host);
     auto a = ps::make_record<Tr>(pool, shape), b = ps::make_record<Tr>(pool, shape);
 
@@ -403,7 +419,7 @@ TEST_CASE("external memory: a pool and records in caller-owned memory allocate n
   const auto shape = sequence_shape<L>(true);
   ps::PoolConfig cfg;
   cfg.page_bytes = 512;
-  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   cfg.host_pages = 3;
   const ps::PoolMemorySizes sizes = ps::PagePool::bytes_needed(cfg);
   CHECK(sizes.device_arena == static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
@@ -414,7 +430,7 @@ TEST_CASE("external memory: a pool and records in caller-owned memory allocate n
   memory.control = resource.allocate(sizes.control);
   memory.device_arena = resource.allocate(sizes.device_arena);
   memory.host_arena = resource.allocate(sizes.host_arena);
-  const long long before = ps::detail::allocations_made().load();
+  const long long before = aligned_allocations.load();
   ps::PagePool pool(cfg, ps::MemorySpace::host, memory);
   CHECK(pool.ref().device_arena == memory.device_arena);
   const std::size_t record_bytes = ps::StashRecord<Tr>::bytes_needed(pool, shape);
@@ -435,7 +451,7 @@ TEST_CASE("external memory: a pool and records in caller-owned memory allocate n
   ps::report(ps::host, pool, &r);
   CHECK(r.stashes == 1);
   CHECK(r.reloads == 1);
-  CHECK(ps::detail::allocations_made().load() == before);  // nothing but the caller's memory
+  CHECK(aligned_allocations.load() == before);  // nothing but the caller's memory
   CHECK(resource.bytes == sizes.control + sizes.device_arena + sizes.host_arena + record_bytes);
 
   // Misaligned or missing parts are refused, naming the part.
@@ -455,16 +471,18 @@ TEST_CASE("host memory of 2 MiB or more the library allocates starts on 2 MiB (h
   cfg.page_bytes = 64 << 10;
   cfg.device_pages = 48;  // 3 MiB: not a whole number of 2 MiB pages
   ps::PagePool big(cfg, ps::MemorySpace::host);
-  CHECK(address(big.ref().device_arena) % ps::detail::huge_page_bytes == 0);
+  CHECK(address(big.ref().device_arena) % ps::huge_page_bytes == 0);
   cfg.page_bytes = 512;
   cfg.device_pages = 4;
   ps::PagePool small(cfg, ps::MemorySpace::host);
-  CHECK(address(small.ref().device_arena) % ps::detail::memory_alignment == 0);
+  CHECK(address(small.ref().device_arena) % ps::memory_alignment == 0);
   // Every byte is usable (the sanitizer build checks that it is freed as it was made).
-  const std::size_t bytes = ps::detail::huge_page_bytes + 4096 + 16;
-  ps::detail::Allocation a(ps::detail::MemoryKind::host, bytes);
-  std::memset(a.get(), 0x5A, bytes);
-  CHECK(static_cast<unsigned char*>(a.get())[bytes - 1] == 0x5A);
+  const std::size_t bytes = ps::huge_page_bytes + 4096 + 16;
+  void* a = ps::allocate_host(bytes);
+  CHECK(address(a) % ps::huge_page_bytes == 0);
+  std::memset(a, 0x5A, bytes);
+  CHECK(static_cast<unsigned char*>(a)[bytes - 1] == 0x5A);
+  ps::free_host(a, bytes);
 }
 
 /// A byte copy of `bytes` bytes at an address that is 16-byte but not 32-byte aligned (as a
@@ -483,7 +501,7 @@ TEST_CASE("attach: a pool and a record over memory that holds them, or a byte co
   const auto shape = sequence_shape<L>(true);
   ps::PoolConfig cfg;
   cfg.page_bytes = 512;
-  cfg.device_pages = 2 * ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   const ps::PoolMemorySizes sizes = ps::PagePool::bytes_needed(cfg);
   CountingResource resource;
   ps::PoolMemory memory;
@@ -567,7 +585,7 @@ TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, ke
   CHECK(std::count_if(ids.begin(), ids.end(), [](std::uint64_t id) { return id >> 63; }) > 64);
 
   const auto shape = sequence_shape<L>(false);
-  cfg.device_pages = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   for (bool emulated : {false, true}) {
     CAPTURE(emulated);
     const Ops ops{emulated};
@@ -600,9 +618,8 @@ TEST_CASE("pool ids: nonzero, different for every pool, in the pool's memory, ke
 std::vector<unsigned char> bytes_but_error(const ps::StashRecord<Tr>& rec) {
   const auto* at = reinterpret_cast<const unsigned char*>(rec.ref().header);
   std::vector<unsigned char> b(at, at + rec.bytes());
-  using Header = ps::detail::RecordHeader;
-  std::fill_n(b.begin() + offsetof(Header, summary) + offsetof(ps::detail::RecordSummary, error), sizeof(ps::Flag), 0);
-  std::fill_n(b.begin() + offsetof(ps::detail::RecordHeader, launch), sizeof(ps::detail::LaunchWords), 0);
+  for (const ps::RecordBytes r : {ps::record_error_bytes(), ps::record_launch_bytes()})
+    std::fill_n(b.begin() + static_cast<std::ptrdiff_t>(r.offset), r.bytes, 0);
   return b;
 }
 
@@ -646,7 +663,7 @@ TEST_CASE("foreign record: pool A's record over pool B's memory is refused by ev
   CHECK(offsetof(ps::PoolFlags, foreign_record) == 32);
   CHECK(std::string(ps::flag_names[8]) == "foreign_record");
   CHECK(std::string(ps::flag_names[9]) == "unbalanced");
-  const std::int64_t full = ps::pages_for(ps::detail::work_bounds<Tr>(shape).stream_bytes, 256);
+  const std::int64_t full = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, 256);
   for (bool emulated : {false, true}) {
     for (bool smaller : {false, true}) {  // B smaller: A's page ids are beyond B's
       CAPTURE(emulated);

@@ -175,10 +175,10 @@ TEST_CASE("NVFP4 blocks match the recipe written with CUDA's conversions, within
 TEST_CASE("abs_max is the positive quiet NaN when any value is NaN, of either sign (as the device producer)") {
   const float values[4] = {1.0f, -std::nanf(""), 3.0f, -2.0f};
   for (int first_nan = 0; first_nan < 2; ++first_nan) {
-    const float amax = ps::detail::abs_max(values + 1 - first_nan, 3);
+    const float amax = ps::abs_max(values + 1 - first_nan, 3);
     std::uint32_t bits = 0;
     std::memcpy(&bits, &amax, 4);
     CHECK(bits == 0x7FC00000u);
   }
-  CHECK(ps::detail::abs_max(values + 2, 2) == 3.0f);
+  CHECK(ps::abs_max(values + 2, 2) == 3.0f);
 }

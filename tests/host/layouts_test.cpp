@@ -226,7 +226,7 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
   int64_t checked = 0, bad = 0;
   for (int g = 0; g < groups; ++g) {
     // An NVFP4 block scale underflows E4M3 below 2^-10 / encode = 2^-10 * amax / 2688.
-    const float group_amax = ps::detail::abs_max(source.data() + rows[static_cast<std::size_t>(g)] * hidden,
+    const float group_amax = ps::abs_max(source.data() + rows[static_cast<std::size_t>(g)] * hidden,
                                                  t.counts[static_cast<std::size_t>(g)] * hidden);
     for (int64_t i = 0; i < t.counts[static_cast<std::size_t>(g)]; ++i) {
       for (int64_t k = 0; k < hidden; ++k) {

@@ -783,7 +783,7 @@ TEST_CASE("measured whole steps keep their correlation, and the interval covers 
   std::vector<sizing::StepDraw> held;
   for (int i = 0; i < 20000; ++i) {
     router.step(step);
-    fresh.push_back(sizing::detail::walk_step(schedule, held, [&](std::int64_t stash) {
+    fresh.push_back(sizing::walk_step(schedule, held, [&](std::int64_t stash) {
                       return sizing::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
                     }).bytes.pages);
   }

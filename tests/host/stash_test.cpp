@@ -405,7 +405,7 @@ void thread_sequence(ps::PagePool& pool, std::uint32_t seed, int ops, std::atomi
 }  // namespace
 
 TEST_CASE("concurrent stashes and reloads of different records on host threads share one pool") {
-  const std::int64_t full = ps::detail::work_bounds<NvTraits>(nv_shape()).stream_bytes;
+  const std::int64_t full = ps::work_bounds<NvTraits>(nv_shape()).stream_bytes;
   for (bool roomy : {true, false}) {
     CAPTURE(roomy);
     ps::PoolConfig cfg;

@@ -167,7 +167,7 @@ void check_producer_writes_where_te_reads(const std::vector<std::int32_t>& count
     const auto gi = static_cast<std::size_t>(g);
     const int64_t m = counts[gi];
     const TeScaleShape te = te_scale_shape<F>(m, K, col);
-    const float amax = ps::detail::abs_max(source.data() + first_row * K, m * K);
+    const float amax = ps::abs_max(source.data() + first_row * K, m * K);
     const auto tensor = F::TensorScale::from_amax(amax);
     // Blocks along tokens (columnwise) or along hidden (rowwise); (i, j) = (token, k) of the block's first value.
     for (int64_t i = 0; i < m; i += col ? b : 1) {

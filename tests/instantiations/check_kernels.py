@@ -152,7 +152,7 @@ def demangle(names):
 
 def short_name(pretty):
     """operation_kernel<Traits, Op> -> 'Op Layout<...> [traits]', compact."""
-    s = pretty.replace("pagestash::v0_1_0::", "").replace("detail::", "")
+    s = re.sub(r"\b(?:pagestash|v0_1_0|detail)::", "", pretty)
     s = re.sub(r"Minifloat<(\w+)Spec>", r"\1", s)
     s = re.sub(r"MXFP8<(\w+) ?>", r"MXFP8_\1", s)
     m = re.match(r"void operation_kernel<(.*), \(Operation\)(\d)>\(", s)

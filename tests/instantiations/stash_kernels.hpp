@@ -25,7 +25,7 @@ void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& re
 void reset_on(cudaStream_t stream, ps::PagePool& pool);
 void end_step_on(cudaStream_t stream, ps::PagePool& pool);
 /// Enqueues one kernel of one thread that writes its launch id (what the operation kernels'
-/// blocks tell their launch by: detail::grid_launch_id) to *out.
+/// blocks tell their launch by: grid_launch_id) to *out.
 void launch_id_on(cudaStream_t stream, std::uint64_t* out);
 
 }  // namespace pagestash_test

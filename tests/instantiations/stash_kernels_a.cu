@@ -8,7 +8,7 @@ void pagestash_test::end_step_on(cudaStream_t stream, pagestash::PagePool& pool)
 }
 
 namespace {
-__global__ void launch_id_kernel(std::uint64_t* out) { *out = pagestash::detail::grid_launch_id(); }
+__global__ void launch_id_kernel(std::uint64_t* out) { *out = pagestash::grid_launch_id(); }
 }  // namespace
 
 void pagestash_test::launch_id_on(cudaStream_t stream, std::uint64_t* out) {

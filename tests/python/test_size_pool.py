@@ -139,7 +139,7 @@ def test_whole_steps_keep_their_correlation_and_widen_the_interval(tmp_path):
     assert "60 measured steps of 6 count vectors" in whole.count_model
     assert whole.bootstrap_replicates == 200
     assert whole.pages > flat.pages  # the correlation kept: a heavy step is heavy in every stash
-    mc_low, mc_high = whole.pages_interval_monte_carlo
+    mc_low, mc_high = whole.pages_monte_carlo
     low, high = whole.pages_interval
     assert low <= mc_low <= mc_high <= high and high - low > mc_high - mc_low
     path = tmp_path / "steps.txt"

@@ -240,7 +240,7 @@ def test_sizing_from_observed_steps_of_a_correlated_router_holds_the_planned_rat
     assert sizing.device_pages > guessed.device_pages
     sized = ps.PagePool(1, page_bytes=PAGE, strict=False)
     sized.resize(sizing)
-    assert (sized.device_pages, sized.overflow_target) == (sizing.device_pages, 0.05)
+    assert (sized.device_pages, sized.overflow_target) == (sizing.device_pages, sizing.overflow) == (sizing.device_pages, 0.05)
     guess = guessed.pool(strict=False)
     fresh = dirichlet_router(gen, 300, 4, 2.0)
     with warnings.catch_warnings(record=True) as seen:

@@ -1,6 +1,6 @@
 #pragma once
-// Device-scope atomics, fences and spinning, as the pool and launch steps use them. Not
-// public API.
+// Device-scope atomics, fences and spinning, as the pool and launch steps use them: not
+// public API, but for the host observer (AtomicAccess, atomic_observer, observe_atomic).
 //
 // On the host (the host executor, the tests' grid emulator) every atomic access and fence
 // can be reported to an observer, so that a test or a benchmark counts what a launch costs
@@ -18,7 +18,6 @@
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
 
 enum class AtomicAccess : int {
   load,    ///< an atomic load
@@ -35,7 +34,8 @@ struct AtomicObserverSlot {
   void* context = nullptr;
 };
 
-/// The process's observer (null: none). Set it only while no operation runs.
+/// The process's observer (null: none), which observe_atomic tells of each access the
+/// library's atomics make on the host. Set it only while no operation runs.
 inline AtomicObserverSlot& atomic_observer() {
   static AtomicObserverSlot slot;
   return slot;
@@ -46,6 +46,8 @@ inline void observe_atomic(const void* address, AtomicAccess access) {
   if (const AtomicObserver f = slot.observer.load(std::memory_order_relaxed)) f(address, access, slot.context);
 }
 #endif
+
+namespace detail {
 
 /// cuda::atomic_ref at device scope, with the accesses this library makes.
 template <class T>

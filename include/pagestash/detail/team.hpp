@@ -2,7 +2,7 @@
 // A team is the set of threads that runs one step of an algorithm together: one CPU thread
 // on the host, a thread block or a warp on the device. The pool and stash steps are written
 // once against this interface, so the host executor runs the very code the kernels run.
-// Not public API.
+// Not public API, but for SerialTeam (the host's team) and BlockScan (a policy's choice).
 //
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts
@@ -23,7 +23,6 @@
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
 
 /// One thread alone (the host executor, or one device thread).
 struct SerialTeam {
@@ -42,6 +41,8 @@ struct SerialTeam {
 
 /// The cub::BlockScan algorithm a block's team scans with (a policy picks it, stash/policy.hpp).
 enum class BlockScan { raking, raking_memoize };
+
+namespace detail {
 
 #if defined(__CUDACC__)
 /// The threads of one block, BlockThreads of them (the kernels launch StashPolicy::threads_per_block).

@@ -19,8 +19,6 @@
 #include <cuda_runtime_api.h>
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
-
 /// The launch's id: the grid's own (%gridid, a new one for every launch in the context),
 /// plus one, as 0 means "no launch" in the record's owner word.
 __device__ inline cuda::std::uint64_t grid_launch_id() {
@@ -28,6 +26,8 @@ __device__ inline cuda::std::uint64_t grid_launch_id() {
   asm volatile("mov.u64 %0, %%gridid;" : "=l"(id));
   return id + 1;
 }
+
+namespace detail {
 
 /// A block of the operation kernels, as the architecture's policy has it.
 using PolicyBlockTeam = BlockTeam<StashPolicy::threads_per_block, StashPolicy::block_scan>;
@@ -112,8 +112,8 @@ void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename T
 template <class Traits>
 void stash(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {
-  detail::check_stash(ex.memory, pool, view, rec);
-  detail::launch<Traits, detail::Operation::stash>(ex, pool, view, rec, {}, rec.max_tiles());
+  check_stash(ex.memory, pool, view, rec);
+  detail::launch<Traits, Operation::stash>(ex, pool, view, rec, {}, rec.max_tiles());
 }
 
 /// Enqueues the reload of `rec` into `dest` on the executor's CUDA stream.
@@ -121,15 +121,15 @@ template <class Traits>
 void reload(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
   // A larger destination has more bytes to zero than the record's shape.
-  const cuda::std::int64_t max_tiles = detail::check_reload(ex.memory, pool, rec, dest);
-  detail::launch<Traits, detail::Operation::reload>(ex, pool, dest, rec, options, max_tiles);
+  const cuda::std::int64_t max_tiles = check_reload(ex.memory, pool, rec, dest);
+  detail::launch<Traits, Operation::reload>(ex, pool, dest, rec, options, max_tiles);
 }
 
 /// Enqueues the return of `rec`'s pages, without copying.
 template <class Traits>
 void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
-  detail::check_pool_and_record("discard", ex.memory, pool, rec);
-  detail::launch<Traits, detail::Operation::discard>(ex, pool, rec.shape(), rec, {}, 0);
+  check_pool_and_record("discard", ex.memory, pool, rec);
+  detail::launch<Traits, Operation::discard>(ex, pool, rec.shape(), rec, {}, 0);
 }
 
 /// Enqueues a write of the pool's flags and counters into *dst (the caller's memory: pinned,
@@ -162,7 +162,7 @@ inline void reset(const CudaExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory) detail::throw_invalid("pagestash::reset",
       "the pool is in host memory; use pagestash::host");
   detail::check_stream_device("reset", ex.stream, pool.device());
-  detail::reset_kernel<><<<1, detail::StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
+  detail::reset_kernel<><<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
 }
 

@@ -37,9 +37,12 @@ inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda
 // The operations after the host checks, on the handles: what runs where the host cannot
 // tell a record of another pool (the steps refuse it in memory; the tests run these so).
 
+}  // namespace detail
+
 template <class Traits>
 void stash_on_host(const HostExecutor& ex, const PoolRef& pool, const GroupedView<typename Traits::layout>& view,
                    const RecordRef& rec) {
+  using namespace detail;  // the steps and the tile loop
   if (begin_stash<Traits>(SerialTeam{}, pool, view, rec, tile_shift_on_host(pool)))
     run_tiles_on_host(ex, tile_work<Traits>(pool, view, rec, true), rec.header->tiles);
 }
@@ -47,6 +50,7 @@ void stash_on_host(const HostExecutor& ex, const PoolRef& pool, const GroupedVie
 template <class Traits>
 void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef& rec,
                     const GroupedView<typename Traits::layout>& dest, ReloadOptions options) {
+  using namespace detail;  // the steps and the tile loop
   if (!begin_reload<Traits>(SerialTeam{}, pool, dest, rec, options.zero_tail, tile_shift_on_host(pool))) {
     if (options.poison) poison_buffers<Traits>(dest, 0, 1);
     return;
@@ -55,15 +59,13 @@ void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef
   end_reload(SerialTeam{}, pool, rec);
 }
 
-}  // namespace detail
-
 /// Moves the live bytes of every buffer Traits pages into pages of `pool`, and the kept
 /// buffers into `rec`. See RecordState / RecordStatus::error for what happens when it cannot.
 template <class Traits>
 void stash(const HostExecutor& ex, PagePool& pool, const GroupedView<typename Traits::layout>& view,
            StashRecord<Traits>& rec) {
-  detail::check_stash(ex.memory, pool, view, rec);
-  detail::stash_on_host<Traits>(ex, pool.ref(), view, rec.ref());
+  check_stash(ex.memory, pool, view, rec);
+  stash_on_host<Traits>(ex, pool.ref(), view, rec.ref());
 }
 
 /// Copies the record's bytes back into `dest` (same hidden and groups, max_tokens at least
@@ -71,15 +73,15 @@ void stash(const HostExecutor& ex, PagePool& pool, const GroupedView<typename Tr
 template <class Traits>
 void reload(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
             const GroupedView<typename Traits::layout>& dest, ReloadOptions options = {}) {
-  detail::check_reload(ex.memory, pool, rec, dest);
-  detail::reload_on_host<Traits>(ex, pool.ref(), rec.ref(), dest, options);
+  check_reload(ex.memory, pool, rec, dest);
+  reload_on_host<Traits>(ex, pool.ref(), rec.ref(), dest, options);
 }
 
 /// Returns the record's pages without copying (a backward that is skipped).
 template <class Traits>
 void discard(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
-  detail::check_pool_and_record("discard", ex.memory, pool, rec);
-  detail::discard_pages(detail::SerialTeam{}, pool.ref(), rec.ref());
+  check_pool_and_record("discard", ex.memory, pool, rec);
+  discard_pages(SerialTeam{}, pool.ref(), rec.ref());
 }
 
 /// Writes the pool's flags and counters into *dst (see PoolStats). Synchronous, like every
@@ -88,7 +90,7 @@ inline void report(const HostExecutor& ex, const PagePool& pool, PoolStats* dst)
   if (pool.space() != ex.memory) detail::throw_invalid("pagestash::report",
       "the pool is in device memory; use pagestash::on(stream)");
   if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
-  detail::write_report(detail::SerialTeam{}, pool.ref(), dst);
+  write_report(SerialTeam{}, pool.ref(), dst);
 }
 
 /// Checks, at the end of a step, that every page came back (pool/free_list.hpp,
@@ -97,7 +99,7 @@ inline void report(const HostExecutor& ex, const PagePool& pool, PoolStats* dst)
 inline void end_step(const HostExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory) detail::throw_invalid("pagestash::end_step",
       "the pool is in device memory; use pagestash::on(stream)");
-  detail::check_balance(detail::SerialTeam{}, pool.ref());
+  check_balance(SerialTeam{}, pool.ref());
 }
 
 /// Frees every page, clears the flags and statistics; records stashed before become stale.
@@ -105,7 +107,7 @@ inline void end_step(const HostExecutor& ex, PagePool& pool) {
 inline void reset(const HostExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory) detail::throw_invalid("pagestash::reset",
       "the pool is in device memory; use pagestash::on(stream)");
-  detail::reset_pool(detail::SerialTeam{}, pool.ref());
+  reset_pool(SerialTeam{}, pool.ref());
 }
 
 PAGESTASH_NAMESPACE_END

@@ -38,11 +38,8 @@
 #include <pagestash/stash/steps.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
-
+/// What a launch does (run_operation): one of the three operations on a record.
 enum class Operation : int { stash, reload, discard };
-enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
-enum class Arrival : cuda::std::int32_t { owner, joined, refused };
 
 /// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and
 /// the launch's identity.
@@ -60,6 +57,11 @@ struct GridContext {
   /// launches look like one.
   cuda::std::uint64_t launch;
 };
+
+namespace detail {
+
+enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
+enum class Arrival : cuda::std::int32_t { owner, joined, refused };
 
 /// A refused block: counted, and the pool's error raised (counted once per launch: by the
 /// block that decided the refusal, `first`).
@@ -134,11 +136,14 @@ PAGESTASH_HOST_DEVICE void poison_unrestored(const Context& ctx, const GroupedVi
     poison_buffers<Traits>(view, ctx.block * ctx.team.size() + ctx.team.rank(), ctx.blocks * ctx.team.size());
 }
 
+}  // namespace detail
+
 /// One launch of operation Op on `rec`, as thread (ctx.block, ctx.team.rank()) runs it.
 template <class Traits, Operation Op, class Team, class Lanes>
 PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, const PoolRef& pool,
                                          const GroupedView<typename Traits::layout>& view, const RecordRef& rec,
                                          ReloadOptions options) {
+  using namespace detail;  // the launch protocol's words and steps
   const Team& team = ctx.team;
   LaunchWords& words = rec.header->launch;
 
@@ -208,5 +213,4 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
         .fetch_and(~launch_held, cuda::std::memory_order_release);
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

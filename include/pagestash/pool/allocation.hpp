@@ -11,7 +11,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -26,9 +25,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-namespace detail {
-
-enum class MemoryKind : int { host, device, mapped_host };
 
 /// Alignment of every allocation the library makes.
 inline constexpr std::size_t memory_alignment = 256;
@@ -59,19 +55,15 @@ inline void* allocate_host(std::size_t bytes) {
 
 inline void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, std::align_val_t{host_alignment(bytes)}); }
 
-/// Allocations the library has made so far (tests check that caller-owned memory is used
-/// instead).
-inline std::atomic<long long>& allocations_made() {
-  static std::atomic<long long> n{0};
-  return n;
-}
+namespace detail {
+
+enum class MemoryKind : int { host, device, mapped_host };
 
 class Allocation {
  public:
   Allocation() = default;
   Allocation(MemoryKind kind, std::size_t bytes) : kind_(kind), bytes_(bytes) {
     if (bytes == 0) return;
-    allocations_made().fetch_add(1, std::memory_order_relaxed);
     switch (kind) {
       case MemoryKind::host: ptr_ = allocate_host(bytes); break;
       case MemoryKind::device: PAGESTASH_CUDA_TRY(cudaMalloc(&ptr_, bytes)); break;

@@ -156,10 +156,13 @@ PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
   return f;
 }
 
+}  // namespace detail
+
 /// Writes the flags and counters into `dst` (the caller's memory), the counters under the
 /// lock so that they are one snapshot.
 template <class Team>
 PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolStats* dst) {
+  using namespace detail;  // the pool's atomics and locks
   lock_pool(team, pool);
   if (team.leader()) {
     PoolStats r{};
@@ -180,14 +183,13 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
 /// there are any.
 template <class Team>
 PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) {
-  lock_pool(team, pool);
+  detail::lock_pool(team, pool);
   if (team.leader()) {
     PoolCounters& n = pool.state->counters;
     n.pages_held_at_step_end = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
-    if (n.pages_held_at_step_end != 0) raise_error(pool, Flag::unbalanced);
+    if (n.pages_held_at_step_end != 0) detail::raise_error(pool, Flag::unbalanced);
   }
-  unlock_pool(team, pool);
+  detail::unlock_pool(team, pool);
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

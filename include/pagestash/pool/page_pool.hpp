@@ -54,7 +54,6 @@ struct PoolRef {
   }
 };
 
-namespace detail {
 /// Every page free, flags and statistics cleared, generation bumped, the id kept; no
 /// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
 template <class Team>
@@ -66,7 +65,7 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) {
     // Every word but the id, which is never written: an operation that overlaps the reset
     // (misuse) sees the pool's own id, never a false foreign_record.
-    PoolState& s = *pool.state;
+    detail::PoolState& s = *pool.state;
     PoolCounters counters{};
     counters.generation = s.counters.generation + 1;
     counters.device_pages_free = pool.device_pages;
@@ -77,7 +76,6 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   }
   team.sync();
 }
-}  // namespace detail
 
 /// What a pool's caller-owned memory must hold: bytes of each part (PagePool::bytes_needed).
 struct PoolMemorySizes {
@@ -88,7 +86,7 @@ struct PoolMemorySizes {
 
 /// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching
 /// allocator, so that its accounting sees the pool): each part at least bytes_needed()'s
-/// size and aligned to 16 bytes (detail::borrowed_alignment), in the pool's memory space:
+/// size and aligned to 16 bytes (borrowed_alignment), in the pool's memory space:
 /// device memory for a device pool's control and device arena, and pinned host memory
 /// mapped into the device (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with
 /// cudaHostRegisterMapped) for its host arena; plain host memory for a host pool. The pool
@@ -196,7 +194,7 @@ class PagePool {
     *staging.state = detail::PoolState{};
     staging.state->counters.generation = -1;
     staging.state->id = id_;
-    detail::reset_pool(detail::SerialTeam{}, staging);
+    reset_pool(SerialTeam{}, staging);
     detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
   }
 

@@ -21,7 +21,7 @@ __global__ void producer_groups_kernel(GroupedView<Layout> v, cuda::std::int64_t
   for (cuda::std::int32_t g = 0; g < v.groups; ++g) group_amax[g] = 0.0f;
 }
 
-/// Per-group amax, as detail::abs_max: non-negative floats order like their bit patterns, so
+/// Per-group amax, as abs_max: non-negative floats order like their bit patterns, so
 /// atomicMax on ints; a NaN is kept as the positive quiet NaN, whose bits order above
 /// infinity's (fmaxf alone would drop it).
 template <class Layout>

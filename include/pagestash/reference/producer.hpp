@@ -216,7 +216,7 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
   }
   std::vector<float> group_amax(v.groups);
   for (cuda::std::int32_t g = 0; g < v.groups; ++g)
-    group_amax[g] = detail::abs_max(source + group_rows[g] * v.hidden, counts[g] * v.hidden);
+    group_amax[g] = abs_max(source + group_rows[g] * v.hidden, counts[g] * v.hidden);
   const ProducerInput in{source, counts, group_rows.data(), group_amax.data()};
 
   for_each_role([&](BufferRole role) {

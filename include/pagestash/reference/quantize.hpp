@@ -29,7 +29,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-namespace detail {
 /// max |v| over n values; the quiet NaN (0x7FC00000, positive) if any value is NaN, as the
 /// device producer computes it.
 template <class T>
@@ -43,7 +42,6 @@ PAGESTASH_HOST_DEVICE float abs_max(const T* values, cuda::std::int64_t n) {
   }
   return amax;
 }
-}  // namespace detail
 
 /// Quantizes `Format::block_size` values; writes one element code per value and returns the
 /// block scale.
@@ -51,7 +49,7 @@ template <class Element>
 PAGESTASH_HOST_DEVICE E8M0 quantize_block(MXFP8<Element>, const float* values,
                                           typename MXFP8<Element>::TensorScale, Element* codes) {
   constexpr int n = MXFP8<Element>::block_size;
-  const float amax = detail::abs_max(values, n);
+  const float amax = abs_max(values, n);
   if (!(amax <= cuda::std::numeric_limits<float>::max())) {  // NaN or infinity in the block
     for (int i = 0; i < n; ++i) codes[i] = Element::from_float(detail::quiet_nan());
     return E8M0::from_bits(E8M0::nan_code);
@@ -74,7 +72,7 @@ PAGESTASH_HOST_DEVICE void dequantize_block(MXFP8<Element>, const Element* codes
 PAGESTASH_HOST_DEVICE inline E4M3 quantize_block(NVFP4, const float* values, NVFP4::TensorScale tensor,
                                                  E2M1* codes) {
   constexpr int n = NVFP4::block_size;
-  const float amax = detail::abs_max(values, n);
+  const float amax = abs_max(values, n);
   const E4M3 scale = E4M3::from_float(amax / 6.0f * tensor.encode);
   const float s = scale.to_float();
   const float factor = s == 0.0f ? 0.0f : tensor.encode / s;
@@ -87,7 +85,6 @@ PAGESTASH_HOST_DEVICE inline void dequantize_block(NVFP4, const E2M1* codes, E4M
   const float s = scale.to_float() / tensor.encode;
   for (int i = 0; i < NVFP4::block_size; ++i) values[i] = codes[i].to_float() * s;
 }
-
 
 /// Storage of one quantized [rows, cols] matrix, typed as the layouts' views are (MXFP8:
 /// E4M3/E5M2 data and E8M0 scales; NVFP4: E2M1x2 data and E4M3 scales). `amax` is used by
@@ -221,7 +218,7 @@ void validate_matrix(const QuantizedMatrix<Format>& q) {
 template <class Format, class Source>
 void quantize_matrix(const Source* source, const QuantizedMatrix<Format>& q) {
   validate_matrix(q);
-  const float amax = detail::abs_max(source, q.rows * q.cols);
+  const float amax = abs_max(source, q.rows * q.cols);
   if (q.amax != nullptr) *q.amax = amax;
   const auto tensor = Format::TensorScale::from_amax(amax);
   for (cuda::std::int64_t line = 0; line < q.line_count(); ++line)

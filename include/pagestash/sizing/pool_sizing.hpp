@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -157,6 +158,48 @@ struct PoolSizing {
   double segment_rounding_bytes() const { return mean_stream_bytes - mean_live_bytes; }
 };
 
+/// What a caller reads of a PoolSizing, as fn(name, value): the Python package's PoolSizing
+/// has exactly these fields, named so (a field added here reaches it, and its test fails
+/// until Python declares it). A member reported whole keeps its name; `pages` is the
+/// estimate's value, `pages_monte_carlo` its interval (the Monte Carlo error) and
+/// `pages_high_bounded` whether that interval's top is bounded; settings keep theirs.
+/// Page counts are integers; other intervals are Interval (low, high).
+template <class Fn>
+void for_each_field(const PoolSizing& p, Fn&& fn) {
+  using Pages = std::pair<std::int64_t, std::int64_t>;
+  fn("pages", p.pages.value);
+  fn("pages_interval", Pages{static_cast<std::int64_t>(p.pages_interval.low),
+                             static_cast<std::int64_t>(p.pages_interval.high)});
+  fn("pages_high_bounded", p.pages.high_bounded);
+  fn("pages_monte_carlo", Pages{p.pages.low, p.pages.high});
+  fn("bootstrap_replicates", p.bootstrap_replicates);
+  fn("bootstrap_interval", p.bootstrap_interval);
+  fn("page_bytes", p.settings.page_bytes);
+  fn("device_pages", p.device_pages);
+  fn("host_pages", p.host_pages);
+  fn("bytes", p.bytes());
+  fn("device_bytes", p.device_bytes());
+  fn("full_bytes", p.full_bytes);
+  fn("saved_bytes", p.saved_bytes());
+  fn("saved_fraction", p.saved_fraction());
+  fn("overflow", p.settings.overflow);
+  fn("overflow_probability", p.overflow_probability);
+  fn("overflow_interval", p.overflow_interval);
+  fn("alive_stashes", p.alive_stashes);
+  fn("peak_moments", p.peak_moments);
+  fn("schedule", p.schedule);
+  fn("count_model", p.count_model);
+  fn("samples", p.settings.samples);
+  fn("seed", p.settings.seed);
+  fn("confidence", p.settings.confidence);
+  fn("mean_pages", p.mean_pages);
+  fn("mean_stream_bytes", p.mean_stream_bytes);
+  fn("mean_live_bytes", p.mean_live_bytes);
+  fn("mean_dropped_tokens", p.mean_dropped_tokens);
+  fn("page_rounding_bytes", p.page_rounding_bytes());
+  fn("segment_rounding_bytes", p.segment_rounding_bytes());
+}
+
 namespace detail {
 inline void check_settings(const SizingSettings& s) {
   if (s.page_bytes < 256 || (s.page_bytes & (s.page_bytes - 1)) != 0)
@@ -178,7 +221,6 @@ struct StepDraw {
   std::int64_t dropped_tokens = 0;
 };
 
-namespace detail {
 /// Walks the schedule's events: `take(stash)` gives a stash's bytes and dropped tokens as it
 /// is stashed; returns the step at its peak.
 template <class Take>
@@ -203,6 +245,8 @@ StepDraw walk_step(const Schedule& schedule, std::vector<StepDraw>& held, Take&&
   }
   return peak;
 }
+
+namespace detail {
 
 inline void check_fits(const Layer& layer, const Schedule& schedule, const CountModel& counts) {
   if (counts.experts() != layer.experts())
@@ -269,7 +313,7 @@ inline StepDraw draw_step(const Layer& layer, const Schedule& schedule, const Co
   counts.start_step(rng, step);
   std::vector<StepDraw> held;
   std::vector<std::int32_t> c;
-  return detail::walk_step(schedule, held, [&](std::int64_t stash) {
+  return walk_step(schedule, held, [&](std::int64_t stash) {
     const std::int64_t dropped = counts.draw_stash(rng, step, stash, c);
     return StepDraw{layer.measure(c, page_bytes), dropped};
   });
@@ -301,7 +345,7 @@ inline PoolSizing size_pool(const Layer& layer, const Schedule& schedule, const 
   double pages = 0, stream = 0, live = 0, dropped = 0;
   for (std::int64_t i = 0; i < settings.samples; ++i) {
     counts.start_step(rng, step);
-    const StepDraw peak = detail::walk_step(schedule, held, [&](std::int64_t stash) {
+    const StepDraw peak = walk_step(schedule, held, [&](std::int64_t stash) {
       if (lookup) return lookup->per_line[static_cast<std::size_t>(measured->line_of(rng, step, stash))];
       const std::int64_t d = counts.draw_stash(rng, step, stash, c);
       return StepDraw{layer.measure(c, settings.page_bytes), d};

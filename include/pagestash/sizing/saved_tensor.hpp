@@ -38,7 +38,7 @@ namespace detail {
 /// its geometry, so that a change of the stash's plan changes the sizer with it.
 template <class Traits>
 WorkTotals planned_stash(const GroupedView<typename Traits::layout>& shape, const cuda::std::int32_t* counts) {
-  return pagestash::detail::plan_work<Traits>(shape, counts, false, nullptr);
+  return pagestash::plan_work<Traits>(shape, counts, false, nullptr);
 }
 
 /// The bytes and pages of a stash of `counts` in pages of `page_bytes`.

@@ -28,6 +28,30 @@
 #include <cstring>
 
 PAGESTASH_NAMESPACE_BEGIN
+
+/// What a tile's copy does.
+enum class TileOp : int { stash, reload, zero };
+
+/// Whether a host thread prefetches the dead cache lines between runs: a CPU's stream
+/// prefetcher runs ahead of a dense stream of lines, not of one with holes, so where the dead
+/// rest of each line is one or two cache lines, reading it too is faster (NVFP4 columnwise
+/// data at 128 tokens per expert, a 128-byte pitch with every other cache line live: up to
+/// 1.2x from memory, docs/benchmarks.md).
+inline bool prefetches_dead_lines(cuda::std::uint32_t run, cuda::std::int64_t pitch) {
+  return pitch - run >= 64 && pitch - run <= 128;
+}
+
+/// Prefetches the whole cache lines in the dead rest of the line whose run starts at `at`.
+inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run, cuda::std::int64_t pitch) {
+#if defined(__GNUC__)
+  const auto end = reinterpret_cast<cuda::std::uintptr_t>(at) + static_cast<cuda::std::uintptr_t>(pitch);
+  for (auto line = (reinterpret_cast<cuda::std::uintptr_t>(at) + run + 63) / 64 * 64; line + 64 <= end; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line));
+#else
+  (void)at, (void)run, (void)pitch;
+#endif
+}
+
 namespace detail {
 
 /// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers
@@ -177,8 +201,6 @@ PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16
   }
 }
 
-enum class TileOp : int { stash, reload, zero };
-
 PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
   return reinterpret_cast<cuda::std::uintptr_t>(p) % 16 == 0;
 }
@@ -257,9 +279,72 @@ PAGESTASH_HOST_DEVICE bool batch_in_runs(const TileSpan& s, TileOp op, cuda::std
   return inside;
 }
 
+/// n bytes between non-overlapping ranges; short copies inline (a line's run is often a few
+/// bytes, for which a call into the C library costs more than the copy).
+inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::uint32_t n) {
+  if (n > 256) return static_cast<void>(std::memcpy(dst, src, n));
+  if (n >= 16) {
+    for (cuda::std::uint32_t i = 0; i + 16 < n; i += 16) std::memcpy(dst + i, src + i, 16);
+    std::memcpy(dst + n - 16, src + n - 16, 16);  // may overlap the one before
+  } else if (n >= 8) {
+    std::memcpy(dst, src, 8);
+    std::memcpy(dst + n - 8, src + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + n - 4, src + n - 4, 4);
+  } else if (n >= 2) {
+    std::memcpy(dst, src, 2);
+    std::memcpy(dst + n - 2, src + n - 2, 2);
+  } else if (n == 1) {
+    dst[0] = src[0];
+  }
+}
+
+/// Width tags for short runs: 16, 8 or 4 bytes.
+template <unsigned W>
+struct Width {
+  static constexpr unsigned bytes = W;
+};
+
+/// No short-run path: every run is moved exactly.
+struct ExactRuns {};
+
+/// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole
+/// runs, the rest. Unless ShortRun is ExactRuns, `short_run(at, q, Width<W>{})` takes a
+/// whole run shorter than W bytes, W the widest of 16, 8 and 4 that the pitch holds, when W
+/// bytes from q are in the tile (and W bytes from `at` are in its line: pitch >= W).
+template <class Move, class ShortRun = ExactRuns>
+inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run = {}) {
+  move(s.head, 0u, s.head_bytes);
+  // In locals: the copies store through byte pointers, which may alias `s` as far as the
+  // compiler knows, and would reload these after every store.
+  const cuda::std::uint32_t bytes = s.bytes, run = s.run;
+  const cuda::std::int64_t pitch = s.pitch;
+  cuda::std::uint32_t q = s.head_bytes;
+  unsigned char* at = s.body;
+  if constexpr (!cuda::std::is_same_v<ShortRun, ExactRuns>) {
+    const auto short_runs = [&](auto width) {
+      constexpr unsigned w = decltype(width)::bytes;
+      for (; q + w <= bytes; q += run, at += pitch) short_run(at, q, width);
+    };
+    if (run < 16 && pitch >= 16) short_runs(Width<16>{});
+    else if (run < 8 && pitch >= 8) short_runs(Width<8>{});
+    else if (run < 4 && pitch >= 4) short_runs(Width<4>{});
+  }
+  const bool dense = prefetches_dead_lines(run, pitch);
+  for (; q < bytes && bytes - q >= run; q += run, at += pitch) {
+    if (dense) prefetch_dead_lines(at, run, pitch);
+    move(at, q, run);
+  }
+  if (q < bytes) move(at, q, bytes - q);
+}
+
+}  // namespace detail
+
 /// The lanes of a team move a tile's vectors (see the top of this file).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
+  using namespace detail;  // the vector and run helpers above
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
@@ -330,88 +415,9 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);
 }
 
-/// n bytes between non-overlapping ranges; short copies inline (a line's run is often a few
-/// bytes, for which a call into the C library costs more than the copy).
-inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::uint32_t n) {
-  if (n > 256) return static_cast<void>(std::memcpy(dst, src, n));
-  if (n >= 16) {
-    for (cuda::std::uint32_t i = 0; i + 16 < n; i += 16) std::memcpy(dst + i, src + i, 16);
-    std::memcpy(dst + n - 16, src + n - 16, 16);  // may overlap the one before
-  } else if (n >= 8) {
-    std::memcpy(dst, src, 8);
-    std::memcpy(dst + n - 8, src + n - 8, 8);
-  } else if (n >= 4) {
-    std::memcpy(dst, src, 4);
-    std::memcpy(dst + n - 4, src + n - 4, 4);
-  } else if (n >= 2) {
-    std::memcpy(dst, src, 2);
-    std::memcpy(dst + n - 2, src + n - 2, 2);
-  } else if (n == 1) {
-    dst[0] = src[0];
-  }
-}
-
-/// Whether a host thread prefetches the dead cache lines between runs: a CPU's hardware
-/// prefetcher runs ahead of a dense run of lines, not of one with holes, so where the dead
-/// rest of each line is one or two cache lines, reading it too is faster (NVFP4 columnwise
-/// data at 128 tokens per expert, a 128-byte pitch with every other cache line live: up to
-/// 1.2x from memory, docs/benchmarks.md).
-inline bool prefetches_dead_lines(cuda::std::uint32_t run, cuda::std::int64_t pitch) {
-  return pitch - run >= 64 && pitch - run <= 128;
-}
-
-/// Prefetches the whole cache lines in the dead rest of the line whose run starts at `at`.
-inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run, cuda::std::int64_t pitch) {
-#if defined(__GNUC__)
-  const auto end = reinterpret_cast<cuda::std::uintptr_t>(at) + static_cast<cuda::std::uintptr_t>(pitch);
-  for (auto line = (reinterpret_cast<cuda::std::uintptr_t>(at) + run + 63) / 64 * 64; line + 64 <= end; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(line));
-#else
-  (void)at, (void)run, (void)pitch;
-#endif
-}
-
-/// Width tags for short runs: 16, 8 or 4 bytes.
-template <unsigned W>
-struct Width {
-  static constexpr unsigned bytes = W;
-};
-
-/// No short-run path: every run is moved exactly.
-struct ExactRuns {};
-
-/// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole
-/// runs, the rest. Unless ShortRun is ExactRuns, `short_run(at, q, Width<W>{})` takes a
-/// whole run shorter than W bytes, W the widest of 16, 8 and 4 that the pitch holds, when W
-/// bytes from q are in the tile (and W bytes from `at` are in its line: pitch >= W).
-template <class Move, class ShortRun = ExactRuns>
-inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run = {}) {
-  move(s.head, 0u, s.head_bytes);
-  // In locals: the copies store through byte pointers, which may alias `s` as far as the
-  // compiler knows, and would reload these after every store.
-  const cuda::std::uint32_t bytes = s.bytes, run = s.run;
-  const cuda::std::int64_t pitch = s.pitch;
-  cuda::std::uint32_t q = s.head_bytes;
-  unsigned char* at = s.body;
-  if constexpr (!cuda::std::is_same_v<ShortRun, ExactRuns>) {
-    const auto short_runs = [&](auto width) {
-      constexpr unsigned w = decltype(width)::bytes;
-      for (; q + w <= bytes; q += run, at += pitch) short_run(at, q, width);
-    };
-    if (run < 16 && pitch >= 16) short_runs(Width<16>{});
-    else if (run < 8 && pitch >= 8) short_runs(Width<8>{});
-    else if (run < 4 && pitch >= 4) short_runs(Width<4>{});
-  }
-  const bool dense = prefetches_dead_lines(run, pitch);
-  for (; q < bytes && bytes - q >= run; q += run, at += pitch) {
-    if (dense) prefetch_dead_lines(at, run, pitch);
-    move(at, q, run);
-  }
-  if (q < bytes) move(at, q, bytes - q);
-}
-
 /// One host thread moves a tile, a line's run at a time (see the top of this file).
 inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
+  using namespace detail;  // the vector and run helpers above
   using u32 = cuda::std::uint32_t;
   unsigned char* const stream = s.stream;
   if (op == TileOp::stash) {
@@ -441,5 +447,4 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemC
   copy_tile_vectors(lanes, s, tile_op(w, cursor));
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

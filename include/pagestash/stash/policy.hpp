@@ -14,7 +14,6 @@
 #include <cuda/std/type_traits>
 
 PAGESTASH_NAMESPACE_BEGIN
-namespace detail {
 
 /// H100/H200 (sm_90), and any architecture before sm_100.
 struct StashPolicy90 {
@@ -130,5 +129,4 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t launch_blocks(cuda::std::int6
   return blocks > 0 ? blocks : 1;
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

@@ -34,6 +34,23 @@ PAGESTASH_HOST_DEVICE constexpr RecordState state_after_stash(Flag error) {
                                                          : RecordState::failed;
 }
 
+/// What a record's last operation left, which status() reads back: (type, name, initial, meaning)
+/// a field; RecordSummary is made of it and for_each_field reads it (so does Python's status()).
+#define PAGESTASH_RECORD_SUMMARY(X)                                                                                    \
+  X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")        \
+  X(Flag, error, Flag::none, "why the last operation did nothing (none: it did); a failed stash's reload keeps it")    \
+  X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")      \
+  X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                      \
+  X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                            \
+  X(cuda::std::int64_t, device_pages, 0, "of them on the device")                                                      \
+  X(cuda::std::int64_t, stream_bytes, 0, "bytes the pages hold (segments padded to 16)")                               \
+  X(cuda::std::int64_t, live_bytes, 0, "bytes of the live runs")
+#define PAGESTASH_RECORD_FIELD(type, name, initial, meaning) type name = initial;
+
+struct RecordSummary {
+  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_FIELD)
+};
+
 namespace detail {
 
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line
@@ -46,10 +63,9 @@ namespace detail {
 /// the last block to finish releases the record. A launch that arrives while another holds
 /// the record is refused as a whole: each of its blocks counts itself in `refused`, the
 /// pool's error flag (refused_launch) is raised, and it does nothing (a reload poisons its
-/// destination: ReloadOptions::poison), so that an
-/// overlapping or never-finished launch is reported, never a hang. Padded rather than
-/// over-aligned: caller memory need only be 16-byte aligned (the words are on their own
-/// line when it is 128-byte aligned).
+/// destination: ReloadOptions::poison), so that an overlapping or never-finished launch is
+/// reported, never a hang. Padded rather than over-aligned: caller memory need only be
+/// 16-byte aligned (the words are on their own line when it is 128-byte aligned).
 struct LaunchWords {
   static constexpr int remembered_launches = 8;
   cuda::std::uint64_t arrival;  ///< newest launch id << 2 | refused (2) | held (1)
@@ -69,20 +85,6 @@ static_assert(sizeof(LaunchWords) == 128);
 inline constexpr cuda::std::uint64_t launch_held = 1, launch_refused = 2;
 inline constexpr int launch_id_shift = 2;
 
-/// What a record's last operation left: the part of its header that status() reads back.
-struct RecordSummary {
-  RecordState state = RecordState::empty;
-  /// Why the last operation did nothing, as the pool flag of that kind (Flag::none: it did
-  /// its work). A reload of a stash that overflowed or failed keeps the stash's.
-  Flag error = Flag::none;
-  cuda::std::int32_t first_bad_group = -1;  ///< with bad_counts
-  cuda::std::int32_t generation = 0;        ///< the pool's (resets so far) when last stashed
-  cuda::std::int64_t pages = 0;
-  cuda::std::int64_t device_pages = 0;
-  cuda::std::int64_t stream_bytes = 0;
-  cuda::std::int64_t live_bytes = 0;
-};
-
 /// The record's header in the pool's memory space.
 struct RecordHeader {
   RecordSummary summary;
@@ -94,6 +96,32 @@ struct RecordHeader {
   LaunchWords launch;
 };
 static_assert(offsetof(RecordHeader, launch) == 128);
+}  // namespace detail
+
+/// A trivially copyable handle on a record's memory, passed by value to kernels.
+struct RecordRef {
+  detail::RecordHeader* header = nullptr;
+  cuda::std::int32_t* counts = nullptr;
+  WorkItem* items = nullptr;
+  cuda::std::int32_t* page_ids = nullptr;
+  unsigned char* kept = nullptr;  ///< kept buffers, in role order, each 16-byte aligned
+};
+
+/// What a record holds, read back on the host: the summary, then these fields.
+#define PAGESTASH_RECORD_STATUS(X)                                                                                     \
+  X(std::int64_t, host_pages, 0, "of the pages, on the host")                                                          \
+  X(std::int32_t, refused_blocks, 0, "blocks of launches refused as another launch held the record (refused_launch)")  \
+  X(bool, launch_in_flight, false, "whether a launch holds the record now (after a sync: one that never finished)")
+
+struct RecordStatus : RecordSummary {
+  PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_FIELD)
+};
+
+template <class Fn>
+void for_each_field(const RecordStatus& s, Fn&& fn) {  // fn(name, value) in the tables' order, the summary's first
+#define PAGESTASH_RECORD_VISIT(type, name, initial, meaning) fn(#name, s.name);
+  PAGESTASH_RECORD_SUMMARY(PAGESTASH_RECORD_VISIT) PAGESTASH_RECORD_STATUS(PAGESTASH_RECORD_VISIT)
+}
 
 struct WorkBounds {
   cuda::std::int64_t stream_bytes;  ///< of the largest stash
@@ -106,7 +134,7 @@ struct WorkBounds {
 /// largest with every count 0. The default page_shift stands for pages no smaller than a tile.
 template <class Traits>
 WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = StashPolicy::tile_shift) {
-  if (shape.max_tokens > INT32_MAX) throw_invalid("StashRecord", "max_tokens exceeds 2^31 - 1");
+  if (shape.max_tokens > INT32_MAX) detail::throw_invalid("StashRecord", "max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
   const int tile_shift = tile_shift_for(page_shift, StashPolicy::tile_shift);  // the device's, the smaller: the most tiles
   const WorkTotals most = plan_work_on_team<Traits>(SerialTeam{}, shape, LargestSegments{}, false, tile_shift, nullptr);
@@ -117,36 +145,15 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int pa
     if (handling_of<Traits>(role) != Handling::paged || geo.segment_count() == 0) return;
     const Segment seg = geo.largest_segment(0);
     if (seg.lines > 1 && seg.lines * seg.pitch > max_lined_segment_bytes)
-      throw_invalid("StashRecord", "a group's " + std::string(name_of(role)) + " block of " +
+      detail::throw_invalid("StashRecord", "a group's " + std::string(name_of(role)) + " block of " +
                                   std::to_string(seg.lines * seg.pitch) +
                                   " bytes exceeds 4 GiB (fewer tokens per group, or more groups)");
   });
   if (bounds.tiles > max_plan_tiles)
-    throw_invalid("StashRecord", "a tensor of this shape needs " + std::to_string(bounds.tiles) +
+    detail::throw_invalid("StashRecord", "a tensor of this shape needs " + std::to_string(bounds.tiles) +
                                 " tiles, more than 2^31 - 1");
   return bounds;
 }
-
-}  // namespace detail
-
-/// A trivially copyable handle on a record's memory, passed by value to kernels.
-struct RecordRef {
-  detail::RecordHeader* header = nullptr;
-  cuda::std::int32_t* counts = nullptr;
-  WorkItem* items = nullptr;
-  cuda::std::int32_t* page_ids = nullptr;
-  unsigned char* kept = nullptr;  ///< kept buffers, in role order, each 16-byte aligned
-};
-
-/// What a record holds, read back on the host: a snapshot of its header (the device words).
-struct RecordStatus : detail::RecordSummary {
-  std::int64_t host_pages = 0;
-  /// Blocks of launches refused because another launch on the record was in flight (or
-  /// never finished): each such launch did nothing and raised the pool's error flag (refused_launch).
-  std::int32_t refused_blocks = 0;
-  /// Whether a launch holds the record now (after a device sync: one that never finished).
-  bool launch_in_flight = false;
-};
 
 template <class Traits>
 class StashRecord {
@@ -175,7 +182,7 @@ class StashRecord {
   /// Bytes of the memory a record of `shape`'s shape takes in `pool`'s memory space.
   static std::size_t bytes_needed(const PagePool& pool, const GroupedView<layout>& shape) {
     validate_shape(shape);
-    const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
+    const WorkBounds most = work_bounds<Traits>(shape, pool.ref().page_shift);
     return parts_of(shape, pages_for(most.stream_bytes, pool.config().page_bytes)).total;
   }
 
@@ -199,8 +206,9 @@ class StashRecord {
     v.hidden = shape_.hidden;
     return v;
   }
-  /// Pages and tiles the largest stash of this shape takes.
+  /// Pages the largest stash of this shape takes.
   cuda::std::int64_t max_pages() const { return max_pages_; }
+  /// Most tiles a stash or reload (with zero_tail) of this shape can have (WorkBounds::tiles).
   cuda::std::int64_t max_tiles() const { return max_tiles_; }
   /// log2 of the pool's page size, which the record's plans are cut by.
   int page_shift() const { return page_shift_; }
@@ -215,7 +223,7 @@ class StashRecord {
     detail::RecordHeader h{};
     detail::copy_bytes(space_, &h, ref_.header, sizeof(h), true);
     RecordStatus s;
-    static_cast<detail::RecordSummary&>(s) = h.summary;
+    static_cast<RecordSummary&>(s) = h.summary;
     s.host_pages = h.summary.pages - h.summary.device_pages;
     s.refused_blocks = h.launch.refused;
     s.launch_in_flight = (h.launch.arrival & detail::launch_held) != 0;
@@ -256,7 +264,7 @@ class StashRecord {
     p.counts_at = offset;
     offset += round16(static_cast<std::size_t>(shape.groups) * sizeof(cuda::std::int32_t));
     p.items_at = offset;
-    offset += round16(static_cast<std::size_t>(detail::max_work_items(shape.groups)) * sizeof(WorkItem));
+    offset += round16(static_cast<std::size_t>(max_work_items(shape.groups)) * sizeof(WorkItem));
     p.ids_at = offset;
     offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
     p.kept_at = offset;
@@ -273,7 +281,7 @@ class StashRecord {
         page_bytes_(pool.config().page_bytes), page_shift_(pool.ref().page_shift) {
     static_assert(check_stash_traits<Traits>());
     validate_shape(shape);
-    const detail::WorkBounds most = detail::work_bounds<Traits>(shape, pool.ref().page_shift);
+    const WorkBounds most = work_bounds<Traits>(shape, pool.ref().page_shift);
     max_pages_ = pages_for(most.stream_bytes, page_bytes_);
     max_tiles_ = most.tiles;
     const Parts parts = parts_of(shape, max_pages_);

@@ -163,21 +163,6 @@ PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, con
   team.sync();
 }
 
-/// Discard: return the pages without copying. A record that holds none is left alone and
-/// the reason recorded; no flag is raised, as nothing was lost (but for another pool's
-/// record: misuse).
-template <class Team>
-PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
-  RecordHeader& h = *rec.header;
-  Flag error = Flag::none;
-  if (team.leader()) {
-    error = is_foreign(pool, h) ? Flag::foreign_record : check_holds_pages(pool, h);
-    if (error == Flag::foreign_record) refuse(pool, h, error);
-    else h.summary.error = error;
-  }
-  if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
-}
-
 /// The tile work of the plan the record holds, over view's buffers.
 template <class Traits>
 PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
@@ -195,4 +180,21 @@ PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<
 }
 
 }  // namespace detail
+
+/// Discard: return the pages without copying. A record that holds none is left alone and
+/// the reason recorded; no flag is raised, as nothing was lost (but for another pool's
+/// record: misuse).
+template <class Team>
+PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
+  using namespace detail;  // the record's steps
+  RecordHeader& h = *rec.header;
+  Flag error = Flag::none;
+  if (team.leader()) {
+    error = is_foreign(pool, h) ? Flag::foreign_record : check_holds_pages(pool, h);
+    if (error == Flag::foreign_record) refuse(pool, h, error);
+    else h.summary.error = error;
+  }
+  if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
+}
+
 PAGESTASH_NAMESPACE_END

@@ -74,6 +74,16 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t stream_bytes_of(cuda::std::in
   return ceil_div(bytes, stream_alignment) * stream_alignment;
 }
 
+/// Tiles of an item of `bytes` bytes: a copy item's on the stream's grid from `stream`, a
+/// zero item's from its own start; with `bound`, a copy item's as if it started anywhere.
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t stream, cuda::std::int64_t bytes,
+                                                           bool copy, bool bound, int tile_shift) {
+  if (bound && copy) return bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
+  return tiles_on_grid(copy ? stream : 0, bytes, tile_shift);
+}
+
+}  // namespace detail
+
 /// Most items a plan of `groups` groups can have: two paged buffers, each with one
 /// segment per group and both kinds.
 PAGESTASH_HOST_DEVICE constexpr cuda::std::int32_t max_work_items(cuda::std::int32_t groups) { return 4 * groups; }
@@ -95,14 +105,6 @@ struct LargestSegments {
     return geo.largest_segment(s);
   }
 };
-
-/// Tiles of an item of `bytes` bytes: a copy item's on the stream's grid from `stream`, a
-/// zero item's from its own start; with `bound`, a copy item's as if it started anywhere.
-PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t stream, cuda::std::int64_t bytes,
-                                                           bool copy, bool bound, int tile_shift) {
-  if (bound && copy) return bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
-  return tiles_on_grid(copy ? stream : 0, bytes, tile_shift);
-}
 
 /// The plan of a stash (zero_tail = false) or reload over the buffers Traits pages, segment
 /// s of each buffer being segment_of(geometry, s), in tiles of 2^tile_shift bytes, by the
@@ -132,13 +134,13 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
     for (int r = 0; r < 2; ++r)  // a constant role for geometry(): no struct indexed at run time
       if (mine && static_cast<int>(role) == r)
         seg = segment_of(v.geometry(static_cast<BufferRole>(r)), j < data_segments ? j : j - data_segments);
-    const cuda::std::int64_t bytes = seg.lines * item_line_bytes(seg, kind);
+    const cuda::std::int64_t bytes = seg.lines * detail::item_line_bytes(seg, kind);
     const bool copy = mine && kind == WorkKind::copy;
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
     const cuda::std::int64_t stream =
-        t.stream_bytes + team.exclusive_sum(copy ? stream_bytes_of(bytes) : 0, chunk_stream);
+        t.stream_bytes + team.exclusive_sum(copy ? detail::stream_bytes_of(bytes) : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);
-    const cuda::std::int64_t tiles = mine ? item_tiles(stream, bytes, copy, SegmentOf::bound, tile_shift) : 0;
+    const cuda::std::int64_t tiles = mine ? detail::item_tiles(stream, bytes, copy, SegmentOf::bound, tile_shift) : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
     if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
     t.stream_bytes += chunk_stream;
@@ -156,8 +158,6 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
                                            int tile_shift = StashPolicy::tile_shift) {
   return plan_work_on_team<Traits>(SerialTeam{}, v, SegmentsAt{counts}, zero_tail, tile_shift, items);
 }
-
-}  // namespace detail
 
 /// The count check: Flag::none when the view holds every count, else Flag::bad_counts and
 /// the first group whose count it cannot hold (negative, beyond max_tokens, off the packed
@@ -190,10 +190,8 @@ PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedVie
 /// The count check on one thread (host code; counts in host memory).
 template <class Layout>
 PAGESTASH_HOST_DEVICE CountCheck check_counts(const GroupedView<Layout>& v, const cuda::std::int32_t* counts) {
-  return check_counts(detail::SerialTeam{}, v, counts);
+  return check_counts(SerialTeam{}, v, counts);
 }
-
-namespace detail {
 
 /// Everything the tiles of a plan need, trivially copyable (a kernel argument or a host local).
 struct TileWork {
@@ -217,6 +215,22 @@ struct ItemCursor {
   cuda::std::int32_t end = 0;
 };
 
+/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The
+/// tile's first `head` bytes end the line they start in (or end the tile); the rest are
+/// runs of `run` bytes starting at `body`, `pitch` apart.
+struct TileSpan {
+  unsigned char* stream;  ///< copy items: the tile's first stream byte; zero items: null
+  unsigned char* head;    ///< the buffer byte of the tile's first byte
+  unsigned char* body;    ///< the start of the next line's run
+  cuda::std::int64_t pitch;
+  cuda::std::uint32_t bytes;       ///< of the tile
+  cuda::std::uint32_t head_bytes;  ///< <= bytes
+  cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
+  bool last;                       ///< the item's last tile
+};
+
+namespace detail {
+
 /// Moves the cursor to the item that owns `tile`: the last one whose first_tile <= tile
 /// (empty items share their first_tile with the next one and are skipped). A binary search
 /// only when the tile has left the cursor's item, and only over the items after it when
@@ -234,20 +248,6 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
                                 : static_cast<cuda::std::int32_t>(max_plan_tiles);
 }
 
-/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The
-/// tile's first `head` bytes end the line they start in (or end the tile); the rest are
-/// runs of `run` bytes starting at `body`, `pitch` apart.
-struct TileSpan {
-  unsigned char* stream;  ///< copy items: the tile's first stream byte; zero items: null
-  unsigned char* head;    ///< the buffer byte of the tile's first byte
-  unsigned char* body;    ///< the start of the next line's run
-  cuda::std::int64_t pitch;
-  cuda::std::uint32_t bytes;       ///< of the tile
-  cuda::std::uint32_t head_bytes;  ///< <= bytes
-  cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
-  bool last;                       ///< the item's last tile
-};
-
 /// Where byte q of a tile is in the buffer, and how many bytes of its run follow (it included).
 struct Piece {
   unsigned char* at;
@@ -260,13 +260,15 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
   return {s.body + static_cast<cuda::std::int64_t>(line) * s.pitch + col, s.run - col};
 }
 
+}  // namespace detail
+
 /// Resolves tile `tile` of the plan; moves the cursor to its item.
 PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
-  seek_item(w, cursor, tile);
+  detail::seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
   const Segment& seg = item.segment;
   const bool copy = item.kind == WorkKind::copy;
-  const cuda::std::int64_t run = item_line_bytes(seg, item.kind);
+  const cuda::std::int64_t run = detail::item_line_bytes(seg, item.kind);
   const cuda::std::int64_t bytes = seg.lines * run;
   // The tile's bytes [a, e) of the item: the grid is the stream's for a copy item.
   const cuda::std::int64_t origin = copy ? item.stream : 0;
@@ -301,5 +303,4 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   return s;
 }
 
-}  // namespace detail
 PAGESTASH_NAMESPACE_END

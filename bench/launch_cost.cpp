@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
   LaunchShape grid;
   ps::with_stash_policy(major, [&](auto policy) {
     using Policy = decltype(policy);
-    grid.blocks = static_cast<int>(ps::launch_blocks<Policy>(
-        ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
+    grid.blocks = static_cast<int>(
+        ps::launch_blocks<Policy>(ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
     grid.threads = Policy::threads_per_block;
   });
   if (blocks > 0) grid.blocks = blocks;
@@ -116,8 +116,8 @@ int main(int argc, char** argv) {
   grid.random_delays = false;
 
   std::vector<Row> rows;
-  for (const auto& [name, bytes] : {std::pair<const char*, std::int64_t>{"empty", 0}, {"1 MiB", 1 << 20},
-                                    {"64 MiB", std::int64_t{64} << 20}}) {
+  for (const auto& [name, bytes] :
+       {std::pair<const char*, std::int64_t>{"empty", 0}, {"1 MiB", 1 << 20}, {"64 MiB", std::int64_t{64} << 20}}) {
     std::vector<std::int32_t> counts = counts_for(shape, bytes);
     view.counts = counts.data();
     LaunchCost cost;
@@ -139,23 +139,24 @@ int main(int argc, char** argv) {
                 grid.threads);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const LaunchCost& c = rows[i].cost;
-      std::printf("%s{\"stash\": \"%s\", \"stream_bytes\": %lld, \"tiles\": %lld, \"blocks\": %lld, \"rmw\": %lld, "
-                  "\"busiest_line_rmw\": %lld, \"atomic_loads\": %lld, \"atomic_stores\": %lld, \"fences\": %lld, "
-                  "\"barriers\": %lld}",
-                  i ? ", " : "", rows[i].name.c_str(), static_cast<long long>(rows[i].stream_bytes),
-                  static_cast<long long>(rows[i].tiles),
-                  static_cast<long long>(c.blocks), static_cast<long long>(c.rmw),
-                  static_cast<long long>(c.busiest_line_rmw), static_cast<long long>(c.loads),
-                  static_cast<long long>(c.stores), static_cast<long long>(c.fences), static_cast<long long>(c.barriers));
+      std::printf(
+          "%s{\"stash\": \"%s\", \"stream_bytes\": %lld, \"tiles\": %lld, \"blocks\": %lld, \"rmw\": %lld, "
+          "\"busiest_line_rmw\": %lld, \"atomic_loads\": %lld, \"atomic_stores\": %lld, \"fences\": %lld, "
+          "\"barriers\": %lld}",
+          i ? ", " : "", rows[i].name.c_str(), static_cast<long long>(rows[i].stream_bytes),
+          static_cast<long long>(rows[i].tiles), static_cast<long long>(c.blocks), static_cast<long long>(c.rmw),
+          static_cast<long long>(c.busiest_line_rmw), static_cast<long long>(c.loads), static_cast<long long>(c.stores),
+          static_cast<long long>(c.fences), static_cast<long long>(c.barriers));
     }
     std::printf("]}\n");
     return 0;
   }
-  std::printf("Launch cost of a stash (grid emulator, counted): MXFP8 columnwise, capacity-padded, %d experts x %lld "
-              "tokens x hidden %lld;\ngrid as on %d SMs of sm_%d0: %d blocks x %d threads (atomic loads: polls, vary with "
-              "timing)\n\n",
-              kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major, grid.blocks,
-              grid.threads);
+  std::printf(
+      "Launch cost of a stash (grid emulator, counted): MXFP8 columnwise, capacity-padded, %d experts x %lld "
+      "tokens x hidden %lld;\ngrid as on %d SMs of sm_%d0: %d blocks x %d threads (atomic loads: polls, vary with "
+      "timing)\n\n",
+      kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major, grid.blocks,
+      grid.threads);
   std::printf("%-8s %12s %6s %7s %12s %10s %10s %8s %12s %14s %11s %13s\n", "stash", "stream bytes", "tiles", "blocks",
               "same-line RMW", "all RMW", "at. loads", "stores", "fences/blk", "barriers/blk", "fences/tile",
               "barriers/tile");

@@ -150,8 +150,8 @@ struct Tensor {
 /// Enough copies of the tensor that rotating through them keeps small sizes out of L2
 /// (H200: 50 MB of L2; we rotate over at least 256 MiB).
 template <class L>
-std::vector<std::unique_ptr<Tensor<L>>> rotation(const ps::GroupedView<L>& shape, const std::vector<std::int32_t>& counts,
-                                                 bool device) {
+std::vector<std::unique_ptr<Tensor<L>>> rotation(const ps::GroupedView<L>& shape,
+                                                 const std::vector<std::int32_t>& counts, bool device) {
   int64_t bytes = 0;
   for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) bytes += shape.buffer_bytes(role);
   const int64_t copies = device ? std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 1), 1, 64) : 1;
@@ -325,7 +325,8 @@ void bm_memcpy(benchmark::State& state, int64_t mib) {
     double t = 0;
     if (g_gpu) {
       t = events->time(bench_stream(), [&] {
-        PAGESTASH_CUDA_TRY(cudaMemcpyAsync(dst.p, s, static_cast<std::size_t>(live), cudaMemcpyDeviceToDevice, bench_stream()));
+        PAGESTASH_CUDA_TRY(
+            cudaMemcpyAsync(dst.p, s, static_cast<std::size_t>(live), cudaMemcpyDeviceToDevice, bench_stream()));
       });
     } else {
       const auto t0 = std::chrono::steady_clock::now();
@@ -359,12 +360,16 @@ void bm_per_token(benchmark::State& state, int64_t mib) {
   for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales}) {
     if (ps::handling_of<Tr>(role) != ps::Handling::paged) continue;
     const Rows r = rows_of(shape, role, counts);
-    Buffer b{role, static_cast<int64_t>(r.offsets.size()), r.row_bytes, std::max<int64_t>(1, page_bytes / r.row_bytes), {}, {}, {}};
+    Buffer b{role,        static_cast<int64_t>(r.offsets.size()),
+             r.row_bytes, std::max<int64_t>(1, page_bytes / r.row_bytes),
+             {},          {},
+             {}};
     const int64_t pages = (b.rows + b.rows_per_page - 1) / b.rows_per_page;
     b.offsets = std::make_unique<Bytes>(true, r.offsets.size() * sizeof(int64_t));
     upload(b.offsets->p, r.offsets.data(), b.offsets->n);
     std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(ids.size() - 1 - i);  // not in order
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<std::int32_t>(ids.size() - 1 - i);  // not in order
     b.ids = std::make_unique<Bytes>(true, ids.size() * 4);
     upload(b.ids->p, ids.data(), b.ids->n);
     b.arena = std::make_unique<Bytes>(true, static_cast<std::size_t>(pages * std::max(page_bytes, r.row_bytes)));
@@ -457,10 +462,9 @@ void bm_cub_batched(benchmark::State& state, int64_t mib) {
     lists.push_back(std::move(l));
   }
   std::size_t temp_bytes = 0;
-  PAGESTASH_CUDA_TRY(cub::DeviceMemcpy::Batched(nullptr, temp_bytes, reinterpret_cast<void**>(lists[0].src->p),
-                                                reinterpret_cast<void**>(lists[0].dst->p),
-                                                reinterpret_cast<std::size_t*>(lists[0].sizes->p),
-                                                static_cast<std::uint32_t>(lists[0].count), bench_stream()));
+  PAGESTASH_CUDA_TRY(cub::DeviceMemcpy::Batched(
+      nullptr, temp_bytes, reinterpret_cast<void**>(lists[0].src->p), reinterpret_cast<void**>(lists[0].dst->p),
+      reinterpret_cast<std::size_t*>(lists[0].sizes->p), static_cast<std::uint32_t>(lists[0].count), bench_stream()));
   Bytes temp(true, temp_bytes);
   Events events;
   std::size_t k = 0;
@@ -469,10 +473,9 @@ void bm_cub_batched(benchmark::State& state, int64_t mib) {
   for (auto _ : state) {
     const List& l = lists[k++ % lists.size()];
     const double s = events.time(bench_stream(), [&] {
-      PAGESTASH_CUDA_TRY(cub::DeviceMemcpy::Batched(temp.p, temp_bytes, reinterpret_cast<void**>(l.src->p),
-                                                    reinterpret_cast<void**>(l.dst->p),
-                                                    reinterpret_cast<std::size_t*>(l.sizes->p),
-                                                    static_cast<std::uint32_t>(l.count), bench_stream()));
+      PAGESTASH_CUDA_TRY(cub::DeviceMemcpy::Batched(
+          temp.p, temp_bytes, reinterpret_cast<void**>(l.src->p), reinterpret_cast<void**>(l.dst->p),
+          reinterpret_cast<std::size_t*>(l.sizes->p), static_cast<std::uint32_t>(l.count), bench_stream()));
     });
     state.SetIterationTime(s);
     seconds += s;
@@ -533,7 +536,8 @@ void bm_graph32(benchmark::State& state) {
   cudaGraphExec_t exec;
   const auto ex = ps::on(bench_stream());
   PAGESTASH_CUDA_TRY(cudaStreamBeginCapture(bench_stream(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 32; ++i) ps::stash(ex, pool, tensors[static_cast<std::size_t>(i)]->view, recs[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 32; ++i)
+    ps::stash(ex, pool, tensors[static_cast<std::size_t>(i)]->view, recs[static_cast<std::size_t>(i)]);
   for (int i = 0; i < 32; ++i) ps::discard(ex, pool, recs[static_cast<std::size_t>(i)]);
   PAGESTASH_CUDA_TRY(cudaStreamEndCapture(bench_stream(), &graph));
   PAGESTASH_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
@@ -619,7 +623,8 @@ std::vector<std::int32_t> dirichlet_counts(int experts, int64_t mean, int64_t ca
   for (double& x : w) sum += (x = gamma(rng));
   std::vector<std::int32_t> counts;
   for (double x : w)
-    counts.push_back(static_cast<std::int32_t>(std::min<double>(static_cast<double>(capacity), x / sum * experts * static_cast<double>(mean))));
+    counts.push_back(static_cast<std::int32_t>(
+        std::min<double>(static_cast<double>(capacity), x / sum * experts * static_cast<double>(mean))));
   return counts;
 }
 
@@ -689,7 +694,8 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   v.hidden = fs.hidden;
   v.max_tokens = 1;
   v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
-  const auto counts = dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
+  const auto counts =
+      dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
   const ps::WorkTotals plan = ps::plan_work<Tr>(v, counts.data(), false, nullptr);
   const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, 64 << 10));
   const int64_t pages = ps::pages_for(plan.stream_bytes, cfg.page_bytes);
@@ -767,17 +773,18 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales})
     if (ps::handling_of<Tr>(role) == ps::Handling::paged) buffers += static_cast<double>(v.buffer_bytes(role));
   std::printf("%-12s %-28s %5lld %4lld %9.2f %7.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f", fs.name, recipe,
-              static_cast<long long>(mean), static_cast<long long>(v.max_tokens), static_cast<double>(plan.live_bytes) / (1 << 20),
-              buffers / static_cast<double>(plan.live_bytes),
+              static_cast<long long>(mean), static_cast<long long>(v.max_tokens),
+              static_cast<double>(plan.live_bytes) / (1 << 20), buffers / static_cast<double>(plan.live_bytes),
               static_cast<double>(plan.stream_bytes) / static_cast<double>(plan.live_bytes),
               static_cast<double>(pages * cfg.page_bytes) / static_cast<double>(plan.live_bytes), copy_rate,
-              rate(plan.stream_bytes, stash), rate(plan.stream_bytes, stash) / copy_rate, rate(plan.stream_bytes, reload),
-              rate(plan.stream_bytes, reload) / copy_rate);
+              rate(plan.stream_bytes, stash), rate(plan.stream_bytes, stash) / copy_rate,
+              rate(plan.stream_bytes, reload), rate(plan.stream_bytes, reload) / copy_rate);
   if (g_gpu) std::printf("\n");
   else
     std::printf(" %8.1f %6.2f %8.1f %6.2f %6.2f\n", rate(plan.live_bytes, runs),
                 rate(plan.stream_bytes, stash) / rate(plan.live_bytes, runs), rate(plan.live_bytes, floor),
-                rate(plan.live_bytes, floor) / copy_rate, rate(plan.stream_bytes, stash) / rate(plan.live_bytes, floor));
+                rate(plan.live_bytes, floor) / copy_rate,
+                rate(plan.stream_bytes, stash) / rate(plan.live_bytes, floor));
   std::fflush(stdout);
 }
 
@@ -785,20 +792,22 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
 /// expert.
 void print_fine_grained() {
   const char* copy = g_gpu ? "memcpy D2D" : "memcpy";
-  std::printf("\nfine-grained MoE: capacity-padded [experts, cap, hidden] with cap = 2 x mean rounded up to the layout's\n"
-              "granule, Dirichlet(1) counts (seeded), 64 KiB pages; buffer/live: bytes of the paged buffers per live byte;\n"
-              "GB/s = bytes read + written; x = ratio to one %s of the live bytes in the same run (%s)%s\n",
-              copy, g_gpu ? "CUDA executor" : "host executor, one thread",
-              g_gpu ? ""
-                    : ";\nruns: the same live runs copied by a plain loop, one memcpy per run, and stash / that;\n"
-                      "floor: one byte loaded from each cache line holding a live byte (the faster of: alone, and with the\n"
-                      "dead lines the executor prefetches), its x, and stash / floor;\n"
-                      "host memory of 2 MiB or more in 2 MiB pages where the OS offers them (as device memory is)");
-  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap", "live MiB",
-              "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x",
+  std::printf(
+      "\nfine-grained MoE: capacity-padded [experts, cap, hidden] with cap = 2 x mean rounded up to the layout's\n"
+      "granule, Dirichlet(1) counts (seeded), 64 KiB pages; buffer/live: bytes of the paged buffers per live byte;\n"
+      "GB/s = bytes read + written; x = ratio to one %s of the live bytes in the same run (%s)%s\n",
+      copy, g_gpu ? "CUDA executor" : "host executor, one thread",
+      g_gpu ? ""
+            : ";\nruns: the same live runs copied by a plain loop, one memcpy per run, and stash / that;\n"
+              "floor: one byte loaded from each cache line holding a live byte (the faster of: alone, and with the\n"
+              "dead lines the executor prefetches), its x, and stash / floor;\n"
+              "host memory of 2 MiB or more in 2 MiB pages where the OS offers them (as device memory is)");
+  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap",
+              "live MiB", "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x",
               g_gpu ? "" : "     runs  stash/    floor      x stash/");
-  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
-              g_gpu ? "" : "                                                                      runs                  floor");
+  std::printf(
+      "%-12s %-28s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
+      g_gpu ? "" : "                                                                      runs                  floor");
   for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
     for (int64_t mean : {32, 64, 128, 256}) {
       ps::for_each_recipe([&](auto r) {
@@ -829,7 +838,8 @@ int main(int argc, char** argv) {
   }
   int n = 0;
   g_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  if (preset == "full") g_sizes_mib = g_gpu ? std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 2048} : std::vector<int64_t>{1, 16, 64};
+  if (preset == "full")
+    g_sizes_mib = g_gpu ? std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 2048} : std::vector<int64_t>{1, 16, 64};
   else if (preset == "short") g_sizes_mib = g_gpu ? std::vector<int64_t>{1, 64, 256} : std::vector<int64_t>{1, 8};
   else {
     std::fprintf(stderr, "stash_bench: --preset must be short or full\n");
@@ -852,10 +862,14 @@ int main(int argc, char** argv) {
   if (g_gpu) {
     for (int64_t mib : g_sizes_mib) {
       const std::string size = "/" + std::to_string(mib) + "MiB";
-      benchmark::RegisterBenchmark(("spill_stash/bf16" + size).c_str(), [mib](benchmark::State& s) { bm_spill(s, false, mib); })
-          ->UseManualTime()->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("memcpy_d2h/bf16" + size).c_str(), [mib](benchmark::State& s) { bm_spill(s, true, mib); })
-          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("spill_stash/bf16" + size).c_str(),
+                                   [mib](benchmark::State& s) { bm_spill(s, false, mib); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("memcpy_d2h/bf16" + size).c_str(),
+                                   [mib](benchmark::State& s) { bm_spill(s, true, mib); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
     }
     benchmark::RegisterBenchmark("graph32_stash/bf16/1MiB", bm_graph32)->UseManualTime()->Unit(benchmark::kMicrosecond);
   }

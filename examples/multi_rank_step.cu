@@ -19,9 +19,9 @@ namespace ps = pagestash;
 using Layout = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
 using Traits = ps::StashTraits<Layout>;
 
-#define CHECK_NCCL(call)                                                                        \
-  do {                                                                                          \
-    const ncclResult_t r_ = (call);                                                             \
+#define CHECK_NCCL(call)                                                                                 \
+  do {                                                                                                   \
+    const ncclResult_t r_ = (call);                                                                      \
     if (r_ != ncclSuccess) throw std::runtime_error(std::string(#call) + ": " + ncclGetErrorString(r_)); \
   } while (0)
 
@@ -87,12 +87,13 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
   for (int s = 0; s < kSteps; ++s) {
     std::vector<std::int32_t> c(kGroups, static_cast<std::int32_t>(kCapacity / 4));
     if (s == kOverflowStep && rank == ranks - 1) c[0] = static_cast<std::int32_t>(kCapacity);  // one hot expert
-    PAGESTASH_CUDA_TRY(cudaMemcpyAsync(counts, c.data(), c.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream));
+    PAGESTASH_CUDA_TRY(
+        cudaMemcpyAsync(counts, c.data(), c.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream));
     PAGESTASH_CUDA_TRY(cudaMemsetAsync(out, 0, static_cast<std::size_t>(bytes), stream));
     // [trainer_decide]
     PAGESTASH_CUDA_TRY(cudaGraphLaunch(step, stream));
     PAGESTASH_CUDA_TRY(cudaEventRecord(done, stream));
-    PAGESTASH_CUDA_TRY(cudaEventSynchronize(done));  // this stream's work only
+    PAGESTASH_CUDA_TRY(cudaEventSynchronize(done));               // this stream's work only
     const ps::StepDecision decision = ps::decide(report->flags);  // the same on every rank
     if (decision != ps::StepDecision::keep) {
       // Every rank: reset the pool, run the step again without paging (here: the activation
@@ -111,12 +112,12 @@ int run_rank(int rank, int ranks, const ncclUniqueId& id) {
         const std::int64_t at = (g * kCapacity + t) * row;
         exact = exact && std::memcmp(back.data() + at, host.data() + at, static_cast<std::size_t>(row)) == 0;
       }
-    const bool expected = decision == (s == kOverflowStep ? ps::StepDecision::rerun_without_paging : ps::StepDecision::keep);
+    const bool expected =
+        decision == (s == kOverflowStep ? ps::StepDecision::rerun_without_paging : ps::StepDecision::keep);
     if (!exact || !expected) ++wrong;
     std::printf("rank %d step %d: %s%s, overflow %d error %d, %s\n", rank, s,
-                decision == ps::StepDecision::keep ? "kept" : "rerun without paging",
-                expected ? "" : " (unexpected)", report->flags.overflow, report->flags.error,
-                exact ? "bit-exact" : "MISMATCH");
+                decision == ps::StepDecision::keep ? "kept" : "rerun without paging", expected ? "" : " (unexpected)",
+                report->flags.overflow, report->flags.error, exact ? "bit-exact" : "MISMATCH");
   }
   cudaEventDestroy(done);
   cudaGraphExecDestroy(step);

@@ -11,7 +11,7 @@ int main() {
   // [sizing]
   // What each layer saves: MXFP8 columnwise data + swizzled scales, [32 experts, capacity, 7168].
   const sizing::Layer layer = sizing::recipe_layer("mxfp8/capacity/swizzled", /*hidden=*/7168, /*experts=*/32,
-                                               /*tokens=*/512, /*top_k=*/8, /*capacity_factor=*/2.0);
+                                                   /*tokens=*/512, /*top_k=*/8, /*capacity_factor=*/2.0);
   // Or any layout: sizing::Layer({sizing::SavedTensor::of<Traits>(shape), ...}, capacity).
 
   sizing::Routing routing;  // the router: Dirichlet(alpha) popularity, top-k of T tokens, capacity
@@ -26,8 +26,8 @@ int main() {
   const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(/*layers=*/4, /*microbatches=*/8, /*stages=*/4);
 
   sizing::SizingSettings settings;  // 64 KiB pages, 20000 sampled steps, seed 1
-  settings.overflow = 1e-3;     // at most one step in a thousand overflows
-  settings.samples = 5000;      // (fewer for this example: an interval shows what that costs)
+  settings.overflow = 1e-3;         // at most one step in a thousand overflows
+  settings.samples = 5000;          // (fewer for this example: an interval shows what that costs)
   const sizing::PoolSizing p = sizing::size_pool(layer, schedule, counts, settings);
 
   std::printf("pool: %lld pages (95%% CI %lld..%lld), %.1f MiB; saves %.1f%% against full buffers\n",

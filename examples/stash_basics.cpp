@@ -20,7 +20,7 @@ int main() {
   const auto shape = pagestash::make_view<Layout>()  // only the shape: no buffers, no counts yet
                          .with_max_tokens(256)       // tokens per expert (capacity-padded)
                          .with_hidden(1024)
-                         .with_groups(4);            // experts
+                         .with_groups(4);  // experts
   // [shape]
   std::vector<unsigned char> data(static_cast<std::size_t>(shape.buffer_bytes(pagestash::BufferRole::data)), 0x11);
   std::vector<unsigned char> scales(static_cast<std::size_t>(shape.buffer_bytes(pagestash::BufferRole::scales)), 0x22);

@@ -22,7 +22,8 @@ int main() {
   view.groups = 4;
   std::int32_t* counts = nullptr;
   PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&view.data), view.buffer_bytes(pagestash::BufferRole::data)));
-  PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&view.scales), view.buffer_bytes(pagestash::BufferRole::scales)));
+  PAGESTASH_CUDA_TRY(
+      cudaMalloc(reinterpret_cast<void**>(&view.scales), view.buffer_bytes(pagestash::BufferRole::scales)));
   PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&view.amax), view.buffer_bytes(pagestash::BufferRole::amax)));
   PAGESTASH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&counts), 4 * sizeof(std::int32_t)));
   PAGESTASH_CUDA_TRY(cudaMemset(view.data, 0x11, view.buffer_bytes(pagestash::BufferRole::data)));
@@ -31,7 +32,7 @@ int main() {
 
   // [graph]
   pagestash::PoolConfig config;
-  config.device_pages = 64;  // of 64 KiB
+  config.device_pages = 64;          // of 64 KiB
   pagestash::PagePool pool(config);  // device memory
   auto record = pagestash::make_record<Traits>(pool, view);
 

@@ -74,9 +74,7 @@ T parse_number(const std::string& flag, const std::string& value) {
   try {
     if constexpr (std::is_floating_point_v<T>) x = static_cast<T>(std::stod(value, &used));
     else x = static_cast<T>(std::stoll(value, &used));
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  } catch (const std::exception&) { used = 0; }
   if (used != value.size() || value.empty()) throw UsageError(flag + ": '" + value + "' is not a number");
   return x;
 }
@@ -84,9 +82,7 @@ T parse_number(const std::string& flag, const std::string& value) {
 const ps::sizing::ModelShape& model_shape(const std::string& name) {
   try {
     return ps::sizing::model_shape(name);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--shape: ") + e.what());
-  }
+  } catch (const std::invalid_argument& e) { throw UsageError(std::string("--shape: ") + e.what()); }
 }
 
 Options parse(int argc, char** argv) {
@@ -123,7 +119,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "--overflow") o.overflow = parse_number<double>(flag, value);
     else if (flag == "--spill-factor") o.spill_factor = parse_number<double>(flag, value);
     else if (flag == "--page-kib") o.page_kib = parse_number<int64_t>(flag, value);
-    else if (flag == "--schedule") o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
+    else if (flag == "--schedule")
+      o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
     else if (flag == "--seed") o.seed = parse_number<unsigned>(flag, value);
     else if (flag == "--executor") o.executor = value;
     else throw UsageError("unknown flag " + flag);
@@ -131,9 +128,7 @@ Options parse(int argc, char** argv) {
   for (auto& r : o.recipes) {  // a family: its capacity recipe, swizzled scales
     try {
       r = ps::recipe_name(r, "capacity", "swizzled");
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--recipes: ") + e.what());
-    }
+    } catch (const std::invalid_argument& e) { throw UsageError(std::string("--recipes: ") + e.what()); }
     if (r.find("/capacity") == std::string::npos)
       throw UsageError("--recipes: '" + r + "' is not a capacity recipe (the demo's buffers are [G, capacity, K])");
   }
@@ -147,7 +142,8 @@ Options parse(int argc, char** argv) {
   if (o.topk < 1 || o.topk > o.experts) throw UsageError("--topk must be between 1 and --experts");
   if (o.hidden < 1) throw UsageError("--hidden must be positive");
   if (!(o.capacity_factor > 0)) throw UsageError("--capacity-factor must be positive");
-  if (!(o.pool_factor >= 0) || !(o.spill_factor >= 0)) throw UsageError("--pool-factor and --spill-factor must be >= 0");
+  if (!(o.pool_factor >= 0) || !(o.spill_factor >= 0))
+    throw UsageError("--pool-factor and --spill-factor must be >= 0");
   if (!(o.overflow >= 0 && o.overflow < 1)) throw UsageError("--overflow must be a probability in (0, 1)");
   if (o.page_kib < 1 || (o.page_kib & (o.page_kib - 1)) != 0) throw UsageError("--page-kib must be a power of two");
   if (o.executor != "auto" && o.executor != "host" && o.executor != "cuda")
@@ -250,7 +246,8 @@ std::vector<ps::BF16> activations(int64_t rows, int64_t hidden, const std::vecto
       z ^= z >> 31;
       const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
       const float x = (u - 0.5f) * 4.0f;
-      s[static_cast<std::size_t>(static_cast<int64_t>(g) * capacity * hidden + i)] = ps::BF16::from_float(x == 0 ? 0.25f : x);
+      s[static_cast<std::size_t>(static_cast<int64_t>(g) * capacity * hidden + i)] =
+          ps::BF16::from_float(x == 0 ? 0.25f : x);
     }
   }
   return s;
@@ -271,7 +268,8 @@ std::uint64_t live_hash(const ps::GroupedView<typename Traits::layout>& v, const
       for (int64_t i = 0; i < n; ++i) h = (h ^ b[static_cast<std::size_t>(offset + i)]) * 1099511628211ull;
     };
     if (handling == ps::Handling::kept) mix(0, geo.total_bytes);
-    else for (int64_t i = 0; i < ps::run_count(geo); ++i) {
+    else
+      for (int64_t i = 0; i < ps::run_count(geo); ++i) {
         const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
         mix(run.offset, run.bytes);
       }
@@ -284,23 +282,25 @@ std::uint64_t live_hash(const ps::GroupedView<typename Traits::layout>& v, const
 struct Result {
   std::string recipe, schedule, executor;
   int64_t tensors = 0, capacity = 0, dropped_tokens = 0;
-  int64_t oversized_bytes = 0;      ///< peak bytes of saved tensors held at full shape, no stashing
-  int64_t pool_bytes = 0;           ///< device reserve of the sized pool
-  int64_t host_pool_bytes = 0;      ///< host spill reserve
-  int64_t peak_pool_bytes = 0;      ///< peak pages used x page size
+  int64_t oversized_bytes = 0;  ///< peak bytes of saved tensors held at full shape, no stashing
+  int64_t pool_bytes = 0;       ///< device reserve of the sized pool
+  int64_t host_pool_bytes = 0;  ///< host spill reserve
+  int64_t peak_pool_bytes = 0;  ///< peak pages used x page size
   int64_t eager_peak_pages = 0, pool_pages = 0, peak_pages = 0;
   ps::sizing::QuantileEstimate planned;  ///< the sizer's pool (pages) for `planned_for`
-  double planned_for = 0;              ///< its target overflow probability per step
-  double planned_overflow = 0;         ///< its overflow rate on the sizer's samples
-  bool sized_by_sizer = false;          ///< the measured step's pool is the sizer's
-  int64_t live_bytes = 0;           ///< moved by all stashes
+  double planned_for = 0;                ///< its target overflow probability per step
+  double planned_overflow = 0;           ///< its overflow rate on the sizer's samples
+  bool sized_by_sizer = false;           ///< the measured step's pool is the sizer's
+  int64_t live_bytes = 0;                ///< moved by all stashes
   bool host_spill = false;
-  int64_t overflows = 0;            ///< stashes or reloads that could not do their work
+  int64_t overflows = 0;               ///< stashes or reloads that could not do their work
   int64_t pages_held_at_step_end = 0;  ///< pages not back at the step's end (end_step): 0, or a leak
-  int64_t lost = 0;                 ///< tensors not restored because their stash overflowed
+  int64_t lost = 0;                    ///< tensors not restored because their stash overflowed
   int64_t parity_ok = 0, parity_bad = 0;
   double stash_seconds = 0, reload_seconds = 0;
-  double saved_percent() const { return oversized_bytes > 0 ? 100.0 * (1.0 - double(pool_bytes) / double(oversized_bytes)) : 0; }
+  double saved_percent() const {
+    return oversized_bytes > 0 ? 100.0 * (1.0 - double(pool_bytes) / double(oversized_bytes)) : 0;
+  }
 };
 
 /// The forward (F) and backward (B) events of one microbatch, in schedule order.
@@ -333,7 +333,8 @@ class Step {
     shape_.groups = o.experts;
     const int64_t granule = shape_.granule();
     const auto mean = static_cast<double>(o.tokens) * o.topk / o.experts;
-    shape_.max_tokens = std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
+    shape_.max_tokens =
+        std::max<int64_t>(granule, static_cast<int64_t>(std::ceil(mean * o.capacity_factor / granule)) * granule);
     if (o.capacity != 0) shape_.max_tokens = o.capacity;
     // A hidden size or capacity the recipe's layout cannot hold: a clear error (exit 2).
     ps::validate_shape(shape_);
@@ -342,7 +343,8 @@ class Step {
     for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax})
       buffers_[role] = std::make_unique<Buffer>(space_, static_cast<std::size_t>(shape_.buffer_bytes(role)));
     counts_ = std::make_unique<Buffer>(space_, static_cast<std::size_t>(o.experts) * sizeof(std::int32_t));
-    source_ = std::make_unique<Buffer>(space_, static_cast<std::size_t>(shape_.token_rows() * o.hidden) * sizeof(ps::BF16));
+    source_ =
+        std::make_unique<Buffer>(space_, static_cast<std::size_t>(shape_.token_rows() * o.hidden) * sizeof(ps::BF16));
     view_.data = static_cast<typename L::data_type*>(buffers_[ps::BufferRole::data]->ptr);
     if constexpr (!std::is_void_v<typename L::scale_type>)
       view_.scales = static_cast<typename L::scale_type*>(buffers_[ps::BufferRole::scales]->ptr);
@@ -429,8 +431,8 @@ class Step {
     }
     r.oversized_bytes = peak_held * per_tensor;
     if (peak_held != sizer.alive_stashes)  // the sizer's schedule must be the one run here
-      throw std::logic_error("the sizer's schedule holds " + std::to_string(sizer.alive_stashes) + " stashes, the demo's " +
-                             std::to_string(peak_held));
+      throw std::logic_error("the sizer's schedule holds " + std::to_string(sizer.alive_stashes) +
+                             " stashes, the demo's " + std::to_string(peak_held));
     return r;
   }
 
@@ -445,7 +447,8 @@ class Step {
     std::vector<std::uint64_t> expected;
 
     Pass(Step& step, ps::PagePool& p, Result& result, bool m) : s(step), pool(p), r(result), measured(m) {
-      for (int i = 0; i < s.o_.layers * s.o_.microbatches; ++i) records.push_back(ps::make_record<Traits>(pool, s.shape_));
+      for (int i = 0; i < s.o_.layers * s.o_.microbatches; ++i)
+        records.push_back(ps::make_record<Traits>(pool, s.shape_));
       expected.resize(records.size());
     }
 
@@ -490,7 +493,8 @@ class Step {
     /// The layer's forward: its saved activation, made in the recipe in the static buffer.
     void produce(std::size_t i) {
       const auto& counts = s.routes_[i];
-      const auto source = activations(s.shape_.token_rows(), s.o_.hidden, counts, s.shape_.max_tokens, s.o_.seed * 7919 + i);
+      const auto source =
+          activations(s.shape_.token_rows(), s.o_.hidden, counts, s.shape_.max_tokens, s.o_.seed * 7919 + i);
       if (s.cuda_) {
         s.source_->upload(source.data(), source.size() * sizeof(ps::BF16));
         ps::produce_on_device(s.view_, static_cast<const ps::BF16*>(s.source_->ptr), 0xEE, s.stream_);
@@ -562,36 +566,43 @@ void print_table(const std::vector<Result>& results, const Options& o) {
   std::printf("\n%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
               "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash", "reload",
               "parity");
-  std::printf("%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB", "%",
-              "", "peak", "pages", "", "", "GB/s", "GB/s");
+  std::printf("%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB",
+              "%", "", "peak", "pages", "", "", "GB/s", "GB/s");
   for (const Result& r : results) {
     char parity[64];
-    if (r.parity_bad == 0 && r.lost == 0) std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
-    else std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)", r.parity_bad ? "FAIL" : "OK",
-                       (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
-    std::printf("%-28s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n", r.recipe.c_str(),
-                r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(),
-                mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages,
-                (long long)r.planned.value, r.host_spill ? "yes" : "no",
-                (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), parity);
+    if (r.parity_bad == 0 && r.lost == 0)
+      std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
+    else
+      std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)",
+                    r.parity_bad ? "FAIL" : "OK", (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
+    std::printf("%-28s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n",
+                r.recipe.c_str(), r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(),
+                mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages,
+                (long long)r.eager_peak_pages, (long long)r.planned.value, r.host_spill ? "yes" : "no",
+                (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds),
+                parity);
   }
   char sizing[96];
   if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the sizer's for overflow <= %g per step", o.overflow);
   else std::snprintf(sizing, sizeof sizing, "eager peak x %.2f", o.pool_factor);
-  std::printf("\n%d layers x %d microbatches of %lld tokens, top-%d of %d experts, hidden %lld; pool = %s "
-              "(+ host spill = eager peak x %.2f), pages of %lld KiB.\n",
-              o.layers, o.microbatches, (long long)o.tokens, o.topk, o.experts, (long long)o.hidden, sizing,
-              o.spill_factor, (long long)o.page_kib);
-  std::printf("eager peak: the pages of an eager step (every tensor fits); sized: the pool sizer's pages for overflow "
-              "<= %g per step (pagestash/sizing.hpp: %lld sampled steps, counts from %d draws of the demo's router).\n",
-              o.overflow > 0 ? o.overflow : shown_overflow, (long long)sizing_samples, router_draws);
-  std::printf("no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
-              "reserve; saved = 1 - pool / no-stash.\n");
+  std::printf(
+      "\n%d layers x %d microbatches of %lld tokens, top-%d of %d experts, hidden %lld; pool = %s "
+      "(+ host spill = eager peak x %.2f), pages of %lld KiB.\n",
+      o.layers, o.microbatches, (long long)o.tokens, o.topk, o.experts, (long long)o.hidden, sizing, o.spill_factor,
+      (long long)o.page_kib);
+  std::printf(
+      "eager peak: the pages of an eager step (every tensor fits); sized: the pool sizer's pages for overflow "
+      "<= %g per step (pagestash/sizing.hpp: %lld sampled steps, counts from %d draws of the demo's router).\n",
+      o.overflow > 0 ? o.overflow : shown_overflow, (long long)sizing_samples, router_draws);
+  std::printf(
+      "no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
+      "reserve; saved = 1 - pool / no-stash.\n");
   for (const Result& r : results) {
     if (r.overflows == 0) continue;
-    std::printf("%s %s: the pool overflowed (%lld stashes or reloads did nothing, reported in their records); the %lld "
-                "tensors stashed before it reloaded bit-exactly. A trainer resets the pool and reruns the step.\n",
-                r.recipe.c_str(), r.schedule.c_str(), (long long)r.overflows, (long long)r.parity_ok);
+    std::printf(
+        "%s %s: the pool overflowed (%lld stashes or reloads did nothing, reported in their records); the %lld "
+        "tensors stashed before it reloaded bit-exactly. A trainer resets the pool and reruns the step.\n",
+        r.recipe.c_str(), r.schedule.c_str(), (long long)r.overflows, (long long)r.parity_ok);
   }
   std::fflush(stdout);
 }
@@ -600,23 +611,24 @@ void print_json(const std::vector<Result>& results) {
   std::printf("{\"results\": [");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    std::printf("%s\n  {\"recipe\": \"%s\", \"schedule\": \"%s\", \"executor\": \"%s\", \"tensors\": %lld, "
-                "\"capacity_tokens\": %lld, \"dropped_tokens\": %lld, \"oversized_bytes\": %lld, \"pool_bytes\": %lld, "
-                "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %.3f, \"pool_pages\": %lld, "
-                "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"host_spill\": %s, \"overflows\": %lld, "
-                "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
-                "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
-                "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
-                "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld}",
-                i ? "," : "", r.recipe.c_str(), r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
-                (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
-                (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
-                (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false",
-                (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
-                gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
-                r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager",
-                (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
-                r.planned_overflow, (long long)r.pages_held_at_step_end);
+    std::printf(
+        "%s\n  {\"recipe\": \"%s\", \"schedule\": \"%s\", \"executor\": \"%s\", \"tensors\": %lld, "
+        "\"capacity_tokens\": %lld, \"dropped_tokens\": %lld, \"oversized_bytes\": %lld, \"pool_bytes\": %lld, "
+        "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %.3f, \"pool_pages\": %lld, "
+        "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"host_spill\": %s, \"overflows\": %lld, "
+        "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
+        "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
+        "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
+        "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld}",
+        i ? "," : "", r.recipe.c_str(), r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
+        (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
+        (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
+        (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false", (long long)r.overflows,
+        (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
+        gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
+        r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager", (long long)r.planned.value,
+        (long long)r.planned.low, (long long)r.planned.high, r.planned_for, r.planned_overflow,
+        (long long)r.pages_held_at_step_end);
   }
   std::printf("\n]}\n");
 }
@@ -634,10 +646,11 @@ int main(int argc, char** argv) {
     o = parse(argc, argv);
   } catch (const UsageError& e) {
     if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
-    std::fprintf(stderr, "usage: moe_stash_demo [--shape %s] [--recipes NAME|FAMILY,...] [--layers N] "
-                         "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
-                         "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
-                         "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] [--json]\n",
+    std::fprintf(stderr,
+                 "usage: moe_stash_demo [--shape %s] [--recipes NAME|FAMILY,...] [--layers N] "
+                 "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
+                 "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
+                 "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] [--json]\n",
                  ps::sizing::model_shape_names("|").c_str());
     return 2;
   }

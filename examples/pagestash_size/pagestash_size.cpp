@@ -25,7 +25,7 @@
 #include <vector>
 
 #ifndef PAGESTASH_SIZING_PLOT_SCRIPT
-#define PAGESTASH_SIZING_PLOT_SCRIPT "plot_sizing.py"
+#  define PAGESTASH_SIZING_PLOT_SCRIPT "plot_sizing.py"
 #endif
 
 namespace sizing = pagestash::sizing;
@@ -38,7 +38,8 @@ struct UsageError : std::invalid_argument {
 
 const std::string usage =
     "usage: pagestash_size [options]\n"
-    "  --shape " + sizing::model_shape_names("|") +
+    "  --shape " +
+    sizing::model_shape_names("|") +
     "  a rank's MoE layer (sizing::model_shapes; later flags override)\n"
     "  --hidden N --experts N --top-k N --tokens N   the layer: hidden size, experts on the rank,\n"
     "                                 experts per token, tokens per microbatch (default 1024, 8, 2, 1024)\n"
@@ -91,7 +92,8 @@ T number(const std::string& flag, const std::string& value) {
   std::istringstream in(value);
   T x{};
   // An unsigned read takes "-1" as 2^64 - 1: a sign is no unsigned number.
-  if (value.find('-') != std::string::npos && std::is_unsigned_v<T>) throw UsageError(flag + ": '" + value + "' is negative");
+  if (value.find('-') != std::string::npos && std::is_unsigned_v<T>)
+    throw UsageError(flag + ": '" + value + "' is negative");
   if (!(in >> x) || !in.eof()) throw UsageError(flag + ": '" + value + "' is not a number");
   return x;
 }
@@ -115,9 +117,7 @@ std::vector<double> numbers(const std::string& flag, const std::string& list) {
 const sizing::ModelShape& model_shape(const std::string& name) {
   try {
     return sizing::model_shape(name);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--shape: ") + e.what());
-  }
+  } catch (const std::invalid_argument& e) { throw UsageError(std::string("--shape: ") + e.what()); }
 }
 
 Options parse(int argc, char** argv) {
@@ -205,30 +205,35 @@ void print_text(const Report& r) {
               (long long)p.pages.value, mib(double(p.bytes())), 100 * p.settings.confidence, p.pages_interval.low,
               p.pages_interval.high, p.pages.high_bounded ? "" : ", upper end unbounded: sample more");
   if (p.bootstrap_replicates > 0)
-    std::printf("  the interval: Monte Carlo %lld..%lld, bootstrap over the measured steps %.0f..%.0f (%lld replicates)\n",
-                (long long)p.pages.low, (long long)p.pages.high, p.bootstrap_interval.low, p.bootstrap_interval.high,
-                (long long)p.bootstrap_replicates);
-  std::printf("  device %lld pages (%.1f MiB), host %lld pages\n", (long long)p.device_pages, mib(double(p.device_bytes())),
-              (long long)p.host_pages);
+    std::printf(
+        "  the interval: Monte Carlo %lld..%lld, bootstrap over the measured steps %.0f..%.0f (%lld replicates)\n",
+        (long long)p.pages.low, (long long)p.pages.high, p.bootstrap_interval.low, p.bootstrap_interval.high,
+        (long long)p.bootstrap_replicates);
+  std::printf("  device %lld pages (%.1f MiB), host %lld pages\n", (long long)p.device_pages,
+              mib(double(p.device_bytes())), (long long)p.host_pages);
   std::printf("  its overflow probability on the samples: %.5f (%.0f%% CI %.5f..%.5f)\n", p.overflow_probability,
               100 * p.settings.confidence, p.overflow_interval.low, p.overflow_interval.high);
   const auto& s = p.peaks.sorted();
-  const auto at = [&](double q) { return (long long)s[std::min(s.size() - 1, static_cast<std::size_t>(q * double(s.size())))]; };
+  const auto at = [&](double q) {
+    return (long long)s[std::min(s.size() - 1, static_cast<std::size_t>(q * double(s.size())))];
+  };
   std::printf("peak pages per step: min %lld, median %lld, p99 %lld, max %lld; mean %.1f\n", (long long)p.peaks.min(),
               at(0.5), at(0.99), (long long)p.peaks.max(), p.mean_pages);
-  std::printf("per step on average: live %.1f MiB, stream %.1f MiB, pages %.1f MiB; rounding: %.2f MiB to pages, "
-              "%.3f MiB to 16-byte segments; %.1f tokens dropped\n",
-              mib(p.mean_live_bytes), mib(p.mean_stream_bytes), mib(p.mean_pages * double(page)),
-              mib(p.page_rounding_bytes()), mib(p.segment_rounding_bytes()), p.mean_dropped_tokens);
+  std::printf(
+      "per step on average: live %.1f MiB, stream %.1f MiB, pages %.1f MiB; rounding: %.2f MiB to pages, "
+      "%.3f MiB to 16-byte segments; %.1f tokens dropped\n",
+      mib(p.mean_live_bytes), mib(p.mean_stream_bytes), mib(p.mean_pages * double(page)), mib(p.page_rounding_bytes()),
+      mib(p.segment_rounding_bytes()), p.mean_dropped_tokens);
   std::printf("without stashing: %.1f MiB at full shape; the pool saves %.1f MiB (%.1f%%) of device memory\n\n",
               mib(double(p.full_bytes)), mib(double(p.saved_bytes())), 100 * p.saved_fraction());
   std::printf("%10s %10s %12s %25s\n", "pool pages", "MiB", "P(overflow)", "CI");
   for (const auto& c : r.curve)
     std::printf("%10lld %10.1f %12.5f %12.5f..%.5f\n", (long long)c.pages, mib(double(c.pages * page)), c.overflow,
                 c.interval.low, c.interval.high);
-  std::printf("\nwarm-up sizing (one sampled step's peak pages x factor; every step taking its turn as the warm-up):\n");
-  std::printf("%8s %12s %10s %20s %15s %22s\n", "factor", "median pages", "MiB", "P(overflow) at median", "mean P(overflow)",
-              "warm-ups missing target");
+  std::printf(
+      "\nwarm-up sizing (one sampled step's peak pages x factor; every step taking its turn as the warm-up):\n");
+  std::printf("%8s %12s %10s %20s %15s %22s\n", "factor", "median pages", "MiB", "P(overflow) at median",
+              "mean P(overflow)", "warm-ups missing target");
   for (const auto& w : r.warmup)
     std::printf("%8.2f %12lld %10.1f %21.5f %16.5f %22.1f%%\n", w.factor, (long long)w.median_pages,
                 mib(double(w.median_pages * page)), w.overflow_at_median, w.mean_overflow, 100 * w.missed_target);
@@ -250,9 +255,10 @@ std::string to_json(const Report& r) {
   std::ostringstream j;
   j.precision(10);
   j << "{\n  \"recipe\": " << json_string(r.o.recipe) << ", \"placement\": " << json_string(r.o.placement)
-    << ", \"scales\": " << json_string(r.o.scales) << ",\n  \"hidden\": " << r.o.hidden << ", \"experts\": " << r.layer.experts()
-    << ", \"top_k\": " << r.o.top_k << ", \"tokens\": " << r.o.tokens << ", \"capacity\": " << r.layer.capacity()
-    << ", \"count_alignment\": " << r.layer.count_alignment() << ",\n  \"tensors\": [";
+    << ", \"scales\": " << json_string(r.o.scales) << ",\n  \"hidden\": " << r.o.hidden
+    << ", \"experts\": " << r.layer.experts() << ", \"top_k\": " << r.o.top_k << ", \"tokens\": " << r.o.tokens
+    << ", \"capacity\": " << r.layer.capacity() << ", \"count_alignment\": " << r.layer.count_alignment()
+    << ",\n  \"tensors\": [";
   for (std::size_t i = 0; i < r.layer.tensors().size(); ++i) {
     const auto& t = r.layer.tensors()[i];
     j << (i ? ", " : "") << "{\"name\": " << json_string(t.name()) << ", \"hidden\": " << t.hidden()
@@ -279,9 +285,9 @@ std::string to_json(const Report& r) {
   for (std::size_t i = 0; i < r.warmup.size(); ++i) {
     const auto& w = r.warmup[i];
     j << (i ? ",\n    " : "\n    ") << "{\"factor\": " << w.factor << ", \"median_pages\": " << w.median_pages
-      << ", \"median_bytes\": " << w.median_pages * p.settings.page_bytes << ", \"overflow_at_median\": "
-      << w.overflow_at_median << ", \"mean_overflow\": " << w.mean_overflow << ", \"missed_target\": " << w.missed_target
-      << "}";
+      << ", \"median_bytes\": " << w.median_pages * p.settings.page_bytes
+      << ", \"overflow_at_median\": " << w.overflow_at_median << ", \"mean_overflow\": " << w.mean_overflow
+      << ", \"missed_target\": " << w.missed_target << "}";
   }
   j << "]\n}\n";
   return j.str();
@@ -304,7 +310,8 @@ Report run(Options o) {
     routing.tokens = o.tokens;
     routing.alpha = o.alpha;
     routing.capacity = layer.capacity();
-    routing.sampler = o.routing == "per-token" ? sizing::RoutingSampler::per_token : sizing::RoutingSampler::multinomial;
+    routing.sampler =
+        o.routing == "per-token" ? sizing::RoutingSampler::per_token : sizing::RoutingSampler::multinomial;
     routing.correlation = o.correlation;
     counts = std::make_unique<sizing::DirichletRouting>(routing);
   }
@@ -323,7 +330,8 @@ void plot(const Report& r) {
     out << to_json(r);
   }
   const std::string command = "python3 \"" PAGESTASH_SIZING_PLOT_SCRIPT "\" \"" + json_path + "\" \"" + r.o.plot + "\"";
-  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "pagestash_size: the plot failed (%s)\n", command.c_str());
+  if (std::system(command.c_str()) != 0)
+    std::fprintf(stderr, "pagestash_size: the plot failed (%s)\n", command.c_str());
   std::remove(json_path.c_str());
 }
 

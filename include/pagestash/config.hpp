@@ -29,10 +29,9 @@
 #  define PAGESTASH_UNROLL
 #endif
 
-
 #define PAGESTASH_PP_CAT_(a, b) a##b
 #define PAGESTASH_PP_CAT(a, b) PAGESTASH_PP_CAT_(a, b)
-#define PAGESTASH_ABI_NAMESPACE                                                        \
+#define PAGESTASH_ABI_NAMESPACE                                                       \
   PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(v, PAGESTASH_VERSION_MAJOR), _), \
                    PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(PAGESTASH_VERSION_MINOR, _), PAGESTASH_VERSION_PATCH))
 

@@ -24,7 +24,8 @@ inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {
   detail::check_stream_device("agree", ex.stream, pool.device());
   constexpr std::size_t words = sizeof(PoolFlags) / sizeof(cuda::std::int32_t);
   const ncclResult_t r = ncclAllReduce(pool.flags(), pool.flags(), words, ncclInt32, ncclMax, comm, ex.stream);
-  if (r != ncclSuccess) throw std::runtime_error(std::string("pagestash::agree: ncclAllReduce: ") + ncclGetErrorString(r));
+  if (r != ncclSuccess)
+    throw std::runtime_error(std::string("pagestash::agree: ncclAllReduce: ") + ncclGetErrorString(r));
 }
 
 PAGESTASH_NAMESPACE_END

@@ -9,7 +9,7 @@
 #include <torch/extension.h>
 
 #ifdef PAGESTASH_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#  include <c10/cuda/CUDAStream.h>
 #endif
 
 #include <algorithm>
@@ -39,11 +39,13 @@ cudaStream_t stream_of(const at::Tensor& control) {
 // Built without CUDA (PAGESTASH_TORCH_CUDA undefined): a CUDA pool is refused when its stream is asked for.
 // The stubs below are never reached.
 cudaStream_t stream_of(const at::Tensor&) {
-  TORCH_CHECK(false, "pagestash was built without the CUDA executor (no nvcc, or PAGESTASH_CUDA=0 at install): CUDA tensors need a build with it");
+  TORCH_CHECK(false,
+              "pagestash was built without the CUDA executor (no nvcc, or PAGESTASH_CUDA=0 at install): CUDA tensors "
+              "need a build with it");
   return nullptr;
 }
-void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&,
-              const Buffers&, ps::ReloadOptions) {}
+void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&, const Buffers&,
+              ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
 #endif
@@ -153,8 +155,7 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
   TORCH_CHECK_VALUE(std::string(what) == "amax" || address % ps::buffer_alignment == 0, "pagestash: ", what,
                     " must be ", ps::buffer_alignment, "-byte aligned (the ops copy ", ps::buffer_alignment,
                     "-byte vectors), but its data_ptr() % ", ps::buffer_alignment, " = ",
-                    address % ps::buffer_alignment,
-                    " (storage_offset() = ", t->storage_offset(), "): pass ", what,
+                    address % ps::buffer_alignment, " (storage_offset() = ", t->storage_offset(), "): pass ", what,
                     ".clone() (PyTorch's allocator aligns a new tensor), or a view that starts a multiple of ",
                     ps::buffer_alignment, " bytes into its storage");
   const std::int64_t got = t->numel() * t->element_size();
@@ -192,7 +193,8 @@ Buffers buffers_of(const std::string& recipe, const Shape& s, const at::Device& 
   if (info.scales_bytes) b.scales = scales->data_ptr();
   if (info.amax_bytes) b.amax = amax->data_ptr<float>();
   if (counts.has_value()) {
-    TORCH_CHECK_VALUE(counts->device() == device, "pagestash: counts is on ", counts->device(), ", the pool on ", device);
+    TORCH_CHECK_VALUE(counts->device() == device, "pagestash: counts is on ", counts->device(), ", the pool on ",
+                      device);
     TORCH_CHECK_VALUE(counts->scalar_type() == at::kInt, "pagestash: counts must be torch.int32, not ",
                       torch_name(counts->scalar_type()));
     TORCH_CHECK_VALUE(counts->is_contiguous() && counts->numel() == s.groups, "pagestash: counts must be ", s.groups,
@@ -262,7 +264,8 @@ Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
 
 void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_arena, std::int64_t page_bytes,
               at::Tensor& record, const std::string& recipe, at::IntArrayRef shape, const at::Tensor& data,
-              const at::Tensor& counts, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax) {
+              const at::Tensor& counts, const std::optional<at::Tensor>& scales,
+              const std::optional<at::Tensor>& amax) {
   const Shape s = checked_shape(recipe, shape);
   const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, counts);
   run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, {});
@@ -373,7 +376,8 @@ void init_pool_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_a
 }
 
 std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
-                             std::int64_t page_bytes, const std::string& recipe, const std::vector<std::int64_t>& shape) {
+                             std::int64_t page_bytes, const std::string& recipe,
+                             const std::vector<std::int64_t>& shape) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   return checked([&] { return record_bytes(recipe, pool, space_of(control), checked_shape(recipe, shape)); });
@@ -422,14 +426,13 @@ py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor h
   return d;
 }
 
-py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
-                          std::int64_t page_bytes, at::Tensor record, const std::string& recipe,
-                          const std::vector<std::int64_t>& shape) {
+py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
+                          at::Tensor record, const std::string& recipe, const std::vector<std::int64_t>& shape) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  const ps::RecordStatus s = checked(
-      [&] { return record_status(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
+  const ps::RecordStatus s =
+      checked([&] { return record_status(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
   py::dict d;  // every field of the C++ table, under its name; states and flags by name
   ps::for_each_field(s, [&](const char* name, auto value) {
     if constexpr (std::is_enum_v<decltype(value)>) d[name] = ps::name_of(value);
@@ -457,11 +460,12 @@ std::string decide_py(const std::vector<std::int32_t>& words) {
   return ps::name_of(ps::decide(f));
 }
 
-
 /// A C++ value as Python has it: an Interval or a pair as a (low, high) tuple.
 py::object to_python(const sizing::Interval& i) { return py::make_tuple(i.low, i.high); }
 template <class T>
-py::object to_python(const T& value) { return py::cast(value); }
+py::object to_python(const T& value) {
+  return py::cast(value);
+}
 
 /// The pool sizer (csrc/sizing.hpp) for the Python wrapper pagestash.size_pool. The request
 /// comes as keyword arguments, each a field of SizingRequest's table (an unknown one is an

@@ -151,7 +151,8 @@ void check_record_bytes(const ps::PagePool& p, const ps::GroupedView<typename Tr
   const auto need = static_cast<std::int64_t>(ps::StashRecord<Traits>::bytes_needed(p, shape));
   if (record.bytes != need)
     throw std::invalid_argument("pagestash: the record has " + std::to_string(record.bytes) + " bytes; a " +
-                                Traits::layout::name + " record of this shape in this pool needs " + std::to_string(need));
+                                Traits::layout::name + " record of this shape in this pool needs " +
+                                std::to_string(need));
 }
 
 /// Writes an empty record's header into `record`.

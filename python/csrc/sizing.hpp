@@ -91,23 +91,23 @@ inline sizing::Layer layer_of(const SizingRequest& r) {
   if (r.recipes.empty()) refuse_request("size_pool: no saved tensors");
   if (r.recipes.size() != r.shapes.size())
     refuse_request("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
-                               std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
+                   std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
   std::vector<sizing::SavedTensor> tensors;
   for (std::size_t i = 0; i < r.recipes.size(); ++i) {
     const Shape& s = r.shapes[i];
     if (s.groups < 1)
-      refuse_request("size_pool: saved[" + std::to_string(i) + "]: Shape.groups (experts) = " +
-                                 std::to_string(s.groups) + " must be at least 1");
+      refuse_request("size_pool: saved[" + std::to_string(i) +
+                     "]: Shape.groups (experts) = " + std::to_string(s.groups) + " must be at least 1");
     sizing::SavedTensor t = saved_tensor(r.recipes[i], s);
-    const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.tokens) +
-                             ", " + std::to_string(s.hidden) + "]";
+    const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.tokens) + ", " +
+                             std::to_string(s.hidden) + "]";
     if (recipe_info(r.recipes[i], s).packed && s.tokens != t.capacity() * s.groups)
       refuse_request("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
-                                 "a multiple of " + std::to_string(s.groups) + ")");
+                     "a multiple of " + std::to_string(s.groups) + ")");
     if (!tensors.empty() && t.capacity() != tensors.front().capacity())
       refuse_request("size_pool: " + what + " holds " + std::to_string(t.capacity()) +
-                                 " tokens per expert, the first tensor " + std::to_string(tensors.front().capacity()) +
-                                 ": a layer's tensors share one capacity");
+                     " tokens per expert, the first tensor " + std::to_string(tensors.front().capacity()) +
+                     ": a layer's tensors share one capacity");
     tensors.push_back(std::move(t));
   }
   return sizing::Layer(tensors, tensors.front().capacity());
@@ -126,16 +126,19 @@ inline std::unique_ptr<sizing::CountModel> count_model_of(const SizingRequest& r
   const sizing::Excess excess = r.cap_counts ? sizing::Excess::cap : sizing::Excess::refuse;
   const bool measured = !r.counts_file.empty() || !r.count_steps.empty() || !r.counts.empty();
   if (measured && r.correlation > 0)
-    refuse_request("size_pool: correlation models the Dirichlet router; measured counts keep their own "
-                               "(give them as whole steps)");
+    refuse_request(
+        "size_pool: correlation models the Dirichlet router; measured counts keep their own "
+        "(give them as whole steps)");
   if (!r.counts_file.empty())
-    return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
+    return std::make_unique<sizing::MeasuredCounts>(
+        sizing::MeasuredCounts::read(r.counts_file, layer.experts(), capacity, excess));
   if (!r.count_steps.empty())
-    return std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
+    return std::make_unique<sizing::MeasuredCounts>(
+        sizing::MeasuredCounts::whole_steps(r.count_steps, capacity, "counts", excess));
   if (!r.counts.empty()) return std::make_unique<sizing::MeasuredCounts>(r.counts, capacity, "counts", excess);
   if (r.tokens < 1)
     refuse_request("size_pool: tokens = " + std::to_string(r.tokens) +
-                               ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
+                   ": give the router's tokens per microbatch (and top_k, alpha), or measured counts");
   sizing::Routing routing;
   routing.experts = layer.experts();
   routing.top_k = r.top_k;

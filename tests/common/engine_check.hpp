@@ -22,13 +22,13 @@ namespace pagestash_test {
 namespace ps = pagestash;
 
 struct EngineCase {
-  int page_shift = 8;                ///< 8 (256-byte pages) .. 16
+  int page_shift = 8;                                     ///< 8 (256-byte pages) .. 16
   int executor_tile_shift = ps::StashPolicy::tile_shift;  ///< or HostPolicy::tile_shift
-  int lanes = 32;                    ///< lanes of the vector mover
-  bool zero_tail = false;            ///< reload also clears the dead rest of each line
-  unsigned base_misalign = 0;        ///< the buffer's address mod 16
-  std::vector<ps::Segment> segments;  ///< in one buffer, not overlapping (lines * pitch each)
-  std::uint32_t seed = 1;            ///< bytes, page order, tile order
+  int lanes = 32;                                         ///< lanes of the vector mover
+  bool zero_tail = false;                                 ///< reload also clears the dead rest of each line
+  unsigned base_misalign = 0;                             ///< the buffer's address mod 16
+  std::vector<ps::Segment> segments;                      ///< in one buffer, not overlapping (lines * pitch each)
+  std::uint32_t seed = 1;                                 ///< bytes, page order, tile order
 };
 
 /// One lane of a team of n, for running a warp's lanes one after another.
@@ -42,7 +42,9 @@ struct OneLane {
 /// some longer than a tile), pitches from live up, gaps and offsets of any alignment.
 inline EngineCase random_engine_case(std::mt19937& rng, int count, std::int64_t max_live) {
   EngineCase c;
-  auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
   c.page_shift = static_cast<int>(pick(8, 17));
   c.executor_tile_shift = pick(0, 1) == 0 ? ps::StashPolicy::tile_shift : ps::HostPolicy::tile_shift;
   c.lanes = pick(0, 3) == 0 ? static_cast<int>(pick(1, 31)) : 32;
@@ -85,8 +87,8 @@ inline std::string check_engine(const EngineCase& c) {
   // The source buffer (random non-zero bytes) at the requested misalignment.
   // (16 guard bytes on either side: a reload must not write them)
   std::vector<unsigned char> source_mem(static_cast<std::size_t>(buffer_bytes) + 64);
-  unsigned char* const source = source_mem.data() + (16 - reinterpret_cast<std::uintptr_t>(source_mem.data()) % 16) % 16 +
-                                16 + c.base_misalign;
+  unsigned char* const source =
+      source_mem.data() + (16 - reinterpret_cast<std::uintptr_t>(source_mem.data()) % 16) % 16 + 16 + c.base_misalign;
   for (std::int64_t i = 0; i < buffer_bytes; ++i) source[i] = static_cast<unsigned char>(rng() % 255 + 1);
 
   // The oracle stream: each segment's runs back to back, zeros up to 16 bytes.
@@ -99,7 +101,8 @@ inline std::string check_engine(const EngineCase& c) {
   ps::WorkTotals stash_totals{};
   std::vector<ps::WorkItem> stash_items = engine_items(c, false, stash_totals);
   if (stash_totals.stream_bytes != static_cast<std::int64_t>(stream.size()))
-    return "plan: " + std::to_string(stash_totals.stream_bytes) + " stream bytes, oracle " + std::to_string(stream.size());
+    return "plan: " + std::to_string(stash_totals.stream_bytes) + " stream bytes, oracle " +
+           std::to_string(stream.size());
 
   // Pages in a shuffled order, the arena poisoned.
   ps::PoolConfig cfg;
@@ -111,7 +114,9 @@ inline std::string check_engine(const EngineCase& c) {
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   const ps::PoolRef ref = pool.ref();
-  auto page_byte = [&](std::int64_t p) { return ref.page(ids[static_cast<std::size_t>(p >> c.page_shift)]) + (p & (cfg.page_bytes - 1)); };
+  auto page_byte = [&](std::int64_t p) {
+    return ref.page(ids[static_cast<std::size_t>(p >> c.page_shift)]) + (p & (cfg.page_bytes - 1));
+  };
 
   auto work_for = [&](const std::vector<ps::WorkItem>& items, unsigned char* buffer, bool to_pages) {
     ps::TileWork w{};
@@ -158,11 +163,13 @@ inline std::string check_engine(const EngineCase& c) {
     // Reload into a poisoned buffer: live runs from the source; dead bytes of each line zero
     // with zero_tail; every other byte keeps its poison.
     std::vector<unsigned char> expected(static_cast<std::size_t>(buffer_bytes));
-    for (std::int64_t i = 0; i < buffer_bytes; ++i) expected[static_cast<std::size_t>(i)] = dest[i] = static_cast<unsigned char>(rng() | 1);
+    for (std::int64_t i = 0; i < buffer_bytes; ++i)
+      expected[static_cast<std::size_t>(i)] = dest[i] = static_cast<unsigned char>(rng() | 1);
     for (const ps::Segment& s : c.segments)
       for (std::int64_t l = 0; l < s.lines; ++l) {
         std::memcpy(expected.data() + s.line_offset(l), source + s.line_offset(l), static_cast<std::size_t>(s.live));
-        if (c.zero_tail) std::memset(expected.data() + s.line_offset(l) + s.live, 0, static_cast<std::size_t>(s.pitch - s.live));
+        if (c.zero_tail)
+          std::memset(expected.data() + s.line_offset(l) + s.live, 0, static_cast<std::size_t>(s.pitch - s.live));
       }
     run(work_for(reload_items, dest, false), reload_totals.tiles, vectors, !vectors);
     for (std::int64_t i = 0; i < buffer_bytes; ++i)
@@ -170,7 +177,8 @@ inline std::string check_engine(const EngineCase& c) {
         return std::string(name) + " reload: buffer byte " + std::to_string(i) + " is " + std::to_string(dest[i]) +
                ", expected " + std::to_string(expected[static_cast<std::size_t>(i)]);
     for (int g = 1; g <= 16; ++g)
-      if (dest[-g] != 0 || dest[buffer_bytes + g - 1] != 0) return std::string(name) + " reload: wrote outside the buffer";
+      if (dest[-g] != 0 || dest[buffer_bytes + g - 1] != 0)
+        return std::string(name) + " reload: wrote outside the buffer";
   }
   return "";
 }

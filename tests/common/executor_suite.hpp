@@ -54,10 +54,10 @@ void sequences(std::uint32_t& seed, int ops) {
 template <class Backend>
 void every_layout_sequences(int layout_ops, int traits_ops) {
   std::uint32_t seed = 1000;
-#define PAGESTASH_SUITE_SEQUENCES(L)                          \
-  {                                                           \
-    using Layout = PAGESTASH_LAYOUT(L);                         \
-    CAPTURE(#L);                                              \
+#define PAGESTASH_SUITE_SEQUENCES(L)                               \
+  {                                                                \
+    using Layout = PAGESTASH_LAYOUT(L);                            \
+    CAPTURE(#L);                                                   \
     sequences<ps::StashTraits<Layout>, Backend>(seed, layout_ops); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_SEQUENCES)
@@ -153,10 +153,10 @@ void same_as_host(std::uint32_t seed, int rounds) {
 template <class Backend>
 void every_layout_same_as_host(int rounds) {
   std::uint32_t seed = 40;
-#define PAGESTASH_SUITE_SAME_AS_HOST(L)    \
-  {                                        \
-    using Layout = PAGESTASH_LAYOUT(L);      \
-    CAPTURE(#L);                           \
+#define PAGESTASH_SUITE_SAME_AS_HOST(L)            \
+  {                                                \
+    using Layout = PAGESTASH_LAYOUT(L);            \
+    CAPTURE(#L);                                   \
     same_as_host<Layout, Backend>(++seed, rounds); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_SAME_AS_HOST)
@@ -207,8 +207,8 @@ int graph_replays(int replays, std::uint32_t seed) {
       CHECK(recs[i]->status().state == ps::RecordState::reloaded);
       for (BufferRole role : all_roles) {
         const auto r = static_cast<std::size_t>(role);
-        all_equal = all_equal && dest[i]->bytes(role) == expected_reload<Tr>(shape, role, counts[i], bytes[i][r],
-                                                                             poisoned[i][r], i == 1);
+        all_equal = all_equal && dest[i]->bytes(role) ==
+                                     expected_reload<Tr>(shape, role, counts[i], bytes[i][r], poisoned[i][r], i == 1);
       }
     }
     CHECK(all_equal);
@@ -293,7 +293,8 @@ void concurrent_streams(int streams, int rounds, std::uint32_t seed) {
 template <class L>
 std::vector<std::int32_t> full_counts(const ps::GroupedView<L>& v) {
   const std::int64_t align = v.count_alignment();
-  std::vector<std::int32_t> c(static_cast<std::size_t>(v.groups), static_cast<std::int32_t>(v.max_tokens / align * align));
+  std::vector<std::int32_t> c(static_cast<std::size_t>(v.groups),
+                              static_cast<std::int32_t>(v.max_tokens / align * align));
   if constexpr (L::placement::packed) {
     std::int64_t left = v.max_tokens / align * align;
     for (std::size_t g = 0; g < c.size(); ++g) {
@@ -361,13 +362,13 @@ template <class Backend>
 void every_layout_exact_buffers() {
   std::uint32_t seed = 90;
   int layouts = 0, rounds = 0;
-#define PAGESTASH_SUITE_EXACT_SIZE(L)                                          \
-  {                                                                            \
-    using Layout = PAGESTASH_LAYOUT(L);                                          \
-    CAPTURE(#L);                                                               \
-    ++layouts;                                                                 \
-    rounds += exact_buffers<Layout, Backend>(sequence_shape<Layout>(true), ++seed);      \
-    rounds += exact_buffers<Layout, Backend>(smallest_shape<Layout>(), ++seed);          \
+#define PAGESTASH_SUITE_EXACT_SIZE(L)                                               \
+  {                                                                                 \
+    using Layout = PAGESTASH_LAYOUT(L);                                             \
+    CAPTURE(#L);                                                                    \
+    ++layouts;                                                                      \
+    rounds += exact_buffers<Layout, Backend>(sequence_shape<Layout>(true), ++seed); \
+    rounds += exact_buffers<Layout, Backend>(smallest_shape<Layout>(), ++seed);     \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_EXACT_SIZE)
 #undef PAGESTASH_SUITE_EXACT_SIZE
@@ -485,11 +486,11 @@ int failed_reload_poisons(std::uint32_t seed) {
 template <class Backend>
 void every_layout_failed_reloads() {
   std::uint32_t seed = 500;
-#define PAGESTASH_SUITE_FAILED_RELOADS(L)                                           \
-  {                                                                                 \
-    using Layout = PAGESTASH_LAYOUT(L);                                               \
-    CAPTURE(#L);                                                                    \
-    CHECK(failed_reload_poisons<ps::StashTraits<Layout>, Backend>(++seed) == 8);        \
+#define PAGESTASH_SUITE_FAILED_RELOADS(L)                                        \
+  {                                                                              \
+    using Layout = PAGESTASH_LAYOUT(L);                                          \
+    CAPTURE(#L);                                                                 \
+    CHECK(failed_reload_poisons<ps::StashTraits<Layout>, Backend>(++seed) == 8); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SUITE_FAILED_RELOADS)
 #undef PAGESTASH_SUITE_FAILED_RELOADS

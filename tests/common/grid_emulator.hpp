@@ -72,12 +72,12 @@ class HostBarrier {
 /// block, as a block executes it once).
 struct LaunchCost {
   std::int64_t blocks = 0;
-  std::int64_t rmw = 0;           ///< atomic read-modify-writes, all lines
-  std::int64_t loads = 0;         ///< atomic loads (polls included)
-  std::int64_t stores = 0;        ///< atomic stores
+  std::int64_t rmw = 0;               ///< atomic read-modify-writes, all lines
+  std::int64_t loads = 0;             ///< atomic loads (polls included)
+  std::int64_t stores = 0;            ///< atomic stores
   std::int64_t busiest_line_rmw = 0;  ///< read-modify-writes on the busiest 128-byte line
-  std::int64_t fences = 0;        ///< device-scope fences, per block
-  std::int64_t barriers = 0;      ///< block barriers, per block
+  std::int64_t fences = 0;            ///< device-scope fences, per block
+  std::int64_t barriers = 0;          ///< block barriers, per block
 
   double per_block(std::int64_t n) const { return blocks ? static_cast<double>(n) / static_cast<double>(blocks) : 0; }
 };
@@ -324,10 +324,10 @@ inline std::uint64_t next_grid_id() {
 
 struct LaunchShape {
   int blocks = 4;
-  int threads = 64;            ///< per block, a multiple of 32
-  int slots = 2;               ///< blocks resident at once
-  std::uint32_t seed = 1;      ///< start order and delays
-  bool random_delays = true;   ///< some blocks start after a short sleep
+  int threads = 64;           ///< per block, a multiple of 32
+  int slots = 2;              ///< blocks resident at once
+  std::uint32_t seed = 1;     ///< start order and delays
+  bool random_delays = true;  ///< some blocks start after a short sleep
   /// Called by a slot's leader before the k-th block to start (k counts starts, 0-based).
   std::function<void(int)> before_start;
   /// The launch's id (GridContext::launch); 0: a new one (next_grid_id), as on a GPU.
@@ -370,8 +370,9 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
       int k = 0;
       std::memcpy(&k, block.slot, sizeof k);
       if (k >= shape.blocks) return;
-      const EmulatedContext ctx{team,          EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks,
-                                r / 32,        shape.threads / 32,    launch};
+      const EmulatedContext ctx{
+          team,  EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32, shape.threads / 32,
+          launch};
       if (team.leader() && CostCounter::active() != nullptr) CostCounter::active()->count_block();
       body(ctx);
       block.barrier.wait();  // the block's threads leave together, as a block does
@@ -436,9 +437,7 @@ struct Emulator {
   template <class Tr, ps::Operation Op>
   void launch(const ps::PoolRef& pool, const ps::GroupedView<typename Tr::layout>& v, const ps::RecordRef& rec,
               ps::ReloadOptions options) const {
-    emulate_launch(shape, [&](const EmulatedContext& ctx) {
-      ps::run_operation<Tr, Op>(ctx, pool, v, rec, options);
-    });
+    emulate_launch(shape, [&](const EmulatedContext& ctx) { ps::run_operation<Tr, Op>(ctx, pool, v, rec, options); });
   }
 };
 

@@ -13,8 +13,8 @@
 namespace pagestash_test {
 
 namespace ps = pagestash;
-using std::int64_t;
 using ps::BufferRole;
+using std::int64_t;
 
 /// Host buffers of every buffer the layout has, and a view of them.
 template <class L>

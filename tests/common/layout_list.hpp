@@ -6,17 +6,17 @@
 
 #include <pagestash/layouts/recipes.hpp>
 
-#define PAGESTASH_TEST_ROWWISE_QUANTIZED(X, Format)                                                        \
-  X((pagestash::RowwiseQuantized<Format, pagestash::Packed, pagestash::SwizzledScales>))                   \
-  X((pagestash::RowwiseQuantized<Format, pagestash::Packed, pagestash::CompactScales>))                    \
-  X((pagestash::RowwiseQuantized<Format, pagestash::PackedPadded, pagestash::SwizzledScales>))             \
-  X((pagestash::RowwiseQuantized<Format, pagestash::PackedPadded, pagestash::CompactScales>))              \
-  X((pagestash::RowwiseQuantized<Format, pagestash::CapacityPadded, pagestash::SwizzledScales>))           \
+#define PAGESTASH_TEST_ROWWISE_QUANTIZED(X, Format)                                              \
+  X((pagestash::RowwiseQuantized<Format, pagestash::Packed, pagestash::SwizzledScales>))         \
+  X((pagestash::RowwiseQuantized<Format, pagestash::Packed, pagestash::CompactScales>))          \
+  X((pagestash::RowwiseQuantized<Format, pagestash::PackedPadded, pagestash::SwizzledScales>))   \
+  X((pagestash::RowwiseQuantized<Format, pagestash::PackedPadded, pagestash::CompactScales>))    \
+  X((pagestash::RowwiseQuantized<Format, pagestash::CapacityPadded, pagestash::SwizzledScales>)) \
   X((pagestash::RowwiseQuantized<Format, pagestash::CapacityPadded, pagestash::CompactScales>))
 /// The layouts only the tests use.
 #define PAGESTASH_TEST_PLAIN_LAYOUTS(X) X((pagestash::Plain<float>)) X((pagestash::Plain<pagestash::BF16>))
-#define PAGESTASH_TEST_ROWWISE_QUANTIZED_LAYOUTS(X)                                                \
-  PAGESTASH_TEST_ROWWISE_QUANTIZED(X, pagestash::MXFP8_E4M3)                                       \
+#define PAGESTASH_TEST_ROWWISE_QUANTIZED_LAYOUTS(X)          \
+  PAGESTASH_TEST_ROWWISE_QUANTIZED(X, pagestash::MXFP8_E4M3) \
   PAGESTASH_TEST_ROWWISE_QUANTIZED(X, pagestash::MXFP8_E5M2) PAGESTASH_TEST_ROWWISE_QUANTIZED(X, pagestash::NVFP4)
 #define PAGESTASH_TEST_FOR_EACH_LAYOUT(X) \
   PAGESTASH_FOR_EACH_RECIPE(X) PAGESTASH_TEST_PLAIN_LAYOUTS(X) PAGESTASH_TEST_ROWWISE_QUANTIZED_LAYOUTS(X)
@@ -49,8 +49,8 @@ namespace pagestash_test {
 namespace ps = pagestash;
 /// The non-default StashTraits the tests use (each also instantiated for the device).
 namespace traits {
-using DataOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>,
-                                     ps::Handling::paged>;
+using DataOnly =
+    ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::CompactScales>, ps::Handling::paged>;
 using ScalesOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>,
                                        ps::Handling::dropped, ps::Handling::paged, ps::Handling::kept>;
 using NoAmax = ps::BufferSelection<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>,
@@ -62,6 +62,6 @@ using MxScales = ps::BufferSelection<ps::RowwiseQuantized<ps::MXFP8_E4M3, ps::Pa
 
 /// The non-default StashTraits above (the kernels are instantiated for these and for the
 /// default one of every layout).
-#define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X)                                                   \
-  X(pagestash_test::traits::DataOnly) X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) \
-  X(pagestash_test::traits::MxScales)
+#define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X) \
+  X(pagestash_test::traits::DataOnly)                 \
+  X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) X(pagestash_test::traits::MxScales)

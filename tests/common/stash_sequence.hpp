@@ -13,7 +13,8 @@
 //   struct Bytes { explicit Bytes(std::size_t); std::uint8_t* ptr() const;
 //                  void upload(const std::vector<std::uint8_t>&); std::vector<std::uint8_t> download() const; };
 //   template <class Tr> static void stash(ps::PagePool&, const ps::GroupedView<L>&, ps::StashRecord<Tr>&);
-//   template <class Tr> static void reload(ps::PagePool&, ps::StashRecord<Tr>&, const ps::GroupedView<L>&, bool zero_tail,
+//   template <class Tr> static void reload(ps::PagePool&, ps::StashRecord<Tr>&, const ps::GroupedView<L>&, bool
+//   zero_tail,
 //                                          bool poison = true);  // ReloadOptions{zero_tail, poison}
 //   template <class Tr> static void discard(ps::PagePool&, ps::StashRecord<Tr>&);
 //   static void reset(ps::PagePool&);
@@ -104,7 +105,8 @@ struct Tensor {
   explicit Tensor(const ps::GroupedView<L>& shape)
       : view(shape), counts(static_cast<std::size_t>(shape.groups) * sizeof(std::int32_t)) {
     for (BufferRole role : all_roles)
-      buffers[static_cast<std::size_t>(role)] = std::make_unique<Bytes>(static_cast<std::size_t>(view.buffer_bytes(role)));
+      buffers[static_cast<std::size_t>(role)] =
+          std::make_unique<Bytes>(static_cast<std::size_t>(view.buffer_bytes(role)));
     view.data = reinterpret_cast<typename L::data_type*>(ptr(BufferRole::data));
     if constexpr (!std::is_void_v<typename L::scale_type>)
       view.scales = reinterpret_cast<typename L::scale_type*>(ptr(BufferRole::scales));
@@ -136,7 +138,8 @@ inline std::vector<std::uint8_t> random_bytes(std::size_t n, std::mt19937& rng) 
 /// (whole buffer if kept), the poison elsewhere, or zero there when zero_tail clears it.
 template <class Traits>
 std::vector<std::uint8_t> expected_reload(const ps::GroupedView<typename Traits::layout>& v, BufferRole role,
-                                          const std::vector<std::int32_t>& counts, const std::vector<std::uint8_t>& source,
+                                          const std::vector<std::int32_t>& counts,
+                                          const std::vector<std::uint8_t>& source,
                                           const std::vector<std::uint8_t>& poisoned, bool zero_tail) {
   const ps::Handling h = ps::handling_of<Traits>(role);
   if (h == ps::Handling::kept) return source;
@@ -204,7 +207,8 @@ std::vector<std::int32_t> bad_counts(const ps::GroupedView<L>& v, std::mt19937& 
 /// Checks that the pool's free pages and the pages the holding records hold are each id
 /// once, device pages first in every record.
 template <class Traits>
-void check_page_invariant(const ps::PagePool& pool, const std::vector<std::unique_ptr<ps::StashRecord<Traits>>>& records,
+void check_page_invariant(const ps::PagePool& pool,
+                          const std::vector<std::unique_ptr<ps::StashRecord<Traits>>>& records,
                           const std::deque<std::size_t>& holding) {
   const ps::PoolConfig& cfg = pool.config();
   std::vector<int> seen(static_cast<std::size_t>(cfg.device_pages + cfg.host_pages), 0);
@@ -285,8 +289,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       const bool bad = dice % 31 == 0;
       s.counts = bad ? bad_counts(shape, rng) : random_counts(shape, rng);
       for (BufferRole role : all_roles) {
-        s.bytes[static_cast<std::size_t>(role)] =
-            random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        s.bytes[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
         work.set(role, s.bytes[static_cast<std::size_t>(role)]);
       }
       work.set_counts(s.counts);
@@ -337,7 +340,8 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
         const bool zero_tail = dice % 2 == 0;
         std::array<std::vector<std::uint8_t>, 3> poisoned;
         for (BufferRole role : all_roles) {
-          poisoned[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+          poisoned[static_cast<std::size_t>(role)] =
+              random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
           dest.set(role, poisoned[static_cast<std::size_t>(role)]);
         }
         Backend::reload(pool, *records[r], dest.view, zero_tail);
@@ -346,8 +350,7 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
           CAPTURE(ps::name_of(role));
           CAPTURE(zero_tail);
           const auto i = static_cast<std::size_t>(role);
-          CHECK(dest.bytes(role) ==
-                expected_reload<Traits>(shape, role, s.counts, s.bytes[i], poisoned[i], zero_tail));
+          CHECK(dest.bytes(role) == expected_reload<Traits>(shape, role, s.counts, s.bytes[i], poisoned[i], zero_tail));
         }
       } else {
         Backend::discard(pool, *records[r]);

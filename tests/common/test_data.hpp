@@ -24,12 +24,34 @@ inline std::uint32_t bits_of(float f) {
 /// Values every conversion must get right: zeros, infinities, NaNs, limits, subnormals.
 inline std::vector<float> special_floats() {
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> v = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::max(),
-                          -std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
-                          std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
-                          float_from_bits(0x7FC00000u), float_from_bits(0xFFC00000u), float_from_bits(0x7F800001u),
-                          float_from_bits(0xFFFFFFFFu), 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f, 6.0f, 5.0f,
-                          7.0f, 65504.0f, 65520.0f, 0.25f, 0.75f, 1.0f / 1024, 1.0f / 512, 3.0f / 2048};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          inf,
+                          -inf,
+                          std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(),
+                          std::numeric_limits<float>::denorm_min(),
+                          -std::numeric_limits<float>::denorm_min(),
+                          float_from_bits(0x7FC00000u),
+                          float_from_bits(0xFFC00000u),
+                          float_from_bits(0x7F800001u),
+                          float_from_bits(0xFFFFFFFFu),
+                          448.0f,
+                          464.0f,
+                          480.0f,
+                          57344.0f,
+                          61440.0f,
+                          6.0f,
+                          5.0f,
+                          7.0f,
+                          65504.0f,
+                          65520.0f,
+                          0.25f,
+                          0.75f,
+                          1.0f / 1024,
+                          1.0f / 512,
+                          3.0f / 2048};
   return v;
 }
 

@@ -62,6 +62,10 @@ void check_device_matches_host(std::int64_t M, std::int64_t K, std::uint32_t see
 
 }  // namespace
 
-TEST_CASE("MXFP8 E4M3 on the device matches the host bytes") { check_device_matches_host<ps::MXFP8_E4M3>(256, 512, 41); }
-TEST_CASE("MXFP8 E5M2 on the device matches the host bytes") { check_device_matches_host<ps::MXFP8_E5M2>(256, 512, 42); }
+TEST_CASE("MXFP8 E4M3 on the device matches the host bytes") {
+  check_device_matches_host<ps::MXFP8_E4M3>(256, 512, 41);
+}
+TEST_CASE("MXFP8 E5M2 on the device matches the host bytes") {
+  check_device_matches_host<ps::MXFP8_E5M2>(256, 512, 42);
+}
 TEST_CASE("NVFP4 on the device matches the host bytes") { check_device_matches_host<ps::NVFP4>(256, 512, 43); }

@@ -41,7 +41,8 @@ void check_device_producer(std::int64_t max_tokens, std::int64_t hidden, int gro
   d_source.upload(source);
   auto dev = host.view;
   dev.data = reinterpret_cast<typename L::data_type*>(d_data.ptr);
-  if constexpr (!std::is_void_v<typename L::scale_type>) dev.scales = reinterpret_cast<typename L::scale_type*>(d_scales.ptr);
+  if constexpr (!std::is_void_v<typename L::scale_type>)
+    dev.scales = reinterpret_cast<typename L::scale_type*>(d_scales.ptr);
   dev.amax = d_amax.ptr;
   dev.counts = d_counts.ptr;
   REQUIRE(pagestash_test::produce_on_device_sync(dev, d_source.ptr, 0x3C) == pagestash::Flag::none);
@@ -65,11 +66,11 @@ using namespace pagestash_test::layouts;
 
 TEST_CASE("device producer matches the host producer for every layout") {
   int seed = 0;
-#define PAGESTASH_CHECK_LAYOUT(L)                                                   \
-  {                                                                                 \
-    using Layout = PAGESTASH_LAYOUT(L);                                               \
-    CAPTURE(#L);                                                                    \
-    const int groups = pagestash::Recipe<Layout>::plain ? 1 : 3;                    \
+#define PAGESTASH_CHECK_LAYOUT(L)                                                        \
+  {                                                                                      \
+    using Layout = PAGESTASH_LAYOUT(L);                                                  \
+    CAPTURE(#L);                                                                         \
+    const int groups = pagestash::Recipe<Layout>::plain ? 1 : 3;                         \
     check_device_producer<Layout>(Layout::granule == 1 ? 96 : 256, 160, groups, ++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_LAYOUT)

@@ -10,7 +10,8 @@
 
 int main(int argc, char** argv) {
   bool listing = false;
-  for (int i = 1; i < argc; ++i) listing |= std::strstr(argv[i], "list-test") != nullptr || std::strcmp(argv[i], "-ltc") == 0;
+  for (int i = 1; i < argc; ++i)
+    listing |= std::strstr(argv[i], "list-test") != nullptr || std::strcmp(argv[i], "-ltc") == 0;
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
   if (!listing && (status != cudaSuccess || devices == 0)) {

@@ -167,11 +167,14 @@ TEST_CASE("stashes and reloads of different records on concurrent streams share 
 }
 
 // scripts/gpu-check runs this one under compute-sanitizer memcheck ("exact-size").
-TEST_CASE("exact-size buffers: every layout at odd shapes, stashed and reloaded from buffers allocated to the exact byte") {
+TEST_CASE(
+    "exact-size buffers: every layout at odd shapes, stashed and reloaded from buffers allocated to the exact byte") {
   suite::every_layout_exact_buffers<ExactDeviceBackend>();
 }
 
-TEST_CASE("a reload that does not restore poisons its destination on the device, in the same launch (poison off: untouched)") {
+TEST_CASE(
+    "a reload that does not restore poisons its destination on the device, in the same launch (poison off: "
+    "untouched)") {
   suite::every_layout_failed_reloads<DeviceBackend>();
 }
 
@@ -191,8 +194,8 @@ TEST_CASE("bad input is rejected on the host before any launch") {
     auto host_rec = ps::make_record<Tr>(host_pool, rec.shape());
     CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, host_pool, view, host_rec), doctest::Contains("host memory"),
                          std::invalid_argument);
-    CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, device_pool, view, host_rec),
-                         doctest::Contains("another pool"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(stash_on(cudaStreamPerThread, device_pool, view, host_rec), doctest::Contains("another pool"),
+                         std::invalid_argument);
   });
 }
 

@@ -44,7 +44,8 @@ void fuzz_engine(FuzzedDataProvider& in) {
   std::int64_t at = in.ConsumeIntegralInRange(0, 40);
   for (int i = 0; i < segments; ++i) {
     ps::Segment s;
-    s.live = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::int64_t>(0, 9000) : in.ConsumeIntegralInRange<std::int64_t>(0, 40);
+    s.live = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::int64_t>(0, 9000)
+                              : in.ConsumeIntegralInRange<std::int64_t>(0, 40);
     s.lines = in.ConsumeIntegralInRange<std::int64_t>(0, s.live <= 16 ? 400 : 24);
     s.pitch = std::max<std::int64_t>(1, s.live + in.ConsumeIntegralInRange<std::int64_t>(0, 48));
     s.offset = at;
@@ -52,7 +53,8 @@ void fuzz_engine(FuzzedDataProvider& in) {
     at += s.lines * s.pitch + in.ConsumeIntegralInRange(0, 40);
   }
   const std::string why = check_engine(c);
-  if (!why.empty()) fail("engine, page_shift " + std::to_string(c.page_shift) + ", lanes " + std::to_string(c.lanes) + ": " + why);
+  if (!why.empty())
+    fail("engine, page_shift " + std::to_string(c.page_shift) + ", lanes " + std::to_string(c.lanes) + ": " + why);
 }
 
 struct Outcome {
@@ -65,7 +67,8 @@ Outcome run_once(const ps::GroupedView<typename Tr::layout>& shape, const std::v
                  const ps::PoolConfig& cfg, bool zero_tail, std::uint32_t seed, const Run& run) {
   using L = typename Tr::layout;
   std::mt19937 rng(seed);
-  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, counts), dst(shape.max_tokens, shape.hidden, shape.groups, counts);
+  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, counts),
+      dst(shape.max_tokens, shape.hidden, shape.groups, counts);
   for (BufferRole role : all_roles) {
     const auto n = static_cast<std::size_t>(shape.buffer_bytes(role));
     const std::vector<std::uint8_t> a = random_bytes(n, rng), b = random_bytes(n, rng);
@@ -149,8 +152,10 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
     const std::vector<std::uint8_t> expected =
         reloaded ? expected_reload<Tr>(shape, all_roles[r], counts, source, poison, zero_tail)
                  : expected_unrestored<Tr>(all_roles[r], poison);
-    if (host.reloaded[r] != expected) fail(where + ": host executor reload differs from the oracle, role " + std::to_string(r));
-    if (grid.reloaded[r] != expected) fail(where + ": emulator reload differs from the oracle, role " + std::to_string(r));
+    if (host.reloaded[r] != expected)
+      fail(where + ": host executor reload differs from the oracle, role " + std::to_string(r));
+    if (grid.reloaded[r] != expected)
+      fail(where + ": emulator reload differs from the oracle, role " + std::to_string(r));
   }
 }
 

@@ -35,8 +35,7 @@ TEST_CASE("copy engine: lines shorter than 16 bytes at every buffer alignment") 
       EngineCase c;
       c.base_misalign = misalign;
       c.zero_tail = live % 2 == 0;
-      c.segments = Segments{{3, 50, live + (live % 4), live},
-                            {3 + 50 * (live + live % 4) + 1, 37, live + 1, live}};
+      c.segments = Segments{{3, 50, live + (live % 4), live}, {3 + 50 * (live + live % 4) + 1, 37, live + 1, live}};
       c.seed = static_cast<std::uint32_t>(16 * misalign + live);
       INFO("misalign " << misalign << ", live " << live);
       REQUIRE(check_engine(c) == "");
@@ -68,8 +67,8 @@ TEST_CASE("copy engine: lines whose dead rest is one or two cache lines (the hos
   for (int zero_tail = 0; zero_tail < 2; ++zero_tail) {
     EngineCase c;
     c.zero_tail = zero_tail == 1;
-    c.segments = Segments{{0, 300, 128, 64}, {300 * 128 + 3, 200, 192, 64},
-                          {300 * 128 + 200 * 192 + 64, 150, 200, 100}};
+    c.segments =
+        Segments{{0, 300, 128, 64}, {300 * 128 + 3, 200, 192, 64}, {300 * 128 + 200 * 192 + 64, 150, 200, 100}};
     c.seed = static_cast<std::uint32_t>(7 + zero_tail);
     for (const auto& seg : c.segments)
       CHECK(ps::prefetches_dead_lines(static_cast<std::uint32_t>(seg.live), seg.pitch));

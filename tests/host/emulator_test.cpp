@@ -142,15 +142,15 @@ using namespace pagestash_test::layouts;
 TEST_CASE("emulated grid of 4 blocks x 64 threads: every layout's sequences match a byte-for-byte copy") {
   std::uint32_t seed = 9000;
   int checked = 0;
-#define PAGESTASH_EMULATED_SEQUENCES(L)                                                                 \
-  {                                                                                                     \
-    using Layout = PAGESTASH_LAYOUT(L);                                                                   \
-    CAPTURE(#L);                                                                                        \
-    for (Order order : {Order::lifo, Order::fifo, Order::random}) {                                     \
-      const bool odd = (seed % 2) == 0;                                                                 \
+#define PAGESTASH_EMULATED_SEQUENCES(L)                                                                              \
+  {                                                                                                                  \
+    using Layout = PAGESTASH_LAYOUT(L);                                                                              \
+    CAPTURE(#L);                                                                                                     \
+    for (Order order : {Order::lifo, Order::fifo, Order::random}) {                                                  \
+      const bool odd = (seed % 2) == 0;                                                                              \
       checked += run_stash_sequence<ps::StashTraits<Layout>, FourByTwoWarps>(sequence_shape<Layout>(odd), order, 16, \
-                                                                         ++seed, odd ? 256 : 1024);     \
-    }                                                                                                   \
+                                                                             ++seed, odd ? 256 : 1024);              \
+    }                                                                                                                \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EMULATED_SEQUENCES)
 #undef PAGESTASH_EMULATED_SEQUENCES
@@ -221,13 +221,14 @@ bool check_exact_size_buffers(std::uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("emulated grid: every layout at odd shapes, buffers allocated to the exact byte (ASan sees past-the-end access)") {
+TEST_CASE(
+    "emulated grid: every layout at odd shapes, buffers allocated to the exact byte (ASan sees past-the-end access)") {
   std::uint32_t seed = 60;
   int partial_word_ends = 0;
-#define PAGESTASH_EXACT_SIZE(L) \
-  {                             \
-    using Layout = PAGESTASH_LAYOUT(L); \
-    CAPTURE(#L);                \
+#define PAGESTASH_EXACT_SIZE(L)                                                     \
+  {                                                                                 \
+    using Layout = PAGESTASH_LAYOUT(L);                                             \
+    CAPTURE(#L);                                                                    \
     partial_word_ends += check_exact_size_buffers<ps::StashTraits<Layout>>(++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_EXACT_SIZE)
@@ -303,8 +304,7 @@ TEST_CASE("emulated grid: one record relaunched with new counts, as a graph repl
       ps::run_operation<Traits, ps::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
     });
     emulate_launch(launch, [&](const EmulatedContext& ctx) {
-      ps::run_operation<Traits, ps::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
-                                                                       ps::ReloadOptions{true});
+      ps::run_operation<Traits, ps::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(), ps::ReloadOptions{true});
     });
     bool same = rec.status().state == ps::RecordState::reloaded;
     for (BufferRole role : all_roles) {
@@ -387,7 +387,7 @@ void overlap_same_arguments() {
           ps::run_operation<Traits, ps::Operation::stash>(ctx, pool.ref(), in.view, rec.ref(), {});
         else  // poison off: the refused twin would poison the destination both write
           ps::run_operation<Traits, ps::Operation::reload>(ctx, pool.ref(), out.view, rec.ref(),
-                                                                           ps::ReloadOptions{true, false});
+                                                           ps::ReloadOptions{true, false});
       });
     };
     const std::int64_t errors_before = pool.stats().errors;
@@ -537,35 +537,36 @@ std::string check_overlap(const OverlapCase& c, std::uint32_t seed) {
   const ps::PoolConfig cfg = room_for<Traits>(d.shape, 256, 2);
   std::int32_t refused = -1;
   bool in_flight = true, next_refused = true, hung = false;
-  const Outcome<L> seen = play<Traits>(c, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, Buffers<L>* out) {
-    std::promise<void> first_done;
-    std::shared_future<void> done = first_done.get_future().share();
-    LaunchShape second = c.shape[1];
-    second.before_start = [&c, done](int k) {
-      if (c.held_back[static_cast<std::size_t>(k)]) done.wait();
-    };
-    {
-      PreemptAtAtomics preempt(seed);
-      auto a = std::async(std::launch::async, [&] {
-        apply(Emulator{c.shape[0]}, c.op[0], c.zero_tail[0], pool, rec, d, out[0]);
-        first_done.set_value();
+  const Outcome<L> seen =
+      play<Traits>(c, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, Buffers<L>* out) {
+        std::promise<void> first_done;
+        std::shared_future<void> done = first_done.get_future().share();
+        LaunchShape second = c.shape[1];
+        second.before_start = [&c, done](int k) {
+          if (c.held_back[static_cast<std::size_t>(k)]) done.wait();
+        };
+        {
+          PreemptAtAtomics preempt(seed);
+          auto a = std::async(std::launch::async, [&] {
+            apply(Emulator{c.shape[0]}, c.op[0], c.zero_tail[0], pool, rec, d, out[0]);
+            first_done.set_value();
+          });
+          auto b = std::async(std::launch::async,
+                              [&] { apply(Emulator{second}, c.op[1], c.zero_tail[1], pool, rec, d, out[1]); });
+          for (auto* f : {&a, &b}) hung = hung || f->wait_for(std::chrono::seconds(30)) != std::future_status::ready;
+          if (hung) {
+            std::fprintf(stderr, "emulated launches hung: seed %u\n", seed);
+            std::abort();  // the futures would wait for ever
+          }
+        }
+        refused = rec.status().refused_blocks;
+        in_flight = rec.status().launch_in_flight;
+        // The record is free again: a later launch is not refused.
+        Emulator{c.shape[0]}.reload(pool, rec, out[0].view, c.zero_tail[0]);
+        next_refused = rec.status().refused_blocks != refused;
+        // ...and what it did is undone for the comparison: reload again from the same state is
+        // not possible, so the serial orders run this reload too.
       });
-      auto b = std::async(std::launch::async,
-                          [&] { apply(Emulator{second}, c.op[1], c.zero_tail[1], pool, rec, d, out[1]); });
-      for (auto* f : {&a, &b}) hung = hung || f->wait_for(std::chrono::seconds(30)) != std::future_status::ready;
-      if (hung) {
-        std::fprintf(stderr, "emulated launches hung: seed %u\n", seed);
-        std::abort();  // the futures would wait for ever
-      }
-    }
-    refused = rec.status().refused_blocks;
-    in_flight = rec.status().launch_in_flight;
-    // The record is free again: a later launch is not refused.
-    Emulator{c.shape[0]}.reload(pool, rec, out[0].view, c.zero_tail[0]);
-    next_refused = rec.status().refused_blocks != refused;
-    // ...and what it did is undone for the comparison: reload again from the same state is
-    // not possible, so the serial orders run this reload too.
-  });
   std::ostringstream why;
   if (in_flight) why << "the record is still held after both launches; ";
   if (next_refused) why << "a later launch was refused; ";
@@ -574,8 +575,7 @@ std::string check_overlap(const OverlapCase& c, std::uint32_t seed) {
     std::vector<int> order;
     int refused_blocks;
   };
-  const Candidate candidates[] = {
-      {{0, 1}, 0}, {{1, 0}, 0}, {{0}, blocks[1]}, {{1}, blocks[0]}};
+  const Candidate candidates[] = {{{0, 1}, 0}, {{1, 0}, 0}, {{0}, blocks[1]}, {{1}, blocks[0]}};
   bool matched = false;
   for (const Candidate& cand : candidates) {
     if (cand.refused_blocks != refused) continue;
@@ -630,9 +630,9 @@ int run_adversarial_schedules(std::uint32_t first_seed, int cases) {
     const std::string why = check_overlap<Traits>(c, seed);
     if (!why.empty()) {
       ++failures;
-      FAIL_CHECK("seed " << seed << ": " << std::string(name_of(c.op[0])) << " (" << c.shape[0].blocks << " blocks) and "
-                         << std::string(name_of(c.op[1])) << " (" << c.shape[1].blocks << " blocks), stashed before: "
-                         << c.stashed_before << ": " << why);
+      FAIL_CHECK("seed " << seed << ": " << std::string(name_of(c.op[0])) << " (" << c.shape[0].blocks
+                         << " blocks) and " << std::string(name_of(c.op[1])) << " (" << c.shape[1].blocks
+                         << " blocks), stashed before: " << c.stashed_before << ": " << why);
     }
   }
   return failures;
@@ -686,8 +686,8 @@ TEST_CASE("emulated grid: a launch straddling another (refused blocks first, lat
     CHECK(pool.stats().flags.refused_launch == 1);
     CHECK(pool.stats().errors == 1);
     // A refused reload did not restore: it poisoned its destination.
-    CHECK(out.bytes[0] == (second == LaunchOp::reload ? expected_unrestored<Traits>(BufferRole::data, untouched)
-                                                      : untouched));
+    CHECK(out.bytes[0] ==
+          (second == LaunchOp::reload ? expected_unrestored<Traits>(BufferRole::data, untouched) : untouched));
     const std::int64_t pages = expected_pages<Traits>(d.shape, d.x.counts, cfg.page_bytes);
     CHECK(st.pages == pages);
     CHECK(pool.stats().device_pages_free == cfg.device_pages - pages);
@@ -781,7 +781,8 @@ void check_team_plan(const char* name) {
     // The one-thread plan of the host executor is the team code too.
     std::vector<ps::WorkItem> one_thread(serial.size());
     REQUIRE(ps::plan_work<Tr>(v, counts.data(), zero_tail, one_thread.data(), tile_shift).tiles == st.tiles);
-    REQUIRE(std::memcmp(one_thread.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) == 0);
+    REQUIRE(std::memcmp(one_thread.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) ==
+            0);
     REQUIRE(ps::check_counts(v, counts.data()).first_bad_group == serial_check.first_bad_group);
 
     std::vector<ps::WorkItem> team_items(serial.size());
@@ -794,8 +795,8 @@ void check_team_plan(const char* name) {
     emulate_launch(one, [&](const EmulatedContext& ctx) {
       const int r = ctx.team.rank();
       checks[static_cast<std::size_t>(r)] = ps::check_counts(ctx.team, v, counts.data());
-      totals[static_cast<std::size_t>(r)] = ps::plan_work_on_team<Tr>(
-          ctx.team, v, ps::SegmentsAt{counts.data()}, zero_tail, tile_shift, team_items.data());
+      totals[static_cast<std::size_t>(r)] = ps::plan_work_on_team<Tr>(ctx.team, v, ps::SegmentsAt{counts.data()},
+                                                                      zero_tail, tile_shift, team_items.data());
     });
     INFO(name << ", round " << round << ", groups " << v.groups);
     for (int r = 0; r < 64; ++r) {
@@ -807,7 +808,8 @@ void check_team_plan(const char* name) {
       REQUIRE(tt.stream_bytes == st.stream_bytes);
       REQUIRE(tt.live_bytes == st.live_bytes);
     }
-    REQUIRE(std::memcmp(team_items.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) == 0);
+    REQUIRE(std::memcmp(team_items.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) ==
+            0);
   }
 }
 
@@ -847,8 +849,8 @@ TEST_CASE("emulated grid: a launch cuts tiles of the device policy's size, the h
 TEST_CASE("launch shape: the policy of a device's compute capability sizes its grid") {
   static_assert(std::is_same_v<ps::StashPolicy, ps::StashPolicy90>, "host code runs sm_90's policy");
   const auto blocks_on = [](int sms, int compute_major, int resident_per_sm) {
-    return ps::with_stash_policy(compute_major,
-                                [&](auto policy) { return ps::device_blocks<decltype(policy)>(sms, resident_per_sm); });
+    return ps::with_stash_policy(
+        compute_major, [&](auto policy) { return ps::device_blocks<decltype(policy)>(sms, resident_per_sm); });
   };
   CHECK(blocks_on(132, 9, 2) == 132);   // H200: one block per SM
   CHECK(blocks_on(148, 10, 2) == 296);  // B200: two

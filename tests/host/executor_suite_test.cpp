@@ -29,13 +29,15 @@ TEST_CASE("executor suite, host executor: the same pages and bytes as the host e
   suite::every_layout_same_as_host<Host>(2);
 }
 
-TEST_CASE("executor suite, host executor: a recorded graph of stashes and out-of-order reloads, replayed with new counts") {
+TEST_CASE(
+    "executor suite, host executor: a recorded graph of stashes and out-of-order reloads, replayed with new counts") {
   CHECK(suite::graph_replays<ColNv4CapSw, Host>(12, 1) == 12);
   CHECK(suite::graph_replays<RuBf16, Host>(12, 2) == 12);
   CHECK(suite::graph_replays<RowMx4PackSw, Host>(6, 3) == 6);
 }
 
-TEST_CASE("executor suite, host executor: stashes and reloads of different records on concurrent streams share one pool") {
+TEST_CASE(
+    "executor suite, host executor: stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, Host>(8, 4, 7);
   suite::concurrent_streams<ColMx4CapSw, Host>(4, 2, 8);
 }
@@ -44,11 +46,13 @@ TEST_CASE("executor suite, host executor: every layout at odd shapes, buffers al
   suite::every_layout_exact_buffers<Host>();
 }
 
-TEST_CASE("executor suite, host executor: end_step, a clean step is balanced, a record left stashed raises unbalanced") {
+TEST_CASE(
+    "executor suite, host executor: end_step, a clean step is balanced, a record left stashed raises unbalanced") {
   suite::end_step_balance<Host>();
 }
 
-TEST_CASE("executor suite, host executor: a reload that does not restore poisons its destination (poison off: untouched)") {
+TEST_CASE(
+    "executor suite, host executor: a reload that does not restore poisons its destination (poison off: untouched)") {
   suite::every_layout_failed_reloads<Host>();
 }
 
@@ -87,28 +91,32 @@ TEST_CASE("emulated grid: executor suite, the same pages and bytes as the host e
 #undef PAGESTASH_SUITE_EMULATED_SAME
 }
 
-TEST_CASE("emulated grid: executor suite, a recorded graph of stashes and out-of-order reloads, replayed with new counts") {
+TEST_CASE(
+    "emulated grid: executor suite, a recorded graph of stashes and out-of-order reloads, replayed with new counts") {
   CHECK(suite::graph_replays<ColNv4CapSw, Emulated>(2, 1) == 2);
   CHECK(suite::graph_replays<RuBf16, Emulated>(2, 2) == 2);
 }
 
-TEST_CASE("emulated grid: executor suite, stashes and reloads of different records on concurrent streams share one pool") {
+TEST_CASE(
+    "emulated grid: executor suite, stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, Emulated>(3, 1, 7);
 }
 
 TEST_CASE("emulated grid: executor suite, odd shapes, buffers allocated to the exact byte (ASan sees past the end)") {
   std::uint32_t seed = 90;
-#define PAGESTASH_SUITE_EMULATED_EXACT(L)                                     \
-  {                                                                           \
-    CAPTURE(#L);                                                              \
-    CHECK(suite::exact_buffers<L, Emulated>(sequence_shape<L>(true), ++seed) == 4); \
+#define PAGESTASH_SUITE_EMULATED_EXACT(L)                                              \
+  {                                                                                    \
+    CAPTURE(#L);                                                                       \
+    CHECK(suite::exact_buffers<L, Emulated>(sequence_shape<L>(true), ++seed) == 4);    \
     CHECK(suite::exact_buffers<L, Emulated>(suite::smallest_shape<L>(), ++seed) == 4); \
   }
   PAGESTASH_SUITE_FEW_LAYOUTS(PAGESTASH_SUITE_EMULATED_EXACT)
 #undef PAGESTASH_SUITE_EMULATED_EXACT
 }
 
-TEST_CASE("emulated grid: executor suite, a reload that does not restore poisons its destination, one layout of each family") {
+TEST_CASE(
+    "emulated grid: executor suite, a reload that does not restore poisons its destination, one layout of each "
+    "family") {
   std::uint32_t seed = 500;
 #define PAGESTASH_SUITE_EMULATED_FAILED_RELOADS(L) \
   CHECK(suite::failed_reload_poisons<ps::StashTraits<L>, Emulated>(++seed) == 8);
@@ -117,7 +125,8 @@ TEST_CASE("emulated grid: executor suite, a reload that does not restore poisons
   CHECK(suite::failed_reload_poisons<traits::ScalesOnly, Emulated>(++seed) == 8);  // a dropped buffer stays
 }
 
-TEST_CASE("emulated grid: executor suite, end_step, a clean step is balanced, a record left stashed raises unbalanced") {
+TEST_CASE(
+    "emulated grid: executor suite, end_step, a clean step is balanced, a record left stashed raises unbalanced") {
   suite::end_step_balance<Emulated>();
 }
 

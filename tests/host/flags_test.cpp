@@ -187,8 +187,8 @@ TEST_CASE("the flag table: each flag's category decides the step, and Flag::none
                             : c == ps::FlagCategory::misuse ? ps::StepDecision::report_error
                                                             : ps::StepDecision::keep));
     f.overflow = 1;  // misuse outranks capacity
-    CHECK(ps::decide(f) == (c == ps::FlagCategory::misuse ? ps::StepDecision::report_error
-                                                          : ps::StepDecision::rerun_without_paging));
+    CHECK(ps::decide(f) ==
+          (c == ps::FlagCategory::misuse ? ps::StepDecision::report_error : ps::StepDecision::rerun_without_paging));
   }
   CHECK(misuse == ps::flag_count - 2);
   CHECK(ps::category_of(ps::Flag::none) == ps::FlagCategory::info);
@@ -205,7 +205,8 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
     const auto shape = sequence_shape<L>(false);
     std::mt19937 rng(5);
     std::vector<std::int32_t> full(static_cast<std::size_t>(shape.groups), static_cast<std::int32_t>(shape.max_tokens));
-    HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, full), dst(shape.max_tokens, shape.hidden, shape.groups, full);
+    HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, full),
+        dst(shape.max_tokens, shape.hidden, shape.groups, full);
     fill(src, rng);
     ps::PoolConfig cfg;
     cfg.page_bytes = 1024;
@@ -235,7 +236,7 @@ TEST_CASE("flags: each kind of misuse raises error and its own flag, running out
       CHECK(r.flags.error == any_kind);
       CHECK(r.overflows == overflow);
       CHECK(r.errors == r.flags.error);
-      CHECK(ps::decide(r.flags) == (r.flags.error      ? ps::StepDecision::report_error
+      CHECK(ps::decide(r.flags) == (r.flags.error   ? ps::StepDecision::report_error
                                     : overflow != 0 ? ps::StepDecision::rerun_without_paging
                                                     : ps::StepDecision::keep));
     };
@@ -318,7 +319,8 @@ TEST_CASE("flags across ranks: 4 host ranks, one overflows at step 3, every rank
   // rank's step 3 routes every token to full capacity.
   auto counts_for = [&](int rank, int step) {
     std::vector<std::int32_t> c(static_cast<std::size_t>(shape.groups), half);
-    if (rank == overflow_rank && step == overflow_step) std::fill(c.begin(), c.end(), static_cast<std::int32_t>(shape.max_tokens));
+    if (rank == overflow_rank && step == overflow_step)
+      std::fill(c.begin(), c.end(), static_cast<std::int32_t>(shape.max_tokens));
     return c;
   };
   ps::PoolConfig cfg;
@@ -688,8 +690,8 @@ TEST_CASE("foreign record: pool A's record over pool B's memory is refused by ev
 
       // A holds a full stash; B a small one of its own (its free list is not the identity).
       const std::vector<std::int32_t> all(4, 64), few = {3, 0, 5, 2};
-      HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, all), mine(shape.max_tokens, shape.hidden,
-                                                                                  shape.groups, few);
+      HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, all),
+          mine(shape.max_tokens, shape.hidden, shape.groups, few);
       fill(src, rng);
       fill(mine, rng);
       ops.stash(pool_a, src.view, a_held);
@@ -701,10 +703,8 @@ TEST_CASE("foreign record: pool A's record over pool B's memory is refused by ev
       ps::PagePool b = ps::PagePool::attach(cfg_b, ps::MemorySpace::host, memory_of(pool_b));
       auto on_b = ps::StashRecord<Tr>::attach(b, shape, a_held.ref().header);
       // The host knows both ids here, and refuses before anything runs.
-      CHECK_THROWS_WITH_AS(ops.stash(b, src.view, on_b), doctest::Contains("another pool"),
-                           std::invalid_argument);
-      CHECK_THROWS_WITH_AS(ops.reload(b, on_b, src.view), doctest::Contains("another pool"),
-                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(ops.stash(b, src.view, on_b), doctest::Contains("another pool"), std::invalid_argument);
+      CHECK_THROWS_WITH_AS(ops.reload(b, on_b, src.view), doctest::Contains("another pool"), std::invalid_argument);
       CHECK_THROWS_WITH_AS(on_b.status(b), doctest::Contains("another pool"), std::invalid_argument);
 
       // Where it cannot (device objects), every step refuses in memory.

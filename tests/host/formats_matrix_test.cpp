@@ -22,7 +22,8 @@ struct Quantized {
   float amax = -1;
   ps::QuantizedMatrix<Format> ref;
 
-  Quantized(std::int64_t rows, std::int64_t cols, ps::Direction dir, std::uint8_t poison, std::int64_t scale_pitch = 0) {
+  Quantized(std::int64_t rows, std::int64_t cols, ps::Direction dir, std::uint8_t poison,
+            std::int64_t scale_pitch = 0) {
     ref.rows = rows;
     ref.cols = cols;
     ref.direction = dir;
@@ -74,8 +75,8 @@ void check_matrix(std::int64_t M, std::int64_t K, std::uint32_t seed) {
         CHECK(rt.data == a.data);      // [K, M/2]
         CHECK(rt.scales == a.scales);  // [K, M/16]
       } else {
-        CHECK(transpose(rt.data, K, M) == a.data);                                // [M, K]
-        CHECK(transpose(rt.scales, K, M / Format::block_size) == a.scales);       // [M/32, K]
+        CHECK(transpose(rt.data, K, M) == a.data);                           // [M, K]
+        CHECK(transpose(rt.scales, K, M / Format::block_size) == a.scales);  // [M/32, K]
       }
     }
 

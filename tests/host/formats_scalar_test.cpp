@@ -72,9 +72,7 @@ std::string hex(std::uint32_t x) {
   return os.str();
 }
 
-bool same_value(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b);
-}
+bool same_value(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
 
 template <class Format, class Oracle>
 void check_decode_exhaustive(std::uint32_t code_count, Oracle oracle) {

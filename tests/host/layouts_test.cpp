@@ -227,10 +227,11 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
   for (int g = 0; g < groups; ++g) {
     // An NVFP4 block scale underflows E4M3 below 2^-10 / encode = 2^-10 * amax / 2688.
     const float group_amax = ps::abs_max(source.data() + rows[static_cast<std::size_t>(g)] * hidden,
-                                                 t.counts[static_cast<std::size_t>(g)] * hidden);
+                                         t.counts[static_cast<std::size_t>(g)] * hidden);
     for (int64_t i = 0; i < t.counts[static_cast<std::size_t>(g)]; ++i) {
       for (int64_t k = 0; k < hidden; ++k) {
-        const float x = source[static_cast<std::size_t>((rows[static_cast<std::size_t>(g)] + i) * hidden + k)].to_float();
+        const float x =
+            source[static_cast<std::size_t>((rows[static_cast<std::size_t>(g)] + i) * hidden + k)].to_float();
         float y = read_element(t, g, i, k);
         if constexpr (std::is_same_v<typename L::data_type, std::uint8_t>)  // bytes: the source's high byte
           y = y == static_cast<float>(ps::BF16::from_float(x).bits >> 8) ? x : y;
@@ -246,9 +247,10 @@ void check_dequantized(int64_t max_tokens, int64_t hidden, int groups, std::uint
             const int64_t ti = col ? i - i % F::block_size + j : i;
             const int64_t kj = col ? k : k - k % F::block_size + j;
             if (ti < t.counts[static_cast<std::size_t>(g)])
-              block_amax = std::max<double>(block_amax, std::fabs(source[static_cast<std::size_t>(
-                                                            (rows[static_cast<std::size_t>(g)] + ti) * hidden + kj)]
-                                                            .to_float()));
+              block_amax = std::max<double>(
+                  block_amax,
+                  std::fabs(source[static_cast<std::size_t>((rows[static_cast<std::size_t>(g)] + ti) * hidden + kj)]
+                                .to_float()));
           }
           bound = std::is_same_v<F, ps::NVFP4>
                       ? 0.25 * std::fabs(x) + 0.06 * block_amax + 6.0 * group_amax / 1024 / 2688
@@ -276,7 +278,8 @@ void check_fast_path_matches_bytes(int64_t max_tokens, int64_t hidden, int group
   ps::produce(fast.view, source.data(), fast.counts.data(), 0x6B);
   std::vector<int64_t> rows(static_cast<std::size_t>(groups));
   REQUIRE(ps::plan_groups(slow.view, slow.counts.data(), rows.data()).verdict() == ps::Flag::none);
-  const ps::ProducerInput in{source.data(), slow.counts.data(), rows.data(), fast.amax.empty() ? nullptr : fast.amax.data()};
+  const ps::ProducerInput in{source.data(), slow.counts.data(), rows.data(),
+                             fast.amax.empty() ? nullptr : fast.amax.data()};
   for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
     if (!L::has(role)) continue;
     std::fill(slow.bytes(role), slow.bytes(role) + slow.view.buffer_bytes(role), std::uint8_t{0x6B});
@@ -305,14 +308,14 @@ using namespace pagestash_test::layouts;
 // of 128 (padding shows), and few or many groups.
 TEST_CASE("every layout: geometry matches the producer, and the produced tensor dequantizes back") {
   std::uint32_t seed = 0;
-#define PAGESTASH_CHECK_LAYOUT(L)                                                                     \
-  {                                                                                                   \
-    using Layout = PAGESTASH_LAYOUT(L);                                                                 \
-    CAPTURE(#L);                                                                                      \
-    const bool plain = ps::Recipe<Layout>::plain;                           \
-    const std::int64_t tokens = Layout::granule == 1 ? 48 : 256;                                    \
-    check_layout<Layout>(tokens, 160, plain ? 1 : 3, ++seed);                                              \
-    check_layout<Layout>(tokens, 96, plain ? 1 : 5, ++seed);                                           \
+#define PAGESTASH_CHECK_LAYOUT(L)                                \
+  {                                                              \
+    using Layout = PAGESTASH_LAYOUT(L);                          \
+    CAPTURE(#L);                                                 \
+    const bool plain = ps::Recipe<Layout>::plain;                \
+    const std::int64_t tokens = Layout::granule == 1 ? 48 : 256; \
+    check_layout<Layout>(tokens, 160, plain ? 1 : 3, ++seed);    \
+    check_layout<Layout>(tokens, 96, plain ? 1 : 5, ++seed);     \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_LAYOUT)
 #undef PAGESTASH_CHECK_LAYOUT
@@ -331,8 +334,8 @@ TEST_CASE("default StashTraits follow what backward needs") {
   using Pl = ps::StashTraits<ps::Plain<float>>;
   CHECK(Pl::data == Handling::paged);
   // A custom selection: scales only (e.g. data recomputed in backward).
-  using ScalesOnly = ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4>, Handling::dropped, Handling::paged,
-                                         Handling::kept>;
+  using ScalesOnly =
+      ps::BufferSelection<ps::ColumnwiseQuantized<ps::NVFP4>, Handling::dropped, Handling::paged, Handling::kept>;
   CHECK(ps::handling_of<ScalesOnly>(BufferRole::data) == Handling::dropped);
   CHECK(ps::handling_of<ScalesOnly>(BufferRole::scales) == Handling::paged);
 }
@@ -356,7 +359,8 @@ TEST_CASE("view validation names the field and the value") {
                        std::invalid_argument);
   v = t.view;
   v.scales = nullptr;
-  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v),
+                       "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
                        "scales is null",
                        std::invalid_argument);
   v = t.view;
@@ -365,7 +369,8 @@ TEST_CASE("view validation names the field and the value") {
   CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), doctest::Contains("is not 16-byte aligned"), std::invalid_argument);
   v = t.view;
   v.counts = nullptr;
-  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v), "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
+  CHECK_THROWS_WITH_AS(ps::validate<Traits>(v),
+                       "GroupedView<ColumnwiseQuantized<mxfp8, packed, swizzled>>: "
                        "counts is null",
                        std::invalid_argument);
   v = t.view;
@@ -400,7 +405,8 @@ struct MyFp32Rows {
   static constexpr cuda::std::int64_t granule = 1;
   static constexpr cuda::std::int64_t hidden_multiple = 1;
   PAGESTASH_HOST_DEVICE static constexpr bool has(ps::BufferRole role) { return role == ps::BufferRole::data; }
-  PAGESTASH_HOST_DEVICE static ps::BlockShape block(ps::BufferRole, cuda::std::int64_t tokens, cuda::std::int64_t hidden) {
+  PAGESTASH_HOST_DEVICE static ps::BlockShape block(ps::BufferRole, cuda::std::int64_t tokens,
+                                                    cuda::std::int64_t hidden) {
     return ps::BlockShape{tokens, hidden * 4, ps::TokenAxis::rows, 1, false};
   }
 };

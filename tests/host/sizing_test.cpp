@@ -32,9 +32,7 @@ template <class F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
+  } catch (const std::invalid_argument& e) { return e.what(); }
   return "(no std::invalid_argument thrown)";
 }
 
@@ -122,20 +120,20 @@ using namespace pagestash_test::layouts;
 TEST_CASE("the sizer's pages for a count vector are the pages the host executor's stash takes, for every layout") {
   std::mt19937 rng(2401);
   int layouts = 0, checked = 0;
-#define PAGESTASH_PREDICT(L)                                                         \
-  {                                                                                  \
-    using Layout = PAGESTASH_LAYOUT(L);                                                \
-    CAPTURE(#L);                                                                     \
-    ++layouts;                                                                       \
-    for (bool odd : {false, true}) {                                                 \
-      const auto shape = sequence_shape<Layout>(odd);                                     \
-      for (std::int64_t page_bytes : {std::int64_t{256}, std::int64_t{4096}})        \
-        for (int k = 0; k < 4; ++k, ++checked) {                                     \
-          const auto counts = live_counts(shape, rng);                               \
-          CAPTURE(page_bytes);                                                       \
-          check_prediction(shape, counts, page_bytes, rng);                          \
-        }                                                                            \
-    }                                                                                \
+#define PAGESTASH_PREDICT(L)                                                  \
+  {                                                                           \
+    using Layout = PAGESTASH_LAYOUT(L);                                       \
+    CAPTURE(#L);                                                              \
+    ++layouts;                                                                \
+    for (bool odd : {false, true}) {                                          \
+      const auto shape = sequence_shape<Layout>(odd);                         \
+      for (std::int64_t page_bytes : {std::int64_t{256}, std::int64_t{4096}}) \
+        for (int k = 0; k < 4; ++k, ++checked) {                              \
+          const auto counts = live_counts(shape, rng);                        \
+          CAPTURE(page_bytes);                                                \
+          check_prediction(shape, counts, page_bytes, rng);                   \
+        }                                                                     \
+    }                                                                         \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_PREDICT)
 #undef PAGESTASH_PREDICT
@@ -146,8 +144,10 @@ TEST_CASE("the sizer's pages for a count vector are the pages the host executor'
 TEST_CASE("a layer pads its counts to the largest alignment of its tensors, and refuses what it cannot hold") {
   using Packed = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>;
   using Rows = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
-  const auto packed = sizing::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
-  const auto rows = sizing::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
+  const auto packed =
+      sizing::SavedTensor::of<ps::StashTraits<Packed>>(ps::make_view<Packed>().with_hidden(256).with_groups(4));
+  const auto rows =
+      sizing::SavedTensor::of<ps::StashTraits<Rows>>(ps::make_view<Rows>().with_hidden(64).with_groups(4));
   CHECK(packed.count_alignment() == 128);
   CHECK(sizing::Layer::capacity_alignment({packed, rows}) == 128);
   const sizing::Layer layer({packed, rows}, 256);
@@ -255,7 +255,8 @@ TEST_CASE("the planned overflow probability of a pool is the overflow frequency 
   }
   CHECK(agreed == steps);
   const double observed = static_cast<double>(overflowed) / steps;
-  const double sigma = std::sqrt(predicted * (1 - predicted) * (1.0 / steps + 1.0 / static_cast<double>(settings.samples)));
+  const double sigma =
+      std::sqrt(predicted * (1 - predicted) * (1.0 / steps + 1.0 / static_cast<double>(settings.samples)));
   CAPTURE(observed);
   CHECK(std::abs(observed - predicted) <= 4 * sigma);
 }
@@ -378,15 +379,17 @@ TEST_CASE("measured counts: the reader parses whitespace and commas, skips comme
   CHECK(parse_error("1 -2 3 4\n") == "pagestash::sizing: f:1: count -2 is outside [0, 2^31)");
   CHECK(parse_error("1 2 3 4.5\n") == "pagestash::sizing: f:1: '4.5' is not an integer");
   CHECK(parse_error("# nothing\n") == "pagestash::sizing: f: no count vectors");
-  CHECK(parse_error("1 2 3 4 # four\n1 2 3 4\n0 0 101 0\n").find("f:3: count 101 of expert 2 exceeds the capacity 100") !=
-        std::string::npos);  // refused unless capped: a capacity other than training's
+  CHECK(
+      parse_error("1 2 3 4 # four\n1 2 3 4\n0 0 101 0\n").find("f:3: count 101 of expert 2 exceeds the capacity 100") !=
+      std::string::npos);  // refused unless capped: a capacity other than training's
   CHECK(parse_error("1 2 3 4\nstep\n1 2 3 4\n").find("f:2: a step after count vectors outside any (from line 1)") !=
         std::string::npos);
   CHECK(parse_error("step\n1 2 3 4\n1 2 3 4\nstep 2\n1 2 3 4\n").find("step 2 has 1 count vectors, step 1 2") !=
         std::string::npos);
   CHECK(parse_error("step\nstep\n1 2 3 4\n").find("f:2: the step before has no count vectors") != std::string::npos);
-  CHECK(error_of([] { sizing::MeasuredCounts({{1, 2}, {3, 200}}, 100, "v"); }).find("v: vector 2, expert 1: count 200 exceeds") !=
-        std::string::npos);
+  CHECK(error_of([] {
+          sizing::MeasuredCounts({{1, 2}, {3, 200}}, 100, "v");
+        }).find("v: vector 2, expert 1: count 200 exceeds") != std::string::npos);
   // Whole steps: a step's vectors by stash index, drawn together.
   std::istringstream steps_in("step 0\n1 0 0 0\n2 0 0 0\nstep 1 # the second\n3 0 0 0\n4 0 0 0\n");
   const sizing::MeasuredCounts steps = sizing::MeasuredCounts::parse(steps_in, 4, 100, "s");
@@ -400,8 +403,9 @@ TEST_CASE("measured counts: the reader parses whitespace and commas, skips comme
     steps.draw_stash(rng, state, 1, second);
     CHECK(second[0] == c[0] + 1);  // the same measured step
   }
-  CHECK(error_of([] { sizing::MeasuredCounts::read("/nonexistent/counts.txt", 4, 10); })
-            .find("cannot open counts file") != std::string::npos);
+  CHECK(error_of([] {
+          sizing::MeasuredCounts::read("/nonexistent/counts.txt", 4, 10);
+        }).find("cannot open counts file") != std::string::npos);
 }
 
 TEST_CASE("schedules: stashes alive at the peak") {
@@ -420,11 +424,13 @@ TEST_CASE("schedules: stashes alive at the peak") {
   CHECK(sizing::Schedule::parse("1f1b:4", 4, 3).peak_moments() == 1);
   CHECK(sizing::Schedule::parse("1f1b:4:2", 4, 8).events().size() == 2 * 4 * 8);
   CHECK(error_of([] { sizing::Schedule::parse("1f1b:4:", 4, 8); }).find("'' is not a number") != std::string::npos);
-  CHECK(error_of([] { sizing::Schedule::parse("list:0,0", 4, 8); }).find("list:0,0 holds no stash") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("list:0,0", 4, 8); }).find("list:0,0 holds no stash") !=
+        std::string::npos);
   CHECK(error_of([] { sizing::Schedule::parse("1f1b:4:3", 4, 8); }).find("divisible") != std::string::npos);
   CHECK(error_of([] { sizing::Schedule::parse("1f1b:x", 4, 8); }).find("'x' is not a number") != std::string::npos);
   CHECK(error_of([] { sizing::Schedule::parse("gpipe", 4, 8); }).find("unknown schedule") != std::string::npos);
-  CHECK(error_of([] { sizing::Schedule::parse("list:1,-1", 4, 8); }).find("list entry 1 = -1 is outside") != std::string::npos);
+  CHECK(error_of([] { sizing::Schedule::parse("list:1,-1", 4, 8); }).find("list entry 1 = -1 is outside") !=
+        std::string::npos);
 }
 
 TEST_CASE("statistics: quantiles and their intervals on distributions with known answers") {
@@ -524,8 +530,9 @@ std::vector<sizing::StashEvent> test_order(const std::string& kind, int layers, 
 /// microbatch * layers + layer). Also checks, step by step, that the executor overflows
 /// exactly when the pages held (the sizer's per-stash pages) exceed the pool.
 template <class L>
-int replay_overflows(const ps::GroupedView<L>& shape, const sizing::Layer& layer, const std::vector<sizing::StashEvent>& order,
-                     int layers, int microbatches, std::int64_t pool_pages, std::int64_t page_bytes, int steps,
+int replay_overflows(const ps::GroupedView<L>& shape, const sizing::Layer& layer,
+                     const std::vector<sizing::StashEvent>& order, int layers, int microbatches,
+                     std::int64_t pool_pages, std::int64_t page_bytes, int steps,
                      const std::function<void(std::vector<std::vector<std::int32_t>>&)>& draw) {
   using Traits = ps::StashTraits<L>;
   ps::PoolConfig config;
@@ -536,7 +543,8 @@ int replay_overflows(const ps::GroupedView<L>& shape, const sizing::Layer& layer
   std::vector<ps::StashRecord<Traits>> records;
   for (std::size_t i = 0; i < stashes; ++i) records.push_back(ps::make_record<Traits>(pool, shape));
   const std::vector<std::int32_t> zero(static_cast<std::size_t>(shape.groups), 0);
-  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, zero), dst(shape.max_tokens, shape.hidden, shape.groups, zero);
+  HostTensor<L> src(shape.max_tokens, shape.hidden, shape.groups, zero),
+      dst(shape.max_tokens, shape.hidden, shape.groups, zero);
   std::mt19937 bytes_rng(5);
   for (BufferRole role : {BufferRole::data, BufferRole::scales}) {
     const auto n = static_cast<std::size_t>(shape.buffer_bytes(role));
@@ -601,9 +609,9 @@ struct SmallLayer {
     r.tokens = 96;
     r.alpha = 1.0;
     r.correlation = correlation;
-    r.capacity = sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
-                                    sizing::Layer::capacity_alignment({sizing::SavedTensor::of<ps::StashTraits<L>>(
-                                        shape)}));
+    r.capacity =
+        sizing::capacity_for(r.tokens, r.top_k, r.experts, 1.5,
+                             sizing::Layer::capacity_alignment({sizing::SavedTensor::of<ps::StashTraits<L>>(shape)}));
     return r;
   }
 };
@@ -662,7 +670,8 @@ TEST_CASE("schedules: the events are Megatron-LM's order (1F1B, interleaved) and
     CAPTURE(name);
     CAPTURE(c.microbatches);
     const sizing::Schedule s = sizing::Schedule::parse(c.schedule, c.layers, c.microbatches);
-    const auto expected = test_order(std::string(c.schedule) == "lifo" ? "lifo" : "1f1b", c.layers, c.microbatches, c.p, c.v);
+    const auto expected =
+        test_order(std::string(c.schedule) == "lifo" ? "lifo" : "1f1b", c.layers, c.microbatches, c.p, c.v);
     REQUIRE(s.events().size() == expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i) {
       CAPTURE(i);
@@ -749,7 +758,8 @@ TEST_CASE("correlated routing: the Dirichlet correlation knob against a router w
   }
 }
 
-TEST_CASE("measured whole steps keep their correlation, and the interval covers the file's error (bootstrap over steps)") {
+TEST_CASE(
+    "measured whole steps keep their correlation, and the interval covers the file's error (bootstrap over steps)") {
   const SmallLayer<Rows> s(64, 0.7);
   const int layers = 2, microbatches = 2;
   const sizing::Schedule schedule = sizing::Schedule::one_f_one_b(layers, microbatches, 2);
@@ -776,16 +786,18 @@ TEST_CASE("measured whole steps keep their correlation, and the interval covers 
   const sizing::PoolSizing p = sizing::size_pool(s.layer, schedule, steps, settings);
   const sizing::PoolSizing independent = sizing::size_pool(s.layer, schedule, vectors, settings);
   CHECK(p.bootstrap_replicates == 200);
-  CHECK(p.pages_interval.high - p.pages_interval.low > static_cast<double>(p.pages.high - p.pages.low));  // the file's error counts
+  CHECK(p.pages_interval.high - p.pages_interval.low >
+        static_cast<double>(p.pages.high - p.pages.low));  // the file's error counts
 
   // The true pool: the same quantile of many fresh steps of the router.
   std::vector<std::int64_t> fresh;
   std::vector<sizing::StepDraw> held;
   for (int i = 0; i < 20000; ++i) {
     router.step(step);
-    fresh.push_back(sizing::walk_step(schedule, held, [&](std::int64_t stash) {
-                      return sizing::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
-                    }).bytes.pages);
+    fresh.push_back(
+        sizing::walk_step(schedule, held, [&](std::int64_t stash) {
+          return sizing::StepDraw{s.layer.measure(step[static_cast<std::size_t>(stash)], settings.page_bytes), 0};
+        }).bytes.pages);
   }
   std::sort(fresh.begin(), fresh.end());
   const auto truth = static_cast<double>(sizing::quantile_value(fresh, 1 - settings.overflow));

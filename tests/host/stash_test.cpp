@@ -41,16 +41,16 @@ TEST_CASE("every layout: random stash / reload / discard sequences match a byte-
   std::uint32_t seed = 1000;
   int plain = 0, rowwise_unquantized = 0, columnwise = 0, rowwise_quantized = 0;
   std::set<std::string> sequenced;  // the layouts' names
-#define PAGESTASH_SEQUENCES(L)                                                  \
-  {                                                                             \
-    using Layout = PAGESTASH_LAYOUT(L);                                         \
-    CAPTURE(Layout::name);                                                      \
-    const int n = run_orders<ps::StashTraits<Layout>>(seed, 200);               \
-    sequenced.insert(Layout::name);                                             \
-    if (ps::Recipe<Layout>::plain) plain += n;                                  \
-    else if (!Layout::has(BufferRole::scales)) rowwise_unquantized += n;        \
-    else if (std::string(Layout::name).rfind("Col", 0) == 0) columnwise += n;   \
-    else rowwise_quantized += n;                                                \
+#define PAGESTASH_SEQUENCES(L)                                                \
+  {                                                                           \
+    using Layout = PAGESTASH_LAYOUT(L);                                       \
+    CAPTURE(Layout::name);                                                    \
+    const int n = run_orders<ps::StashTraits<Layout>>(seed, 200);             \
+    sequenced.insert(Layout::name);                                           \
+    if (ps::Recipe<Layout>::plain) plain += n;                                \
+    else if (!Layout::has(BufferRole::scales)) rowwise_unquantized += n;      \
+    else if (std::string(Layout::name).rfind("Col", 0) == 0) columnwise += n; \
+    else rowwise_quantized += n;                                              \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SEQUENCES)
 #undef PAGESTASH_SEQUENCES
@@ -134,10 +134,10 @@ int check_stream_bytes_not_pages(std::uint32_t seed) {
 TEST_CASE("pools whose arenas start different agree on a stash's stream bytes, not on its whole pages") {
   std::uint32_t seed = 8000;
   int part_filled = 0;
-#define PAGESTASH_STREAM_BYTES(L)                          \
-  {                                                        \
-    using Layout = PAGESTASH_LAYOUT(L);                      \
-    CAPTURE(#L);                                           \
+#define PAGESTASH_STREAM_BYTES(L)                                \
+  {                                                              \
+    using Layout = PAGESTASH_LAYOUT(L);                          \
+    CAPTURE(#L);                                                 \
     part_filled += check_stream_bytes_not_pages<Layout>(++seed); \
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_STREAM_BYTES)
@@ -168,7 +168,8 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
   Host src(nv_shape()), dest(nv_shape());
   std::mt19937 rng(3);
   src.set_counts(half_counts(src.view));
-  for (BufferRole role : all_roles) src.set(role, random_bytes(static_cast<std::size_t>(src.view.buffer_bytes(role)), rng));
+  for (BufferRole role : all_roles)
+    src.set(role, random_bytes(static_cast<std::size_t>(src.view.buffer_bytes(role)), rng));
   auto a = ps::make_record<NvTraits>(pool, src.view);
   auto b = ps::make_record<NvTraits>(pool, src.view);
   CHECK(a.status().state == ps::RecordState::empty);
@@ -208,7 +209,7 @@ TEST_CASE("a double reload, a reload of an overflowed stash and a stash over a h
     CHECK(b.status().error == ps::Flag::overflow);
     CHECK(pool.stats().flags.overflow);
     CHECK(!pool.stats().flags.error);
-    CHECK(a.page_ids() == held);  // earlier stashes stay intact
+    CHECK(a.page_ids() == held);               // earlier stashes stay intact
     ps::reload(ps::host, pool, b, dest.view);  // does nothing; the first cause stays, no new flag
     CHECK(b.status().error == ps::Flag::overflow);
     CHECK(!pool.stats().flags.error);
@@ -378,7 +379,8 @@ void thread_sequence(ps::PagePool& pool, std::uint32_t seed, int ops, std::atomi
       counts[r] = random_counts(shape, rng);
       work.set_counts(counts[r]);
       for (BufferRole role : all_roles) {
-        saved[r][static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        saved[r][static_cast<std::size_t>(role)] =
+            random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
         work.set(role, saved[r][static_cast<std::size_t>(role)]);
       }
       ps::stash(ex, pool, work.view, records[r]);
@@ -386,7 +388,8 @@ void thread_sequence(ps::PagePool& pool, std::uint32_t seed, int ops, std::atomi
     } else {
       std::array<std::vector<std::uint8_t>, 3> poisoned;
       for (BufferRole role : all_roles) {
-        poisoned[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        poisoned[static_cast<std::size_t>(role)] =
+            random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
         dest.set(role, poisoned[static_cast<std::size_t>(role)]);
       }
       ps::reload(ex, pool, records[r], dest.view);
@@ -394,7 +397,8 @@ void thread_sequence(ps::PagePool& pool, std::uint32_t seed, int ops, std::atomi
       ++reloads;
       for (BufferRole role : all_roles) {
         const auto i = static_cast<std::size_t>(role);
-        if (dest.bytes(role) != expected_reload<Tr>(shape, role, counts[r], saved[r][i], poisoned[i], false)) ++bad_reloads;
+        if (dest.bytes(role) != expected_reload<Tr>(shape, role, counts[r], saved[r][i], poisoned[i], false))
+          ++bad_reloads;
       }
     }
   }

@@ -34,8 +34,8 @@
 namespace {
 
 namespace ps = pagestash;
-using ps::BufferRole;
 using pagestash_test::HostTensor;
+using ps::BufferRole;
 using std::int64_t;
 
 int64_t ru(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -78,7 +78,8 @@ constexpr bool columnwise_v = L::direction == ps::Direction::columnwise;
 
 template <class L>
 std::vector<int64_t> te_scale_offsets(const std::vector<std::int32_t>& counts, int64_t K) {
-  return running_sum(counts, [&](int64_t m) { return te_scale_shape<typename L::format>(m, K, columnwise_v<L>).bytes(); });
+  return running_sum(counts,
+                     [&](int64_t m) { return te_scale_shape<typename L::format>(m, K, columnwise_v<L>).bytes(); });
 }
 
 template <class L>
@@ -160,7 +161,8 @@ void check_producer_writes_where_te_reads(const std::vector<std::int32_t>& count
   auto expect = [&](std::uint8_t got, std::uint8_t want, const char* what, int g, int64_t token, int64_t k) {
     ++checked;
     if (got != want && ++wrong <= 5)
-      FAIL_CHECK(what << " of group " << g << " token " << token << " k " << k << ": " << int{got} << " != " << int{want});
+      FAIL_CHECK(what << " of group " << g << " token " << token << " k " << k << ": " << int{got}
+                      << " != " << int{want});
   };
   int64_t first_row = 0;  // of the group, in the packed token space
   for (int g = 0; g < shape.groups; ++g) {
@@ -174,7 +176,8 @@ void check_producer_writes_where_te_reads(const std::vector<std::int32_t>& count
       for (int64_t j = 0; j < K; j += col ? 1 : b) {
         float values[b];
         for (int e = 0; e < b; ++e)
-          values[e] = source[static_cast<std::size_t>((first_row + i + (col ? e : 0)) * K + j + (col ? 0 : e))].to_float();
+          values[e] =
+              source[static_cast<std::size_t>((first_row + i + (col ? e : 0)) * K + j + (col ? 0 : e))].to_float();
         typename F::element_type codes[b];
         const auto scale = ps::quantize_block(F{}, values, tensor, codes);
         // Scale (r, c) of TE's matrix: columnwise MXFP8 [m/32, Kp] (compact) but swizzled as the
@@ -208,13 +211,13 @@ void check_producer_writes_where_te_reads(const std::vector<std::int32_t>& count
 // ---- Every packed quantized layout, several counts and hidden sizes ------------------------
 
 const std::vector<std::vector<std::int32_t>> count_vectors = {
-    {16, 48, 0, 80},      // multiples of 16 (NVFP4 columnwise and rowwise PackedPadded)
-    {32, 96, 128, 64},    // multiples of 32: issue 14's worked example
-    {64, 192, 0, 128},    // multiples of 64
-    {128, 0, 256, 128},   // multiples of 128: Packed too
-    {0, 0, 0, 0},         // nothing live
-    {0, 512, 0, 0},       // one group holds everything
-    {1, 17, 130, 3},      // any counts (rowwise PackedPadded)
+    {16, 48, 0, 80},     // multiples of 16 (NVFP4 columnwise and rowwise PackedPadded)
+    {32, 96, 128, 64},   // multiples of 32: issue 14's worked example
+    {64, 192, 0, 128},   // multiples of 64
+    {128, 0, 256, 128},  // multiples of 128: Packed too
+    {0, 0, 0, 0},        // nothing live
+    {0, 512, 0, 0},      // one group holds everything
+    {1, 17, 130, 3},     // any counts (rowwise PackedPadded)
 };
 
 template <class L>
@@ -230,7 +233,8 @@ void check_layout_against_te(std::uint32_t& seed) {
       // blocks along tokens (columnwise; rowwise any count).
       const int64_t te_alignment =
           !L::placement::pads_group_scales ? 128 : (columnwise_v<L> ? L::format::block_size : 1);
-      const bool aligned = std::all_of(counts.begin(), counts.end(), [&](std::int32_t m) { return m % te_alignment == 0; });
+      const bool aligned =
+          std::all_of(counts.begin(), counts.end(), [&](std::int32_t m) { return m % te_alignment == 0; });
       CHECK(accepts(v, counts) == aligned);
       if (!aligned) continue;
       check_offsets<L>(counts, K);
@@ -247,15 +251,16 @@ void check_layout_against_te(std::uint32_t& seed) {
 
 TEST_CASE("packed placements: offsets, sizes and produced bytes equal TransformerEngine's") {
   std::uint32_t seed = 14;
-#define PAGESTASH_CHECK_TE(Dir, F, P, S)                            \
-  {                                                                 \
-    using L = ps::Dir<ps::F, ps::P, ps::S>;                         \
-    CAPTURE(#Dir "<" #F ", " #P ", " #S ">");                       \
-    check_layout_against_te<L>(seed);                               \
+#define PAGESTASH_CHECK_TE(Dir, F, P, S)      \
+  {                                           \
+    using L = ps::Dir<ps::F, ps::P, ps::S>;   \
+    CAPTURE(#Dir "<" #F ", " #P ", " #S ">"); \
+    check_layout_against_te<L>(seed);         \
   }
-#define PAGESTASH_CHECK_TE_PLACEMENTS(Dir, F)                                                           \
-  PAGESTASH_CHECK_TE(Dir, F, Packed, CompactScales) PAGESTASH_CHECK_TE(Dir, F, Packed, SwizzledScales) \
-  PAGESTASH_CHECK_TE(Dir, F, PackedPadded, CompactScales) PAGESTASH_CHECK_TE(Dir, F, PackedPadded, SwizzledScales)
+#define PAGESTASH_CHECK_TE_PLACEMENTS(Dir, F)                                                                \
+  PAGESTASH_CHECK_TE(Dir, F, Packed, CompactScales)                                                          \
+  PAGESTASH_CHECK_TE(Dir, F, Packed, SwizzledScales) PAGESTASH_CHECK_TE(Dir, F, PackedPadded, CompactScales) \
+      PAGESTASH_CHECK_TE(Dir, F, PackedPadded, SwizzledScales)
   PAGESTASH_CHECK_TE_PLACEMENTS(ColumnwiseQuantized, MXFP8_E4M3)
   PAGESTASH_CHECK_TE_PLACEMENTS(ColumnwiseQuantized, MXFP8_E5M2)
   PAGESTASH_CHECK_TE_PLACEMENTS(ColumnwiseQuantized, NVFP4)
@@ -297,9 +302,9 @@ TEST_CASE("issue 14's worked examples: refused by Packed, placed where TE puts t
     return at;
   };
   SUBCASE("MXFP8 columnwise, hidden 2048: group 1's scales at 8192, live prefix 32768") {
-    CHECK(ps::check_counts(shape_for<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, Packed, CompactScales>>(mx, 2048),
-                           mx.data())
-              .first_bad_group == 0);
+    CHECK(
+        ps::check_counts(shape_for<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, Packed, CompactScales>>(mx, 2048), mx.data())
+            .first_bad_group == 0);
     CHECK(scale_offsets(ps::ColumnwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>{}, mx) ==
           std::vector<int64_t>{0, 8192, 16384, 24576, 32768});
   }
@@ -352,7 +357,8 @@ TEST_CASE("PackedPadded scales: the allocation is the most any accepted counts f
       check_allocation_bound<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>>(max_tokens, groups);
       check_allocation_bound<ps::ColumnwiseQuantized<ps::NVFP4, PackedPadded, SwizzledScales>>(max_tokens, groups);
       if (max_tokens <= 256)  // rowwise counts step by 1: keep the search small
-        check_allocation_bound<ps::RowwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>>(max_tokens, groups == 3 ? 2 : groups);
+        check_allocation_bound<ps::RowwiseQuantized<ps::MXFP8_E4M3, PackedPadded, CompactScales>>(
+            max_tokens, groups == 3 ? 2 : groups);
     }
   }
 }

@@ -55,9 +55,9 @@ void dequantize_on_device(const pagestash::QuantizedMatrix<Format>& q, typename 
   PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
 }
 
-#define PAGESTASH_INSTANTIATE_FORMAT(Format)                                                          \
+#define PAGESTASH_INSTANTIATE_FORMAT(Format)                                                                  \
   template void quantize_on_device<Format>(const pagestash::BF16*, const pagestash::QuantizedMatrix<Format>&, \
-                                           Format::TensorScale);                                     \
+                                           Format::TensorScale);                                              \
   template void dequantize_on_device<Format>(const pagestash::QuantizedMatrix<Format>&, Format::TensorScale, float*);
 
 PAGESTASH_INSTANTIATE_FORMAT(pagestash::MXFP8_E4M3)

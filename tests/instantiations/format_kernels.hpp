@@ -12,7 +12,6 @@ void quantize_on_device(const pagestash::BF16* source, const pagestash::Quantize
                         typename Format::TensorScale tensor);
 
 template <class Format>
-void dequantize_on_device(const pagestash::QuantizedMatrix<Format>& q, typename Format::TensorScale tensor,
-                          float* out);
+void dequantize_on_device(const pagestash::QuantizedMatrix<Format>& q, typename Format::TensorScale tensor, float* out);
 
 }  // namespace pagestash_test

@@ -23,8 +23,8 @@ pagestash::Flag produce_on_device_sync(const pagestash::GroupedView<Layout>& vie
 }
 
 using namespace layouts;
-#define PAGESTASH_INSTANTIATE_PRODUCER(L) \
-  template pagestash::Flag produce_on_device_sync<PAGESTASH_LAYOUT(L)>(                   \
+#define PAGESTASH_INSTANTIATE_PRODUCER(L)                               \
+  template pagestash::Flag produce_on_device_sync<PAGESTASH_LAYOUT(L)>( \
       const pagestash::GroupedView<PAGESTASH_LAYOUT(L)>&, const pagestash::BF16*, std::uint8_t);
 PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_INSTANTIATE_PRODUCER)
 

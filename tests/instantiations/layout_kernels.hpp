@@ -10,6 +10,6 @@ namespace pagestash_test {
 /// producer's count check (Flag::none: counts valid).
 template <class Layout>
 pagestash::Flag produce_on_device_sync(const pagestash::GroupedView<Layout>& view, const pagestash::BF16* source,
-                           std::uint8_t poison);
+                                       std::uint8_t poison);
 
 }  // namespace pagestash_test

@@ -26,10 +26,10 @@ void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& re
 
 }  // namespace pagestash_test
 
-#define PAGESTASH_INSTANTIATE_STASH_TRAITS(Tr)                                                                   \
-  template void pagestash_test::stash_on<Tr>(cudaStream_t, pagestash::PagePool&,                                 \
+#define PAGESTASH_INSTANTIATE_STASH_TRAITS(Tr)                                                                        \
+  template void pagestash_test::stash_on<Tr>(cudaStream_t, pagestash::PagePool&,                                      \
                                              const pagestash::GroupedView<Tr::layout>&, pagestash::StashRecord<Tr>&); \
-  template void pagestash_test::reload_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&,   \
-                                              const pagestash::GroupedView<Tr::layout>&, pagestash::ReloadOptions);  \
+  template void pagestash_test::reload_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&,        \
+                                              const pagestash::GroupedView<Tr::layout>&, pagestash::ReloadOptions);   \
   template void pagestash_test::discard_on<Tr>(cudaStream_t, pagestash::PagePool&, pagestash::StashRecord<Tr>&);
 #define PAGESTASH_INSTANTIATE_STASH(L) PAGESTASH_INSTANTIATE_STASH_TRAITS(pagestash::StashTraits<PAGESTASH_LAYOUT(L)>)

@@ -2,7 +2,9 @@
 // and the non-default traits.
 #include "stash_kernels.inl"
 
-void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) { pagestash::reset(pagestash::on(stream), pool); }
+void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) {
+  pagestash::reset(pagestash::on(stream), pool);
+}
 void pagestash_test::end_step_on(cudaStream_t stream, pagestash::PagePool& pool) {
   pagestash::end_step(pagestash::on(stream), pool);
 }

@@ -14,8 +14,8 @@ PAGESTASH_NAMESPACE_BEGIN
 class CudaError : public std::runtime_error {
  public:
   CudaError(cudaError_t status, const char* what_call, const char* file, int line)
-      : std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what_call + " failed: " +
-                           cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")"),
+      : std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what_call +
+                           " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")"),
         status_(status) {}
   cudaError_t status() const noexcept { return status_; }
 

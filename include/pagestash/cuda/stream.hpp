@@ -18,9 +18,8 @@ inline void check_stream_device(const char* op, cudaStream_t stream, int pool_de
   int device = 0;
   PAGESTASH_CUDA_TRY(cudaStreamGetDevice(stream, &device));
   if (device != pool_device)
-    throw_invalid(std::string("pagestash::") + op,
-        "the CUDA stream belongs to device " + std::to_string(device) + ", the pool lives on device " +
-                         std::to_string(pool_device));
+    throw_invalid(std::string("pagestash::") + op, "the CUDA stream belongs to device " + std::to_string(device) +
+                                                       ", the pool lives on device " + std::to_string(pool_device));
 }
 
 }  // namespace detail

@@ -20,10 +20,10 @@
 PAGESTASH_NAMESPACE_BEGIN
 
 enum class AtomicAccess : int {
-  load,    ///< an atomic load
-  store,   ///< an atomic store
-  rmw,     ///< a read-modify-write: fetch_add, exchange, compare-exchange
-  fence,   ///< a fence (address null)
+  load,   ///< an atomic load
+  store,  ///< an atomic store
+  rmw,    ///< a read-modify-write: fetch_add, exchange, compare-exchange
+  fence,  ///< a fence (address null)
 };
 
 #if !defined(__CUDA_ARCH__)

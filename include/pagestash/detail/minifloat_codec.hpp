@@ -12,9 +12,9 @@ namespace detail {
 enum class overflow_rule { to_infinity, saturate };
 /// Which codes are not finite numbers.
 enum class special_codes {
-  ieee,           ///< exponent all ones: infinity (mantissa 0) or NaN
-  all_ones_nan,   ///< only the all-ones magnitude is NaN (FP8 E4M3 "fn"); no infinity
-  none            ///< every code is finite (FP4 E2M1)
+  ieee,          ///< exponent all ones: infinity (mantissa 0) or NaN
+  all_ones_nan,  ///< only the all-ones magnitude is NaN (FP8 E4M3 "fn"); no infinity
+  none           ///< every code is finite (FP4 E2M1)
 };
 
 template <class Spec>
@@ -44,8 +44,7 @@ struct minifloat_codec {
     if (abs_bits == 0) return 0;
     const int biased = static_cast<int>(abs_bits >> 23);
     // |x| = significand * 2^scale, significand < 2^24.
-    const cuda::std::uint64_t significand =
-        (abs_bits & 0x7FFFFFu) | (biased != 0 ? 0x800000u : 0u);
+    const cuda::std::uint64_t significand = (abs_bits & 0x7FFFFFu) | (biased != 0 ? 0x800000u : 0u);
     const int scale = (biased != 0 ? biased : 1) - 150;
     const int exponent = scale + static_cast<int>(cuda::std::bit_width(significand)) - 1;
     // Quantum of the target format at this magnitude (subnormals share the lowest one).
@@ -64,8 +63,7 @@ struct minifloat_codec {
       if (rest > half || (rest == half && (rounded & 1))) ++rounded;
     }
     // A carry out of the mantissa moves into the exponent field by itself.
-    return static_cast<cuda::std::uint32_t>(rounded) +
-           (static_cast<cuda::std::uint32_t>(binade - min_normal_exp) << M);
+    return static_cast<cuda::std::uint32_t>(rounded) + (static_cast<cuda::std::uint32_t>(binade - min_normal_exp) << M);
   }
 
   PAGESTASH_HOST_DEVICE static cuda::std::uint32_t encode(float x) {

@@ -32,7 +32,9 @@ struct SerialTeam {
   PAGESTASH_HOST_DEVICE static void sync() {}
   PAGESTASH_HOST_DEVICE static void publish() {}
   template <class T>
-  PAGESTASH_HOST_DEVICE static T share(T x) { return x; }
+  PAGESTASH_HOST_DEVICE static T share(T x) {
+    return x;
+  }
   PAGESTASH_HOST_DEVICE static cuda::std::int64_t exclusive_sum(cuda::std::int64_t x, cuda::std::int64_t& total) {
     total = x;
     return 0;

@@ -138,8 +138,8 @@ void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 /// on the host after an event on that CUDA stream. No synchronisation, no allocation: it can be
 /// captured in a graph. One small kernel.
 inline void report(const CudaExecutor& ex, const PagePool& pool, PoolStats* dst) {
-  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::report",
-      "the pool is in host memory; use pagestash::host");
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::report", "the pool is in host memory; use pagestash::host");
   if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
   detail::check_stream_device("report", ex.stream, pool.device());
   detail::report_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref(), dst);
@@ -149,8 +149,8 @@ inline void report(const CudaExecutor& ex, const PagePool& pool, PoolStats* dst)
 /// Enqueues the end-of-step balance check (see the host overload) on the executor's CUDA stream,
 /// after the step's last reload or discard and before report(). One small kernel; no sync.
 inline void end_step(const CudaExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::end_step",
-      "the pool is in host memory; use pagestash::host");
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::end_step", "the pool is in host memory; use pagestash::host");
   detail::check_stream_device("end_step", ex.stream, pool.device());
   detail::end_step_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
@@ -159,8 +159,8 @@ inline void end_step(const CudaExecutor& ex, PagePool& pool) {
 /// Enqueues a reset of the pool: every page free, flags and statistics cleared. Nothing
 /// else may run on the pool meanwhile; records stashed before become stale.
 inline void reset(const CudaExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::reset",
-      "the pool is in host memory; use pagestash::host");
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::reset", "the pool is in host memory; use pagestash::host");
   detail::check_stream_device("reset", ex.stream, pool.device());
   detail::reset_kernel<><<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();

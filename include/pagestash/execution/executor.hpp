@@ -44,8 +44,9 @@ struct CudaExecutor {
 /// cudaStreamPerThread.
 inline CudaExecutor on(cudaStream_t stream) {
   if (stream == nullptr)
-    detail::throw_invalid("pagestash::on", "the null (legacy default) CUDA stream is not accepted; pass a created "
-                                "stream or cudaStreamPerThread");
+    detail::throw_invalid("pagestash::on",
+                          "the null (legacy default) CUDA stream is not accepted; pass a created "
+                          "stream or cudaStreamPerThread");
   return CudaExecutor{stream, 0};
 }
 

@@ -87,8 +87,8 @@ void discard(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 /// Writes the pool's flags and counters into *dst (see PoolStats). Synchronous, like every
 /// host operation; operations on other threads may run meanwhile.
 inline void report(const HostExecutor& ex, const PagePool& pool, PoolStats* dst) {
-  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::report",
-      "the pool is in device memory; use pagestash::on(stream)");
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::report", "the pool is in device memory; use pagestash::on(stream)");
   if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
   write_report(SerialTeam{}, pool.ref(), dst);
 }
@@ -97,16 +97,16 @@ inline void report(const HostExecutor& ex, const PagePool& pool, PoolStats* dst)
 /// check_balance): raises `unbalanced` if a record of the step still holds pages. Call it
 /// after the step's last reload or discard, before report().
 inline void end_step(const HostExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::end_step",
-      "the pool is in device memory; use pagestash::on(stream)");
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::end_step", "the pool is in device memory; use pagestash::on(stream)");
   check_balance(SerialTeam{}, pool.ref());
 }
 
 /// Frees every page, clears the flags and statistics; records stashed before become stale.
 /// No operation may be in flight on the pool.
 inline void reset(const HostExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory) detail::throw_invalid("pagestash::reset",
-      "the pool is in device memory; use pagestash::on(stream)");
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::reset", "the pool is in device memory; use pagestash::on(stream)");
   reset_pool(SerialTeam{}, pool.ref());
 }
 

@@ -76,7 +76,8 @@ PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint
   bool found = false;
   PAGESTASH_UNROLL
   for (int k = 0; k < LaunchWords::remembered_launches; ++k)
-    found = found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(cuda::std::memory_order_relaxed) == id;
+    found =
+        found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(cuda::std::memory_order_relaxed) == id;
   return found;
 }
 
@@ -108,8 +109,8 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     const bool take =
         !held || generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
     if (refused) {
-      const cuda::std::uint32_t slot = device_atomic<cuda::std::uint32_t>(words.next_remembered)
-                                           .fetch_add(1, cuda::std::memory_order_relaxed);
+      const cuda::std::uint32_t slot =
+          device_atomic<cuda::std::uint32_t>(words.next_remembered).fetch_add(1, cuda::std::memory_order_relaxed);
       device_atomic<u64>(words.remembered[slot % LaunchWords::remembered_launches])
           .store(newest, cuda::std::memory_order_relaxed);
     }
@@ -209,8 +210,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   if (Op == Operation::reload && verdict == verdict_copy) end_reload(team, pool, rec);
   // Released: the next launch's compare-exchange reads this and acquires.
   if (team.leader())
-    device_atomic<cuda::std::uint64_t>(words.arrival)
-        .fetch_and(~launch_held, cuda::std::memory_order_release);
+    device_atomic<cuda::std::uint64_t>(words.arrival).fetch_and(~launch_held, cuda::std::memory_order_release);
 }
 
 PAGESTASH_NAMESPACE_END

@@ -28,12 +28,12 @@ struct Segment {
 
 struct BufferGeometry {
   bool present = false;
-  bool whole = false;   ///< live as a whole, independent of the counts
+  bool whole = false;  ///< live as a whole, independent of the counts
   bool packed = false;
   cuda::std::int32_t groups = 1;
-  BlockShape block;                   ///< per-group block (capacity-padded) or per granule (packed)
-  cuda::std::int64_t pad_tokens = 1;  ///< packed: each group's tokens rounded up to this (1: not padded)
-  cuda::std::int64_t total_bytes = 0; ///< size of the allocation
+  BlockShape block;                    ///< per-group block (capacity-padded) or per granule (packed)
+  cuda::std::int64_t pad_tokens = 1;   ///< packed: each group's tokens rounded up to this (1: not padded)
+  cuda::std::int64_t total_bytes = 0;  ///< size of the allocation
 
   /// Token granule: live bytes come in whole granules of this many tokens.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t granule() const { return block.granule(); }

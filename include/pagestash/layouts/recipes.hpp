@@ -10,31 +10,31 @@
 #include <vector>
 
 /// Every recipe, as X((layout)).
-#define PAGESTASH_FOR_EACH_RECIPE(X)                                                                             \
-  X((pagestash::Plain<cuda::std::uint8_t>))                                                                      \
-  X((pagestash::RowwiseUnquantized<pagestash::BF16, pagestash::Packed>))                                         \
-  X((pagestash::RowwiseUnquantized<pagestash::BF16, pagestash::CapacityPadded>))                                 \
-  X((pagestash::RowwiseUnquantized<pagestash::FP16, pagestash::Packed>))                                         \
-  X((pagestash::RowwiseUnquantized<pagestash::FP16, pagestash::CapacityPadded>))                                 \
-  X((pagestash::RowwiseUnquantized<float, pagestash::Packed>))                                                   \
-  X((pagestash::RowwiseUnquantized<float, pagestash::CapacityPadded>))                                           \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::Packed, pagestash::CompactScales>))        \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::Packed, pagestash::SwizzledScales>))       \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::PackedPadded, pagestash::CompactScales>))  \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::PackedPadded, pagestash::SwizzledScales>)) \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::CapacityPadded, pagestash::CompactScales>)) \
+#define PAGESTASH_FOR_EACH_RECIPE(X)                                                                               \
+  X((pagestash::Plain<cuda::std::uint8_t>))                                                                        \
+  X((pagestash::RowwiseUnquantized<pagestash::BF16, pagestash::Packed>))                                           \
+  X((pagestash::RowwiseUnquantized<pagestash::BF16, pagestash::CapacityPadded>))                                   \
+  X((pagestash::RowwiseUnquantized<pagestash::FP16, pagestash::Packed>))                                           \
+  X((pagestash::RowwiseUnquantized<pagestash::FP16, pagestash::CapacityPadded>))                                   \
+  X((pagestash::RowwiseUnquantized<float, pagestash::Packed>))                                                     \
+  X((pagestash::RowwiseUnquantized<float, pagestash::CapacityPadded>))                                             \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::Packed, pagestash::CompactScales>))          \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::Packed, pagestash::SwizzledScales>))         \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::PackedPadded, pagestash::CompactScales>))    \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::PackedPadded, pagestash::SwizzledScales>))   \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::CapacityPadded, pagestash::CompactScales>))  \
   X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E4M3, pagestash::CapacityPadded, pagestash::SwizzledScales>)) \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::Packed, pagestash::CompactScales>))        \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::Packed, pagestash::SwizzledScales>))       \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::PackedPadded, pagestash::CompactScales>))  \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::PackedPadded, pagestash::SwizzledScales>)) \
-  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::CapacityPadded, pagestash::CompactScales>)) \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::Packed, pagestash::CompactScales>))          \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::Packed, pagestash::SwizzledScales>))         \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::PackedPadded, pagestash::CompactScales>))    \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::PackedPadded, pagestash::SwizzledScales>))   \
+  X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::CapacityPadded, pagestash::CompactScales>))  \
   X((pagestash::ColumnwiseQuantized<pagestash::MXFP8_E5M2, pagestash::CapacityPadded, pagestash::SwizzledScales>)) \
-  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::Packed, pagestash::CompactScales>))             \
-  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::Packed, pagestash::SwizzledScales>))            \
-  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::PackedPadded, pagestash::CompactScales>))       \
-  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::PackedPadded, pagestash::SwizzledScales>))      \
-  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::CapacityPadded, pagestash::CompactScales>))     \
+  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::Packed, pagestash::CompactScales>))               \
+  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::Packed, pagestash::SwizzledScales>))              \
+  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::PackedPadded, pagestash::CompactScales>))         \
+  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::PackedPadded, pagestash::SwizzledScales>))        \
+  X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::CapacityPadded, pagestash::CompactScales>))       \
   X((pagestash::ColumnwiseQuantized<pagestash::NVFP4, pagestash::CapacityPadded, pagestash::SwizzledScales>))
 
 /// The layout type of an entry, (T) -> T.
@@ -106,8 +106,7 @@ inline std::string recipe_name(const std::string& family, const std::string& pla
     const std::string name = r.name();
     known += (known.empty() ? "" : ", ") + name;
     const auto fits = [](const char* part, const std::string& want) { return *part == '\0' || want == part; };
-    if (name == family || (family == r.family && fits(r.placement, placement) && fits(r.scales, scales)))
-      found = name;
+    if (name == family || (family == r.family && fits(r.placement, placement) && fits(r.scales, scales))) found = name;
   });
   if (found.empty())
     throw std::invalid_argument("pagestash: unknown recipe '" + family + "' (placement '" + placement + "', scales '" +

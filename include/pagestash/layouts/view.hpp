@@ -20,16 +20,17 @@ struct GroupedView {
   using scale_type = typename Layout::scale_type;
 
   data_type* data = nullptr;
-  scale_type* scales = nullptr;  ///< unused (void*) for layouts without scales
-  float* amax = nullptr;         ///< one FP32 per group; NVFP4 only
+  scale_type* scales = nullptr;                ///< unused (void*) for layouts without scales
+  float* amax = nullptr;                       ///< one FP32 per group; NVFP4 only
   const cuda::std::int32_t* counts = nullptr;  ///< G live token counts
-  cuda::std::int64_t max_tokens = 0;  ///< packed: rows allocated in all; capacity-padded: rows per group
+  cuda::std::int64_t max_tokens = 0;           ///< packed: rows allocated in all; capacity-padded: rows per group
   cuda::std::int64_t hidden = 0;
   cuda::std::int32_t groups = 1;
 
   PAGESTASH_HOST_DEVICE void* buffer(BufferRole role) const {
-    return role == BufferRole::data ? static_cast<void*>(data)
-                                    : (role == BufferRole::scales ? static_cast<void*>(scales) : static_cast<void*>(amax));
+    return role == BufferRole::data
+               ? static_cast<void*>(data)
+               : (role == BufferRole::scales ? static_cast<void*>(scales) : static_cast<void*>(amax));
   }
   PAGESTASH_HOST_DEVICE BufferGeometry geometry(BufferRole role) const {
     return detail::make_geometry<Layout>(role, max_tokens, hidden, groups);
@@ -61,8 +62,12 @@ struct GroupedView {
   PAGESTASH_HOST_DEVICE constexpr GroupedView with_max_tokens(cuda::std::int64_t n) const {
     return with(&GroupedView::max_tokens, n);
   }
-  PAGESTASH_HOST_DEVICE constexpr GroupedView with_hidden(cuda::std::int64_t n) const { return with(&GroupedView::hidden, n); }
-  PAGESTASH_HOST_DEVICE constexpr GroupedView with_groups(cuda::std::int32_t n) const { return with(&GroupedView::groups, n); }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_hidden(cuda::std::int64_t n) const {
+    return with(&GroupedView::hidden, n);
+  }
+  PAGESTASH_HOST_DEVICE constexpr GroupedView with_groups(cuda::std::int32_t n) const {
+    return with(&GroupedView::groups, n);
+  }
 
  private:
   template <class Field, class Value>
@@ -129,7 +134,7 @@ void validate(const GroupedView<typename Traits::layout>& v, bool counts_read = 
     if (address == 0) detail::refuse_view<Layout>(std::string(name_of(role)) + " is null");
     if (role != BufferRole::amax && address % buffer_alignment != 0)
       detail::refuse_view<Layout>(std::string(name_of(role)) + " = " + std::to_string(address) +
-                                             " is not 16-byte aligned");
+                                  " is not 16-byte aligned");
   });
 }
 

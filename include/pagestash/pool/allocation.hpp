@@ -25,7 +25,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-
 /// Alignment of every allocation the library makes.
 inline constexpr std::size_t memory_alignment = 256;
 /// Alignment caller-owned memory handed to a pool or record must have: the copies' 16-byte
@@ -46,14 +45,16 @@ inline std::size_t host_alignment(std::size_t bytes) {
 
 /// `bytes` of host memory, aligned to host_alignment(bytes); free with free_host.
 inline void* allocate_host(std::size_t bytes) {
-  void* p = ::operator new(bytes, std::align_val_t{host_alignment(bytes)});
+  void* p = ::operator new (bytes, std::align_val_t{host_alignment(bytes)});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (bytes >= huge_page_bytes) madvise(p, bytes, MADV_HUGEPAGE);
 #endif
   return p;
 }
 
-inline void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, std::align_val_t{host_alignment(bytes)}); }
+inline void free_host(void* p, std::size_t bytes) noexcept {
+  ::operator delete (p, std::align_val_t{host_alignment(bytes)});
+}
 
 namespace detail {
 

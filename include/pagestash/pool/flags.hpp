@@ -21,20 +21,20 @@ PAGESTASH_NAMESPACE_BEGIN
 /// The flags, one table: each word's name, category and meaning, in the words' order. The
 /// fields, Flag, flag_names, flag_meanings, category_of() and decide() are made from it, so
 /// that C++ and Python name and judge a kind of failure one way.
-#define PAGESTASH_POOL_FLAGS(X)                                                                                      \
-  X(overflow, capacity,                                                                                              \
-    "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without paging, or "  \
-    "with a larger pool")                                                                                            \
+#define PAGESTASH_POOL_FLAGS(X)                                                                                    \
+  X(overflow, capacity,                                                                                            \
+    "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without paging, or " \
+    "with a larger pool")                                                                                          \
   X(error, misuse, "misuse, of one of the kinds below: the operation did nothing; a bug to report")                \
-  X(host_spill, info, "a stash used host pages (not a failure)")                                                    \
-  X(bad_counts, misuse,                                                                                              \
-    "a stash found a count its tensor cannot hold (negative, beyond the capacity, or off the packed alignment)")    \
-  X(still_stashed, misuse, "a stash into a record that still held pages")                                           \
+  X(host_spill, info, "a stash used host pages (not a failure)")                                                   \
+  X(bad_counts, misuse,                                                                                            \
+    "a stash found a count its tensor cannot hold (negative, beyond the capacity, or off the packed alignment)")   \
+  X(still_stashed, misuse, "a stash into a record that still held pages")                                          \
   X(not_stashed, misuse, "a reload of a record that holds no pages (a double reload, or one after a discard)")     \
-  X(stale, misuse, "a reload of a record stashed before the pool's reset")                                          \
+  X(stale, misuse, "a reload of a record stashed before the pool's reset")                                         \
   X(refused_launch, misuse, "a launch on a record while another launch on it was in flight")                       \
   X(foreign_record, misuse, "an operation with a record made for another pool")                                    \
-  X(unbalanced, misuse,                                                                                              \
+  X(unbalanced, misuse,                                                                                            \
     "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded (a leak)")
 
 /// What a raised flag says of the step: rerun it without paging, a bug (rerun, report), nothing.
@@ -93,9 +93,7 @@ inline constexpr int flag_count = sizeof(flag_names) / sizeof(flag_names[0]);
 static_assert(sizeof(PoolFlags) == flag_count * sizeof(cuda::std::int32_t),
               "PoolFlags is flag_count int32 words, in the table's order: its layout is documented API");
 
-inline const char* name_of(Flag kind) {
-  return kind == Flag::none ? "none" : flag_names[word_of(kind)];
-}
+inline const char* name_of(Flag kind) { return kind == Flag::none ? "none" : flag_names[word_of(kind)]; }
 
 /// The category of a kind (the table's; `none`, no failure, is info).
 PAGESTASH_HOST_DEVICE constexpr FlagCategory category_of(Flag kind) {
@@ -115,17 +113,17 @@ inline const char* name_of(FlagCategory c) {
 
 /// The pool's counters, one table: type, name, meaning. PoolCounters' fields and
 /// for_each_counter (the names tools print, e.g. the Python package's dicts) are made from it.
-#define PAGESTASH_POOL_COUNTERS(X)                                                                  \
-  X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                              \
-  X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                  \
-  X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")               \
-  X(cuda::std::int64_t, peak_device_pages_used, "device pages held at once, at most")               \
-  X(cuda::std::int64_t, live_bytes, "bytes held in pages now (segments padded to 16)")              \
-  X(cuda::std::int64_t, peak_live_bytes, "most bytes held in pages at once")                        \
-  X(cuda::std::int64_t, stashes, "stashes that took pages")                                         \
-  X(cuda::std::int64_t, reloads, "reloads and discards that returned pages")                        \
-  X(cuda::std::int64_t, overflows, "operations that found no room, or the overflow flag set")       \
-  X(cuda::std::int64_t, errors, "operations refused as misuse")                                     \
+#define PAGESTASH_POOL_COUNTERS(X)                                                                       \
+  X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                                    \
+  X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                        \
+  X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")                    \
+  X(cuda::std::int64_t, peak_device_pages_used, "device pages held at once, at most")                    \
+  X(cuda::std::int64_t, live_bytes, "bytes held in pages now (segments padded to 16)")                   \
+  X(cuda::std::int64_t, peak_live_bytes, "most bytes held in pages at once")                             \
+  X(cuda::std::int64_t, stashes, "stashes that took pages")                                              \
+  X(cuda::std::int64_t, reloads, "reloads and discards that returned pages")                             \
+  X(cuda::std::int64_t, overflows, "operations that found no room, or the overflow flag set")            \
+  X(cuda::std::int64_t, errors, "operations refused as misuse")                                          \
   X(cuda::std::int64_t, pages_held_at_step_end, "pages still held when end_step last ran (0: balanced)") \
   X(cuda::std::int32_t, generation, "resets so far")
 
@@ -147,9 +145,10 @@ void for_each_counter(const PoolCounters& c, F&& f) {
 
 /// What every rank does after a step, from the flags all ranks agreed on.
 enum class StepDecision : cuda::std::int32_t {
-  keep = 0,                 ///< nothing failed: keep the step
-  rerun_without_paging = 1, ///< overflow somewhere: reset the pool, run the step again without paging (or with a larger pool)
-  report_error = 2,         ///< misuse somewhere: a bug; rerun to keep training, and report the kinds
+  keep = 0,  ///< nothing failed: keep the step
+  rerun_without_paging =
+      1,             ///< overflow somewhere: reset the pool, run the step again without paging (or with a larger pool)
+  report_error = 2,  ///< misuse somewhere: a bug; rerun to keep training, and report the kinds
 };
 
 inline const char* name_of(StepDecision d) {
@@ -172,7 +171,7 @@ PAGESTASH_HOST_DEVICE constexpr StepDecision decision_of(FlagCategory c) {
 /// The decision for agreed flags, from the table's categories.
 PAGESTASH_HOST_DEVICE constexpr StepDecision decide(const PoolFlags& agreed) {
   StepDecision d = StepDecision::keep;
-#define PAGESTASH_FLAG_DECIDE(name, category, meaning)                                             \
+#define PAGESTASH_FLAG_DECIDE(name, category, meaning) \
   if (agreed.name != 0 && decision_of(FlagCategory::category) > d) d = decision_of(FlagCategory::category);
   PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_DECIDE)
 #undef PAGESTASH_FLAG_DECIDE

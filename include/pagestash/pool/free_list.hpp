@@ -24,8 +24,7 @@ PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
     // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once
     // (an acquire per poll would invalidate the SM's L1 each time).
     const device_atomic<cuda::std::int32_t> lock(pool.state->lock);
-    while (lock.exchange(1, poll_order) != 0)
-      spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
+    while (lock.exchange(1, poll_order) != 0) spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
     acquire_fence();
   }
   team.sync();
@@ -90,7 +89,8 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
       } else {
         n.device_pages_free -= t.device_pages;
         n.host_pages_free -= from_host;
-        if (from_host > 0) device_atomic<cuda::std::int32_t>(c.flags.host_spill).store(1, cuda::std::memory_order_relaxed);
+        if (from_host > 0)
+          device_atomic<cuda::std::int32_t>(c.flags.host_spill).store(1, cuda::std::memory_order_relaxed);
         const cuda::std::int64_t used = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
         const cuda::std::int64_t device_used = pool.device_pages - n.device_pages_free;
         n.peak_pages_used = used > n.peak_pages_used ? used : n.peak_pages_used;

@@ -172,8 +172,10 @@ class PagePool {
     const auto host_kind = device ? detail::MemoryKind::mapped_host : detail::MemoryKind::host;
     if (memory != nullptr) {
       control_ = detail::Allocation::borrow(kind, memory->control, sizes.control, "PoolMemory::control");
-      device_arena_ = detail::Allocation::borrow(kind, memory->device_arena, sizes.device_arena, "PoolMemory::device_arena");
-      host_arena_ = detail::Allocation::borrow(host_kind, memory->host_arena, sizes.host_arena, "PoolMemory::host_arena");
+      device_arena_ =
+          detail::Allocation::borrow(kind, memory->device_arena, sizes.device_arena, "PoolMemory::device_arena");
+      host_arena_ =
+          detail::Allocation::borrow(host_kind, memory->host_arena, sizes.host_arena, "PoolMemory::host_arena");
     } else {
       control_ = detail::Allocation(kind, sizes.control);
       device_arena_ = detail::Allocation(kind, sizes.device_arena);

@@ -27,7 +27,8 @@ PAGESTASH_HOST_DEVICE inline ByteRun byte_run(const BufferGeometry& geo, cuda::s
 }
 
 /// Sum of the run lengths: what a stash of this buffer moves.
-PAGESTASH_HOST_DEVICE inline cuda::std::int64_t live_bytes(const BufferGeometry& geo, const cuda::std::int32_t* counts) {
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t live_bytes(const BufferGeometry& geo,
+                                                           const cuda::std::int32_t* counts) {
   cuda::std::int64_t sum = 0;
   for (cuda::std::int64_t i = 0; i < run_count(geo); ++i) sum += byte_run(geo, i, counts).bytes;
   return sum;

@@ -15,7 +15,8 @@ inline std::vector<std::int32_t> free_pages(const PagePool& pool) {
   std::vector<std::int32_t> ids(static_cast<std::size_t>(s.device_pages_free + s.host_pages_free));
   const auto d = static_cast<std::size_t>(s.device_pages_free);
   detail::copy_bytes(pool.space(), ids.data(), pool.ref().device_stack, d * sizeof(std::int32_t), true);
-  detail::copy_bytes(pool.space(), ids.data() + d, pool.ref().host_stack, (ids.size() - d) * sizeof(std::int32_t), true);
+  detail::copy_bytes(pool.space(), ids.data() + d, pool.ref().host_stack, (ids.size() - d) * sizeof(std::int32_t),
+                     true);
   return ids;
 }
 

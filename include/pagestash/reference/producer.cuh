@@ -64,13 +64,14 @@ __global__ void producer_bytes_kernel(GroupedView<Layout> v, ProducerInput in, B
 /// count is negative, too large or breaks the packed alignment; data and scales then keep
 /// the poison everywhere (and amax reads 0).
 template <class Layout>
-void produce_on_device(const GroupedView<Layout>& v, const BF16* source, cuda::std::uint8_t poison,
-                       cudaStream_t stream, Flag* status = nullptr) {
+void produce_on_device(const GroupedView<Layout>& v, const BF16* source, cuda::std::uint8_t poison, cudaStream_t stream,
+                       Flag* status = nullptr) {
   validate_shape(v);
   if (v.counts == nullptr) detail::throw_invalid("produce_on_device", "counts is null");
   void* scratch = nullptr;
   const size_t g = static_cast<size_t>(v.groups);
-  PAGESTASH_CUDA_TRY(cudaMallocAsync(&scratch, g * (sizeof(cuda::std::int64_t) + sizeof(float)) + sizeof(Flag), stream));
+  PAGESTASH_CUDA_TRY(
+      cudaMallocAsync(&scratch, g * (sizeof(cuda::std::int64_t) + sizeof(float)) + sizeof(Flag), stream));
   auto* group_rows = static_cast<cuda::std::int64_t*>(scratch);
   auto* group_amax = reinterpret_cast<float*>(group_rows + g);
   Flag* verdict = status != nullptr ? status : reinterpret_cast<Flag*>(group_amax + g);

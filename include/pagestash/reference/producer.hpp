@@ -21,10 +21,10 @@ PAGESTASH_NAMESPACE_BEGIN
 
 /// What the per-byte producer reads; every pointer is readable where it runs.
 struct ProducerInput {
-  const BF16* source = nullptr;                 ///< [token_rows, hidden]
-  const cuda::std::int32_t* counts = nullptr;   ///< G live counts
+  const BF16* source = nullptr;                    ///< [token_rows, hidden]
+  const cuda::std::int32_t* counts = nullptr;      ///< G live counts
   const cuda::std::int64_t* group_rows = nullptr;  ///< G: first source row of each group
-  const float* group_amax = nullptr;            ///< G: per-group amax (NVFP4 layouts)
+  const float* group_amax = nullptr;               ///< G: per-group amax (NVFP4 layouts)
 };
 
 namespace detail {
@@ -121,8 +121,12 @@ struct GroupBlock {
   cuda::std::int64_t indices = 0;
 
   /// Rows and columns of the written region.
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t rows() const { return shape.token_axis == TokenAxis::rows ? indices : shape.rows; }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t cols() const { return shape.token_axis == TokenAxis::rows ? shape.cols : indices; }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t rows() const {
+    return shape.token_axis == TokenAxis::rows ? indices : shape.rows;
+  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t cols() const {
+    return shape.token_axis == TokenAxis::rows ? shape.cols : indices;
+  }
 };
 
 /// Group g's block of one buffer, from the buffer's geometry (the one description of where
@@ -161,8 +165,9 @@ void produce_group_blocks(const GroupedView<Layout>& v, const ProducerInput& in,
   constexpr int b = F::block_size;
   constexpr int per_byte = 8 / F::element_bits;
   constexpr bool columnwise = Layout::direction == Direction::columnwise;
-  for_each_live_byte(v, in, BufferRole::scales, g, [](cuda::std::uint8_t* byte, const BlockShape&, cuda::std::int64_t,
-                                                      cuda::std::int64_t) { *byte = 0; });
+  for_each_live_byte(
+      v, in, BufferRole::scales, g,
+      [](cuda::std::uint8_t* byte, const BlockShape&, cuda::std::int64_t, cuda::std::int64_t) { *byte = 0; });
   const GroupBlock data_group = group_block(v, in.counts, BufferRole::data, g);
   const GroupBlock scale_group = group_block(v, in.counts, BufferRole::scales, g);
   const BlockShape& data_blk = data_group.shape;
@@ -209,10 +214,11 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
   const cuda::std::int32_t bad = plan_groups(v, counts, group_rows.data()).first_bad_group;
   if (bad >= 0) {
     const cuda::std::int64_t m = counts[bad];
-    detail::throw_invalid("produce", "count of group " + std::to_string(bad) + " = " + std::to_string(m) +
-                                (m >= 0 && m % v.count_alignment() != 0
-                                     ? " is not a multiple of the packed alignment " + std::to_string(v.count_alignment())
-                                     : " does not fit max_tokens"));
+    detail::throw_invalid("produce",
+                          "count of group " + std::to_string(bad) + " = " + std::to_string(m) +
+                              (m >= 0 && m % v.count_alignment() != 0
+                                   ? " is not a multiple of the packed alignment " + std::to_string(v.count_alignment())
+                                   : " does not fit max_tokens"));
   }
   std::vector<float> group_amax(v.groups);
   for (cuda::std::int32_t g = 0; g < v.groups; ++g)
@@ -223,16 +229,16 @@ void produce(const GroupedView<Layout>& v, const BF16* source, const cuda::std::
     if (!Layout::has(role)) return;
     auto* bytes = static_cast<cuda::std::uint8_t*>(v.buffer(role));
     std::memset(bytes, poison, static_cast<std::size_t>(v.buffer_bytes(role)));
-    if (role == BufferRole::amax) std::memcpy(bytes, group_amax.data(), sizeof(float) * static_cast<std::size_t>(v.groups));
+    if (role == BufferRole::amax)
+      std::memcpy(bytes, group_amax.data(), sizeof(float) * static_cast<std::size_t>(v.groups));
   });
   for (cuda::std::int32_t g = 0; g < v.groups; ++g) {
     if constexpr (Layout::has(BufferRole::scales)) {
       detail::produce_group_blocks(v, in, g);
     } else {
-      for_each_live_byte(v, in, BufferRole::data, g, [&](cuda::std::uint8_t* byte, const BlockShape& blk, cuda::std::int64_t r,
-                                                         cuda::std::int64_t c) {
-        *byte = produced_byte(v, in, BufferRole::data, g, blk, r, c);
-      });
+      for_each_live_byte(v, in, BufferRole::data, g,
+                         [&](cuda::std::uint8_t* byte, const BlockShape& blk, cuda::std::int64_t r,
+                             cuda::std::int64_t c) { *byte = produced_byte(v, in, BufferRole::data, g, blk, r, c); });
     }
   }
 }

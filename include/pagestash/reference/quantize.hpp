@@ -46,8 +46,8 @@ PAGESTASH_HOST_DEVICE float abs_max(const T* values, cuda::std::int64_t n) {
 /// Quantizes `Format::block_size` values; writes one element code per value and returns the
 /// block scale.
 template <class Element>
-PAGESTASH_HOST_DEVICE E8M0 quantize_block(MXFP8<Element>, const float* values,
-                                          typename MXFP8<Element>::TensorScale, Element* codes) {
+PAGESTASH_HOST_DEVICE E8M0 quantize_block(MXFP8<Element>, const float* values, typename MXFP8<Element>::TensorScale,
+                                          Element* codes) {
   constexpr int n = MXFP8<Element>::block_size;
   const float amax = abs_max(values, n);
   if (!(amax <= cuda::std::numeric_limits<float>::max())) {  // NaN or infinity in the block
@@ -55,8 +55,8 @@ PAGESTASH_HOST_DEVICE E8M0 quantize_block(MXFP8<Element>, const float* values,
     return E8M0::from_bits(E8M0::nan_code);
   }
   const int emax_elem = detail::floor_log2(Element::max());
-  const E8M0 scale = amax == 0.0f ? E8M0::from_exponent(-E8M0::bias)
-                                  : E8M0::from_exponent(detail::floor_log2(amax) - emax_elem);
+  const E8M0 scale =
+      amax == 0.0f ? E8M0::from_exponent(-E8M0::bias) : E8M0::from_exponent(detail::floor_log2(amax) - emax_elem);
   const float inverse = detail::exact_pow2(-scale.exponent());
   for (int i = 0; i < n; ++i) codes[i] = Element::from_float(values[i] * inverse);
   return scale;
@@ -69,8 +69,7 @@ PAGESTASH_HOST_DEVICE void dequantize_block(MXFP8<Element>, const Element* codes
   for (int i = 0; i < MXFP8<Element>::block_size; ++i) values[i] = codes[i].to_float() * s;
 }
 
-PAGESTASH_HOST_DEVICE inline E4M3 quantize_block(NVFP4, const float* values, NVFP4::TensorScale tensor,
-                                                 E2M1* codes) {
+PAGESTASH_HOST_DEVICE inline E4M3 quantize_block(NVFP4, const float* values, NVFP4::TensorScale tensor, E2M1* codes) {
   constexpr int n = NVFP4::block_size;
   const float amax = abs_max(values, n);
   const E4M3 scale = E4M3::from_float(amax / 6.0f * tensor.encode);
@@ -80,8 +79,8 @@ PAGESTASH_HOST_DEVICE inline E4M3 quantize_block(NVFP4, const float* values, NVF
   return scale;
 }
 
-PAGESTASH_HOST_DEVICE inline void dequantize_block(NVFP4, const E2M1* codes, E4M3 scale,
-                                                   NVFP4::TensorScale tensor, float* values) {
+PAGESTASH_HOST_DEVICE inline void dequantize_block(NVFP4, const E2M1* codes, E4M3 scale, NVFP4::TensorScale tensor,
+                                                   float* values) {
   const float s = scale.to_float() / tensor.encode;
   for (int i = 0; i < NVFP4::block_size; ++i) values[i] = codes[i].to_float() * s;
 }
@@ -101,25 +100,23 @@ struct QuantizedMatrix {
   Direction direction = Direction::rowwise;
   cuda::std::int64_t scale_pitch = 0;  ///< scales from one scale row to the next; 0: compact
 
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_count() const {
-    return direction == Direction::rowwise ? rows : cols;
-  }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_length() const {
-    return direction == Direction::rowwise ? cols : rows;
-  }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t blocks_per_line() const {
-    return line_length() / Format::block_size;
-  }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_count() const { return direction == Direction::rowwise ? rows : cols; }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t line_length() const { return direction == Direction::rowwise ? cols : rows; }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t blocks_per_line() const { return line_length() / Format::block_size; }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t data_bytes() const { return rows * cols * Format::element_bits / 8; }
   /// Scale rows, and scales in one (compact): [lines, blocks] or, MXFP8 columnwise, [blocks, cols].
   PAGESTASH_HOST_DEVICE bool scales_by_block() const {
     return !Format::transposed_columnwise && direction == Direction::columnwise;
   }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_rows() const { return scales_by_block() ? blocks_per_line() : line_count(); }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_rows() const {
+    return scales_by_block() ? blocks_per_line() : line_count();
+  }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t compact_scale_pitch() const {
     return scales_by_block() ? cols : blocks_per_line();
   }
-  PAGESTASH_HOST_DEVICE cuda::std::int64_t row_pitch() const { return scale_pitch != 0 ? scale_pitch : compact_scale_pitch(); }
+  PAGESTASH_HOST_DEVICE cuda::std::int64_t row_pitch() const {
+    return scale_pitch != 0 ? scale_pitch : compact_scale_pitch();
+  }
   PAGESTASH_HOST_DEVICE cuda::std::int64_t scale_bytes() const { return scale_rows() * row_pitch(); }
 
   /// Element (line, pos) of the source matrix, as an index into row-major [M, K].
@@ -181,8 +178,9 @@ PAGESTASH_HOST_DEVICE void quantize_matrix_block(const Source* source, const Qua
 
 /// Dequantizes block `block` of line `line` into the row-major [q.rows, q.cols] float output.
 template <class Format>
-PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>& q, typename Format::TensorScale tensor,
-                                                   float* out, cuda::std::int64_t line, cuda::std::int64_t block) {
+PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>& q,
+                                                   typename Format::TensorScale tensor, float* out,
+                                                   cuda::std::int64_t line, cuda::std::int64_t block) {
   constexpr int n = Format::block_size;
   float values[n];
   typename Format::element_type codes[n];
@@ -199,14 +197,15 @@ template <class Format>
 void validate_matrix(const QuantizedMatrix<Format>& q) {
   if (q.rows < 0 || q.cols < 0) detail::throw_invalid("QuantizedMatrix", "negative shape");
   if (q.line_length() % Format::block_size != 0) {
-    detail::throw_invalid("QuantizedMatrix",
-                                std::string(q.direction == Direction::rowwise ? "cols" : "rows") + " = " +
-                                std::to_string(q.line_length()) + " is not a multiple of the block size " +
-                                std::to_string(Format::block_size));
+    detail::throw_invalid("QuantizedMatrix", std::string(q.direction == Direction::rowwise ? "cols" : "rows") + " = " +
+                                                 std::to_string(q.line_length()) +
+                                                 " is not a multiple of the block size " +
+                                                 std::to_string(Format::block_size));
   }
   if (q.scale_pitch != 0 && q.scale_pitch < q.compact_scale_pitch())
     detail::throw_invalid("QuantizedMatrix", "scale_pitch = " + std::to_string(q.scale_pitch) +
-                                " is shorter than a scale row (" + std::to_string(q.compact_scale_pitch()) + ")");
+                                                 " is shorter than a scale row (" +
+                                                 std::to_string(q.compact_scale_pitch()) + ")");
   if (q.rows * q.cols > 0 && (q.data == nullptr || q.scales == nullptr))
     detail::throw_invalid("QuantizedMatrix", "data or scales is null");
   if (cuda::std::is_same_v<Format, NVFP4> && q.amax == nullptr)

@@ -28,8 +28,8 @@ inline RecordBytes record_launch_bytes() {
 
 /// Leaves a host record's launch words as launch `id` leaves them if it took the record at the
 /// pool's `generation`, had `finished` blocks finish and `next_tile` claimed, and died.
-inline void forge_held_launch(const RecordRef& rec, std::uint64_t id, std::int32_t generation,
-                              std::int32_t finished, std::int64_t next_tile) {
+inline void forge_held_launch(const RecordRef& rec, std::uint64_t id, std::int32_t generation, std::int32_t finished,
+                              std::int64_t next_tile) {
   detail::LaunchWords& words = rec.header->launch;
   words.arrival = id << detail::launch_id_shift | detail::launch_held;
   words.owner = id;

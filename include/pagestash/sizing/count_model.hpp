@@ -88,19 +88,20 @@ class DirichletRouting final : public CountModel {
  public:
   explicit DirichletRouting(const Routing& r) : r_(r) {
     if (r.experts < 1 || r.top_k < 1 || r.top_k > r.experts)
-      detail::throw_invalid("pagestash::sizing",
-          "DirichletRouting: experts = " + std::to_string(r.experts) + ", top_k = " +
-                           std::to_string(r.top_k) + " (need 1 <= top_k <= experts)");
+      detail::throw_invalid("pagestash::sizing", "DirichletRouting: experts = " + std::to_string(r.experts) +
+                                                     ", top_k = " + std::to_string(r.top_k) +
+                                                     " (need 1 <= top_k <= experts)");
     if (r.tokens < 1 || r.tokens > INT32_MAX)
       detail::throw_invalid("pagestash::sizing",
-          "DirichletRouting: tokens = " + std::to_string(r.tokens) + " must be in [1, 2^31)");
-    if (!(r.alpha > 0) || !std::isfinite(r.alpha)) detail::throw_invalid("pagestash::sizing",
-        "DirichletRouting: alpha must be positive");
-    if (r.capacity < 1) detail::throw_invalid("pagestash::sizing",
-        "DirichletRouting: capacity = " + std::to_string(r.capacity) + " must be positive");
+                            "DirichletRouting: tokens = " + std::to_string(r.tokens) + " must be in [1, 2^31)");
+    if (!(r.alpha > 0) || !std::isfinite(r.alpha))
+      detail::throw_invalid("pagestash::sizing", "DirichletRouting: alpha must be positive");
+    if (r.capacity < 1)
+      detail::throw_invalid("pagestash::sizing",
+                            "DirichletRouting: capacity = " + std::to_string(r.capacity) + " must be positive");
     if (!(r.correlation >= 0 && r.correlation <= 1))
       detail::throw_invalid("pagestash::sizing",
-          "DirichletRouting: correlation = " + std::to_string(r.correlation) + " must be in [0, 1]");
+                            "DirichletRouting: correlation = " + std::to_string(r.correlation) + " must be in [0, 1]");
   }
 
   std::int32_t experts() const override { return r_.experts; }
@@ -277,11 +278,11 @@ class MeasuredCounts final : public CountModel {
       std::vector<std::int32_t> counts;
       if (fields >> field && field == "step") {
         if (sizes.empty() && !lines.empty())
-          detail::throw_invalid("pagestash::sizing",
-              where + "a step after count vectors outside any (from line " + std::to_string(first_loose) +
-                               "): put every vector in a step, or none");
-        if (!sizes.empty() && sizes.back() == 0) detail::throw_invalid("pagestash::sizing",
-            where + "the step before has no count vectors");
+          detail::throw_invalid("pagestash::sizing", where + "a step after count vectors outside any (from line " +
+                                                         std::to_string(first_loose) +
+                                                         "): put every vector in a step, or none");
+        if (!sizes.empty() && sizes.back() == 0)
+          detail::throw_invalid("pagestash::sizing", where + "the step before has no count vectors");
         sizes.push_back(0);
         continue;
       }
@@ -290,24 +291,22 @@ class MeasuredCounts final : public CountModel {
         long long value = -1;
         try {
           value = std::stoll(field, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != field.size()) detail::throw_invalid("pagestash::sizing",
-            where + "'" + field + "' is not an integer");
-        if (value < 0 || value > INT32_MAX) detail::throw_invalid("pagestash::sizing",
-            where + "count " + field + " is outside [0, 2^31)");
+        } catch (const std::exception&) { used = 0; }
+        if (used != field.size())
+          detail::throw_invalid("pagestash::sizing", where + "'" + field + "' is not an integer");
+        if (value < 0 || value > INT32_MAX)
+          detail::throw_invalid("pagestash::sizing", where + "count " + field + " is outside [0, 2^31)");
         if (value > capacity && excess == Excess::refuse)
-          detail::throw_invalid("pagestash::sizing",
-              where + "count " + field + " of expert " + std::to_string(counts.size()) +
-                               " exceeds the capacity " + std::to_string(capacity) + excess_hint);
+          detail::throw_invalid("pagestash::sizing", where + "count " + field + " of expert " +
+                                                         std::to_string(counts.size()) + " exceeds the capacity " +
+                                                         std::to_string(capacity) + excess_hint);
         counts.push_back(static_cast<std::int32_t>(value));
       }
       if (counts.empty()) continue;
       if (counts.size() != static_cast<std::size_t>(experts))
-        detail::throw_invalid("pagestash::sizing",
-            where + std::to_string(counts.size()) + " counts, expected one per expert (" +
-                             std::to_string(experts) + ")");
+        detail::throw_invalid("pagestash::sizing", where + std::to_string(counts.size()) +
+                                                       " counts, expected one per expert (" + std::to_string(experts) +
+                                                       ")");
       if (!sizes.empty()) ++sizes.back();
       else if (lines.empty()) first_loose = number;
       lines.push_back(std::move(counts));
@@ -338,12 +337,14 @@ class MeasuredCounts final : public CountModel {
     return steps() > 0 ? first_[static_cast<std::size_t>(step.step)] + stash : draw_unit(rng);
   }
   /// The same, for a step drawn from `units` (a bootstrap's resample of units()).
-  std::int64_t line_of(std::mt19937_64& rng, std::int64_t unit, std::int64_t stash, const std::vector<std::int64_t>& units) const {
+  std::int64_t line_of(std::mt19937_64& rng, std::int64_t unit, std::int64_t stash,
+                       const std::vector<std::int64_t>& units) const {
     const auto pick = [&] { return units[std::uniform_int_distribution<std::size_t>(0, units.size() - 1)(rng)]; };
     return steps() > 0 ? first_[static_cast<std::size_t>(unit)] + stash : pick();
   }
   std::int64_t draw_unit(std::mt19937_64& rng) const {
-    return static_cast<std::int64_t>(std::uniform_int_distribution<std::size_t>(0, static_cast<std::size_t>(units()) - 1)(rng));
+    return static_cast<std::int64_t>(
+        std::uniform_int_distribution<std::size_t>(0, static_cast<std::size_t>(units()) - 1)(rng));
   }
   /// Vector `line` capped at the capacity; returns the tokens dropped.
   std::int64_t counts_of(std::int64_t line, std::vector<std::int32_t>& counts) const {
@@ -361,16 +362,15 @@ class MeasuredCounts final : public CountModel {
   std::int64_t draw_stash(std::mt19937_64& rng, const StepState& step, std::int64_t stash,
                           std::vector<std::int32_t>& counts) const override {
     if (steps() > 0 && (stash < 0 || stash >= per_step_))
-      detail::throw_invalid("pagestash::sizing",
-          source_ + ": stash " + std::to_string(stash) + " of a step of " + std::to_string(per_step_) +
-                           " count vectors");
+      detail::throw_invalid("pagestash::sizing", source_ + ": stash " + std::to_string(stash) + " of a step of " +
+                                                     std::to_string(per_step_) + " count vectors");
     return counts_of(line_of(rng, step, stash), counts);
   }
 
   std::string describe() const override {
-    const std::string what = steps() > 0 ? std::to_string(steps()) + " measured steps of " + std::to_string(per_step_) +
-                                               " count vectors"
-                                         : std::to_string(lines_.size()) + " measured count vectors (independent)";
+    const std::string what =
+        steps() > 0 ? std::to_string(steps()) + " measured steps of " + std::to_string(per_step_) + " count vectors"
+                    : std::to_string(lines_.size()) + " measured count vectors (independent)";
     return what + " from " + source_ + ", capacity " + std::to_string(capacity_) +
            (excess_ == Excess::cap ? " (capped)" : "");
   }
@@ -384,39 +384,42 @@ class MeasuredCounts final : public CountModel {
                  std::string source, Excess excess)
       : lines_(std::move(lines)), capacity_(capacity), source_(std::move(source)), excess_(excess) {
     if (lines_.empty()) detail::throw_invalid("pagestash::sizing", source_ + ": no count vectors");
-    if (capacity_ < 1) detail::throw_invalid("pagestash::sizing",
-        source_ + ": capacity = " + std::to_string(capacity_) + " must be positive");
+    if (capacity_ < 1)
+      detail::throw_invalid("pagestash::sizing",
+                            source_ + ": capacity = " + std::to_string(capacity_) + " must be positive");
     std::int64_t first = 0;
     for (std::size_t s = 0; s < sizes.size(); ++s) {
       if (sizes[s] != sizes.front())
+        detail::throw_invalid("pagestash::sizing", source_ + ": step " + std::to_string(s + 1) + " has " +
+                                                       std::to_string(sizes[s]) + " count vectors, step 1 " +
+                                                       std::to_string(sizes.front()) +
+                                                       ": every step has one per stash");
+      if (sizes[s] == 0)
         detail::throw_invalid("pagestash::sizing",
-            source_ + ": step " + std::to_string(s + 1) + " has " + std::to_string(sizes[s]) +
-                             " count vectors, step 1 " + std::to_string(sizes.front()) + ": every step has one per stash");
-      if (sizes[s] == 0) detail::throw_invalid("pagestash::sizing",
-          source_ + ": step " + std::to_string(s + 1) + " has no count vectors");
+                              source_ + ": step " + std::to_string(s + 1) + " has no count vectors");
       first_.push_back(first);
       first += sizes[s];
     }
     if (!sizes.empty() && first != static_cast<std::int64_t>(lines_.size()))
-      detail::throw_invalid("pagestash::sizing",
-          source_ + ": " + std::to_string(static_cast<std::int64_t>(lines_.size()) - first) +
-                           " count vectors before the first step");
+      detail::throw_invalid("pagestash::sizing", source_ + ": " +
+                                                     std::to_string(static_cast<std::int64_t>(lines_.size()) - first) +
+                                                     " count vectors before the first step");
     per_step_ = sizes.empty() ? 0 : sizes.front();
     for (std::size_t i = 0; i < lines_.size(); ++i) {
       if (lines_[i].size() != lines_.front().size())
-        detail::throw_invalid("pagestash::sizing",
-            source_ + ": vector " + std::to_string(i + 1) + " has " + std::to_string(lines_[i].size()) +
-                             " counts, the first " + std::to_string(lines_.front().size()));
+        detail::throw_invalid("pagestash::sizing", source_ + ": vector " + std::to_string(i + 1) + " has " +
+                                                       std::to_string(lines_[i].size()) + " counts, the first " +
+                                                       std::to_string(lines_.front().size()));
       for (std::size_t e = 0; e < lines_[i].size(); ++e) {
         if (lines_[i][e] < 0)
-          detail::throw_invalid("pagestash::sizing",
-              source_ + ": vector " + std::to_string(i + 1) + ", expert " + std::to_string(e) + ": count " +
-                               std::to_string(lines_[i][e]) + " is negative");
+          detail::throw_invalid("pagestash::sizing", source_ + ": vector " + std::to_string(i + 1) + ", expert " +
+                                                         std::to_string(e) + ": count " + std::to_string(lines_[i][e]) +
+                                                         " is negative");
         if (lines_[i][e] > capacity_ && excess_ == Excess::refuse)
-          detail::throw_invalid("pagestash::sizing",
-              source_ + ": vector " + std::to_string(i + 1) + ", expert " + std::to_string(e) + ": count " +
-                               std::to_string(lines_[i][e]) + " exceeds the capacity " + std::to_string(capacity_) +
-                               excess_hint);
+          detail::throw_invalid("pagestash::sizing", source_ + ": vector " + std::to_string(i + 1) + ", expert " +
+                                                         std::to_string(e) + ": count " + std::to_string(lines_[i][e]) +
+                                                         " exceeds the capacity " + std::to_string(capacity_) +
+                                                         excess_hint);
       }
     }
   }

@@ -22,10 +22,10 @@ inline std::int64_t capacity_for(std::int64_t tokens, std::int32_t top_k, std::i
                                  std::int64_t multiple) {
   if (tokens < 1 || top_k < 1 || experts < 1 || top_k > experts)
     detail::throw_invalid("pagestash::sizing",
-        "capacity_for: tokens = " + std::to_string(tokens) + ", top_k = " + std::to_string(top_k) +
-                         ", experts = " + std::to_string(experts) + " (need tokens >= 1, 1 <= top_k <= experts)");
-  if (!(capacity_factor > 0)) detail::throw_invalid("pagestash::sizing",
-      "capacity_for: capacity_factor must be positive");
+                          "capacity_for: tokens = " + std::to_string(tokens) + ", top_k = " + std::to_string(top_k) +
+                              ", experts = " + std::to_string(experts) + " (need tokens >= 1, 1 <= top_k <= experts)");
+  if (!(capacity_factor > 0))
+    detail::throw_invalid("pagestash::sizing", "capacity_for: capacity_factor must be positive");
   if (multiple < 1) detail::throw_invalid("pagestash::sizing", "capacity_for: multiple must be positive");
   const double mean = static_cast<double>(tokens) * top_k / experts;
   const auto units = static_cast<std::int64_t>(std::ceil(mean * capacity_factor / static_cast<double>(multiple)));
@@ -40,9 +40,9 @@ class Layer {
     if (tensors.empty()) detail::throw_invalid("pagestash::sizing", "Layer: no saved tensors");
     for (const SavedTensor& t : tensors) {
       if (t.groups() != tensors.front().groups())
-        detail::throw_invalid("pagestash::sizing",
-            "Layer: " + t.name() + " has " + std::to_string(t.groups()) + " groups, " +
-                             tensors.front().name() + " " + std::to_string(tensors.front().groups()));
+        detail::throw_invalid("pagestash::sizing", "Layer: " + t.name() + " has " + std::to_string(t.groups()) +
+                                                       " groups, " + tensors.front().name() + " " +
+                                                       std::to_string(tensors.front().groups()));
       tensors_.push_back(t.with_capacity(capacity));
       alignment_ = std::lcm(alignment_, t.count_alignment());
     }
@@ -71,15 +71,14 @@ class Layer {
   /// within capacity stays within). Throws for a count beyond the capacity or negative.
   std::vector<std::int32_t> padded(const std::vector<std::int32_t>& counts) const {
     if (counts.size() != static_cast<std::size_t>(experts()))
-      detail::throw_invalid("pagestash::sizing",
-          "Layer: " + std::to_string(counts.size()) + " counts for " + std::to_string(experts()) +
-                           " experts");
+      detail::throw_invalid("pagestash::sizing", "Layer: " + std::to_string(counts.size()) + " counts for " +
+                                                     std::to_string(experts()) + " experts");
     std::vector<std::int32_t> out(counts.size());
     for (std::size_t e = 0; e < counts.size(); ++e) {
       if (counts[e] < 0 || counts[e] > capacity_)
-        detail::throw_invalid("pagestash::sizing",
-            "Layer: count " + std::to_string(counts[e]) + " of expert " + std::to_string(e) +
-                             " is outside [0, capacity " + std::to_string(capacity_) + "]");
+        detail::throw_invalid("pagestash::sizing", "Layer: count " + std::to_string(counts[e]) + " of expert " +
+                                                       std::to_string(e) + " is outside [0, capacity " +
+                                                       std::to_string(capacity_) + "]");
       out[e] = static_cast<std::int32_t>((counts[e] + alignment_ - 1) / alignment_ * alignment_);
     }
     return out;

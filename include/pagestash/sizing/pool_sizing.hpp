@@ -25,8 +25,8 @@ namespace sizing {
 
 struct SizingSettings {
   std::int64_t page_bytes = std::int64_t{64} << 10;  ///< the pool's page size (PoolConfig::page_bytes)
-  std::int64_t host_pages = 0;  ///< spill pages in host memory: the device holds the pool's rest
-  std::int64_t samples = 20000;  ///< steps sampled
+  std::int64_t host_pages = 0;                       ///< spill pages in host memory: the device holds the pool's rest
+  std::int64_t samples = 20000;                      ///< steps sampled
   std::uint64_t seed = 1;
   double overflow = 1e-3;    ///< target probability that a step overflows the pool
   double confidence = 0.95;  ///< of the intervals
@@ -67,8 +67,8 @@ class PeakDistribution {
   /// The smallest pool whose empirical overflow probability is at most `overflow`, with the
   /// interval of the 1 - overflow quantile it estimates.
   QuantileEstimate pool_for(double overflow, double confidence = 0.95) const {
-    if (!(overflow > 0 && overflow < 1)) detail::throw_invalid("pagestash::sizing",
-        "pool_for: overflow must be in (0, 1)");
+    if (!(overflow > 0 && overflow < 1))
+      detail::throw_invalid("pagestash::sizing", "pool_for: overflow must be in (0, 1)");
     return quantile_estimate(sorted_, 1 - overflow, confidence);
   }
   /// `points` pool sizes evenly from the smallest peak to the largest, and where each
@@ -104,7 +104,9 @@ inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, c
   const auto n = static_cast<double>(peaks.samples());
   for (double f : factors) {
     if (!(f > 0)) detail::throw_invalid("pagestash::sizing", "compare_warmup: factors must be positive");
-    const auto pool_of = [&](std::int64_t warm) { return static_cast<std::int64_t>(std::ceil(static_cast<double>(warm) * f)); };
+    const auto pool_of = [&](std::int64_t warm) {
+      return static_cast<std::int64_t>(std::ceil(static_cast<double>(warm) * f));
+    };
     WarmupSizing w;
     w.factor = f;
     w.median_pages = pool_of(peaks.sorted()[peaks.sorted().size() / 2]);
@@ -126,17 +128,17 @@ inline std::vector<WarmupSizing> compare_warmup(const PeakDistribution& peaks, c
 struct PoolSizing {
   SizingSettings settings;
   std::string schedule;
-  std::string count_model;  ///< the count model, described
+  std::string count_model;         ///< the count model, described
   std::int64_t alive_stashes = 0;  ///< the most stashes held at once
   std::int64_t peak_moments = 0;   ///< moments of the step the held stashes peak (Schedule::peak_moments)
   PeakDistribution peaks{{0}};
-  QuantileEstimate pages;     ///< pages of the pool (device + host) for the target; its interval: Monte Carlo error
+  QuantileEstimate pages;  ///< pages of the pool (device + host) for the target; its interval: Monte Carlo error
   /// The interval reported: pages', widened to the bootstrap's percentile interval
   /// over the measured steps (the file's own sampling error) when the counts are measured.
   Interval pages_interval;
   std::int64_t bootstrap_replicates = 0;  ///< 0: no bootstrap (a Dirichlet router, or settings.bootstrap = 0)
   Interval bootstrap_interval;            ///< the replicates' pools' percentile interval
-  std::int64_t device_pages = 0;  ///< pages.value - host pages (at least 0)
+  std::int64_t device_pages = 0;          ///< pages.value - host pages (at least 0)
   std::int64_t host_pages = 0;
   double overflow_probability = 0;  ///< the sized pool's empirical overflow probability
   Interval overflow_interval;
@@ -151,10 +153,14 @@ struct PoolSizing {
   std::int64_t device_bytes() const { return device_pages * settings.page_bytes; }
   /// Device bytes the sized pool saves against holding every tensor at full shape.
   std::int64_t saved_bytes() const { return full_bytes - device_bytes(); }
-  double saved_fraction() const { return full_bytes > 0 ? static_cast<double>(saved_bytes()) / static_cast<double>(full_bytes) : 0; }
+  double saved_fraction() const {
+    return full_bytes > 0 ? static_cast<double>(saved_bytes()) / static_cast<double>(full_bytes) : 0;
+  }
   /// Rounding, per step at the peak on average: of streams to whole pages, and of live runs
   /// to 16-byte stream segments.
-  double page_rounding_bytes() const { return mean_pages * static_cast<double>(settings.page_bytes) - mean_stream_bytes; }
+  double page_rounding_bytes() const {
+    return mean_pages * static_cast<double>(settings.page_bytes) - mean_stream_bytes;
+  }
   double segment_rounding_bytes() const { return mean_stream_bytes - mean_live_bytes; }
 };
 
@@ -168,8 +174,8 @@ template <class Fn>
 void for_each_field(const PoolSizing& p, Fn&& fn) {
   using Pages = std::pair<std::int64_t, std::int64_t>;
   fn("pages", p.pages.value);
-  fn("pages_interval", Pages{static_cast<std::int64_t>(p.pages_interval.low),
-                             static_cast<std::int64_t>(p.pages_interval.high)});
+  fn("pages_interval",
+     Pages{static_cast<std::int64_t>(p.pages_interval.low), static_cast<std::int64_t>(p.pages_interval.high)});
   fn("pages_high_bounded", p.pages.high_bounded);
   fn("pages_monte_carlo", Pages{p.pages.low, p.pages.high});
   fn("bootstrap_replicates", p.bootstrap_replicates);
@@ -204,13 +210,13 @@ namespace detail {
 inline void check_settings(const SizingSettings& s) {
   if (s.page_bytes < 256 || (s.page_bytes & (s.page_bytes - 1)) != 0)
     throw_invalid("pagestash::sizing",
-        "page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
+                  "page_bytes = " + std::to_string(s.page_bytes) + " must be a power of two >= 256");
   if (s.host_pages < 0) throw_invalid("pagestash::sizing", "host_pages must not be negative");
   if (s.samples < 1) throw_invalid("pagestash::sizing", "samples must be at least 1");
   if (!(s.overflow > 0 && s.overflow < 1)) throw_invalid("pagestash::sizing", "overflow must be in (0, 1)");
   if (!(s.confidence > 0 && s.confidence < 1)) throw_invalid("pagestash::sizing", "confidence must be in (0, 1)");
-  if (s.bootstrap < 0) throw_invalid("pagestash::sizing",
-      "bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
+  if (s.bootstrap < 0)
+    throw_invalid("pagestash::sizing", "bootstrap = " + std::to_string(s.bootstrap) + " must not be negative");
 }
 }  // namespace detail
 
@@ -250,18 +256,17 @@ namespace detail {
 
 inline void check_fits(const Layer& layer, const Schedule& schedule, const CountModel& counts) {
   if (counts.experts() != layer.experts())
-    throw_invalid("pagestash::sizing",
-        "size_pool: the count model has " + std::to_string(counts.experts()) + " experts, the layer " +
-                 std::to_string(layer.experts()));
+    throw_invalid("pagestash::sizing", "size_pool: the count model has " + std::to_string(counts.experts()) +
+                                           " experts, the layer " + std::to_string(layer.experts()));
   if (counts.capacity() > layer.capacity())
-    throw_invalid("pagestash::sizing",
-        "size_pool: the count model's capacity " + std::to_string(counts.capacity()) + " exceeds the layer's " +
-                 std::to_string(layer.capacity()));
+    throw_invalid("pagestash::sizing", "size_pool: the count model's capacity " + std::to_string(counts.capacity()) +
+                                           " exceeds the layer's " + std::to_string(layer.capacity()));
   if (counts.stashes_per_step() != 0 && counts.stashes_per_step() != schedule.stashes())
     throw_invalid("pagestash::sizing", "size_pool: a measured step holds " + std::to_string(counts.stashes_per_step()) +
-                 " count vectors, a step of the schedule " + std::to_string(schedule.stashes()) + " (" +
-                 std::to_string(schedule.layers()) + " layers x " + std::to_string(schedule.microbatches()) +
-                 " microbatches)");
+                                           " count vectors, a step of the schedule " +
+                                           std::to_string(schedule.stashes()) + " (" +
+                                           std::to_string(schedule.layers()) + " layers x " +
+                                           std::to_string(schedule.microbatches()) + " microbatches)");
 }
 
 /// Measured counts: every vector's bytes once, then steps by lookup.
@@ -282,7 +287,8 @@ struct MeasuredPages {
 inline Interval bootstrap_pool(const Schedule& schedule, const MeasuredCounts& m, const MeasuredPages& pages,
                                const SizingSettings& s) {
   std::mt19937_64 rng(s.seed ^ 0x9e3779b97f4a7c15ULL);  // a sequence apart from the sampled steps' own
-  std::vector<std::int64_t> pools, units(static_cast<std::size_t>(m.units())), peaks(static_cast<std::size_t>(s.samples));
+  std::vector<std::int64_t> pools, units(static_cast<std::size_t>(m.units())),
+      peaks(static_cast<std::size_t>(s.samples));
   std::vector<StepDraw> held;
   for (std::int64_t b = 0; b < s.bootstrap; ++b) {
     for (auto& u : units) u = m.draw_unit(rng);
@@ -298,8 +304,8 @@ inline Interval bootstrap_pool(const Schedule& schedule, const MeasuredCounts& m
   std::sort(pools.begin(), pools.end());
   const double tail = (1 - s.confidence) / 2;
   const auto at = [&](double level) {
-    const auto rank = static_cast<std::size_t>(std::clamp<double>(std::ceil(level * static_cast<double>(pools.size())), 1,
-                                                                  static_cast<double>(pools.size())));
+    const auto rank = static_cast<std::size_t>(
+        std::clamp<double>(std::ceil(level * static_cast<double>(pools.size())), 1, static_cast<double>(pools.size())));
     return static_cast<double>(pools[rank - 1]);
   };
   return {at(tail), at(1 - tail)};
@@ -323,7 +329,7 @@ inline StepDraw draw_step(const Layer& layer, const Schedule& schedule, const Co
 /// std::invalid_argument for settings or a count model that do not fit the layer or the
 /// schedule.
 inline PoolSizing size_pool(const Layer& layer, const Schedule& schedule, const CountModel& counts,
-                          const SizingSettings& settings = {}) {
+                            const SizingSettings& settings = {}) {
   detail::check_settings(settings);
   detail::check_fits(layer, schedule, counts);
   PoolSizing result;

@@ -90,11 +90,10 @@ class SavedTensor {
   /// takes in pages of `page_bytes`. Throws std::invalid_argument for counts it cannot hold.
   TensorBytes measure(const std::vector<std::int32_t>& counts, std::int64_t page_bytes) const {
     if (counts.size() != static_cast<std::size_t>(groups()))
-      detail::throw_invalid("pagestash::sizing",
-          name() + ": " + std::to_string(counts.size()) + " counts for " + std::to_string(groups()) +
-                           " groups");
-    if (page_bytes < 1) detail::throw_invalid("pagestash::sizing",
-        "page_bytes = " + std::to_string(page_bytes) + " must be positive");
+      detail::throw_invalid("pagestash::sizing", name() + ": " + std::to_string(counts.size()) + " counts for " +
+                                                     std::to_string(groups()) + " groups");
+    if (page_bytes < 1)
+      detail::throw_invalid("pagestash::sizing", "page_bytes = " + std::to_string(page_bytes) + " must be positive");
     return model_->measure(counts.data(), page_bytes);
   }
   std::int64_t pages(const std::vector<std::int32_t>& counts, std::int64_t page_bytes) const {
@@ -139,9 +138,9 @@ class SavedTensor {
     }
     std::shared_ptr<const Interface> with_capacity(std::int64_t c) const override {
       if (c < 1 || c % capacity_alignment() != 0)
-        detail::throw_invalid("pagestash::sizing",
-            name + ": capacity " + std::to_string(c) + " is not a positive multiple of " +
-                             std::to_string(capacity_alignment()));
+        detail::throw_invalid("pagestash::sizing", name + ": capacity " + std::to_string(c) +
+                                                       " is not a positive multiple of " +
+                                                       std::to_string(capacity_alignment()));
       const auto s = shape.with_max_tokens(packed ? c * shape.groups : c);
       validate_shape(s);
       return std::make_shared<const Model>(s, name);
@@ -149,10 +148,10 @@ class SavedTensor {
     TensorBytes measure(const cuda::std::int32_t* counts, std::int64_t page_bytes) const override {
       const cuda::std::int32_t bad = check_counts(shape, counts).first_bad_group;
       if (bad >= 0)
-        detail::throw_invalid("pagestash::sizing",
-            name + ": count " + std::to_string(counts[bad]) + " of group " + std::to_string(bad) +
-                             " does not fit (capacity " + std::to_string(capacity()) + ", alignment " +
-                             std::to_string(count_alignment()) + ")");
+        detail::throw_invalid("pagestash::sizing", name + ": count " + std::to_string(counts[bad]) + " of group " +
+                                                       std::to_string(bad) + " does not fit (capacity " +
+                                                       std::to_string(capacity()) + ", alignment " +
+                                                       std::to_string(count_alignment()) + ")");
       return detail::stash_bytes<Traits>(shape, counts, page_bytes);
     }
     GroupedView<Layout> shape;

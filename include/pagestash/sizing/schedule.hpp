@@ -61,19 +61,21 @@ class Schedule {
     name << "1f1b:" << p;
     if (v > 1) name << ":" << v;
     if (layers % virtual_stages != 0)
-      detail::throw_invalid("pagestash::sizing",
-          "1F1B with " + std::to_string(virtual_stages) + " virtual stages needs layers (" +
-                           std::to_string(layers) + ") divisible by them");
+      detail::throw_invalid("pagestash::sizing", "1F1B with " + std::to_string(virtual_stages) +
+                                                     " virtual stages needs layers (" + std::to_string(layers) +
+                                                     ") divisible by them");
     Schedule s(name.str(), layers, microbatches);
     // Megatron's table of (microbatch, chunk) for the forwards, groups of p microbatches.
     std::vector<std::pair<std::int32_t, std::int32_t>> table;
     for (std::int64_t first = 0; first < m; first += p) {
       const std::int64_t last = first + p >= m ? m : first + p;
       for (std::int64_t c = 0; c < v; ++c)
-        for (std::int64_t mb = first; mb < last; ++mb) table.emplace_back(static_cast<std::int32_t>(mb), static_cast<std::int32_t>(c));
+        for (std::int64_t mb = first; mb < last; ++mb)
+          table.emplace_back(static_cast<std::int32_t>(mb), static_cast<std::int32_t>(c));
     }
     const auto total = static_cast<std::int64_t>(table.size());
-    const std::int64_t warmup = v == 1 ? std::min(p - 1, m) : (m == p ? total : std::min((p - 1) * 2 + (v - 1) * p, total));
+    const std::int64_t warmup =
+        v == 1 ? std::min(p - 1, m) : (m == p ? total : std::min((p - 1) * 2 + (v - 1) * p, total));
     const std::int32_t per_chunk = layers / virtual_stages;
     const auto run = [&](std::int64_t k, bool forward) {
       const auto [mb, chunk] = table[static_cast<std::size_t>(k)];
@@ -101,22 +103,23 @@ class Schedule {
     for (std::size_t i = 0; i < microbatches_per_layer.size(); ++i) {
       const std::int64_t n = microbatches_per_layer[i];
       if (n < 0 || n > INT32_MAX)
-        detail::throw_invalid("pagestash::sizing",
-            "Schedule: list entry " + std::to_string(i) + " = " + std::to_string(n) +
-                             " is outside [0, 2^31)");
+        detail::throw_invalid("pagestash::sizing", "Schedule: list entry " + std::to_string(i) + " = " +
+                                                       std::to_string(n) + " is outside [0, 2^31)");
       name << (i ? "," : "") << n;
       most = std::max(most, n);
       sum += n;
     }
-    if (sum == 0) detail::throw_invalid("pagestash::sizing",
-        "Schedule: " + name.str() + " holds no stash (a pool needs at least one page)");
-    if (microbatches_per_layer.size() > INT32_MAX) detail::throw_invalid("pagestash::sizing",
-        "Schedule: the list is too long");
+    if (sum == 0)
+      detail::throw_invalid("pagestash::sizing",
+                            "Schedule: " + name.str() + " holds no stash (a pool needs at least one page)");
+    if (microbatches_per_layer.size() > INT32_MAX)
+      detail::throw_invalid("pagestash::sizing", "Schedule: the list is too long");
     Schedule s(name.str(), static_cast<std::int32_t>(microbatches_per_layer.size()), static_cast<std::int32_t>(most));
     for (std::int32_t m = 0; m < most; ++m)
       for (std::size_t l = 0; l < microbatches_per_layer.size(); ++l)
         if (m < microbatches_per_layer[l]) s.events_.push_back({true, static_cast<std::int32_t>(l), m});
-    for (std::size_t i = s.events_.size(); i-- > 0;) s.events_.push_back({false, s.events_[i].layer, s.events_[i].microbatch});
+    for (std::size_t i = s.events_.size(); i-- > 0;)
+      s.events_.push_back({false, s.events_[i].layer, s.events_[i].microbatch});
     s.summarise();
     return s;
   }
@@ -135,9 +138,7 @@ class Schedule {
         long long value = 0;
         try {
           value = std::stoll(item, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
+        } catch (const std::exception&) { used = 0; }
         if (item.empty() || used != item.size())
           detail::throw_invalid("pagestash::sizing", "schedule '" + s + "': '" + item + "' is not a number");
         out.push_back(value);
@@ -147,7 +148,8 @@ class Schedule {
     };
     if (s.rfind("1f1b:", 0) == 0) {
       const std::vector<std::int64_t> pv = numbers(s.substr(5), ':');
-      if (pv.size() > 2 || pv[0] > INT32_MAX || pv[0] < INT32_MIN || (pv.size() == 2 && (pv[1] > INT32_MAX || pv[1] < INT32_MIN)))
+      if (pv.size() > 2 || pv[0] > INT32_MAX || pv[0] < INT32_MIN ||
+          (pv.size() == 2 && (pv[1] > INT32_MAX || pv[1] < INT32_MIN)))
         detail::throw_invalid("pagestash::sizing", "schedule '" + s + "': expected 1f1b:P or 1f1b:P:V");
       return one_f_one_b(layers, microbatches, static_cast<std::int32_t>(pv[0]),
                          pv.size() == 2 ? static_cast<std::int32_t>(pv[1]) : 1);
@@ -177,8 +179,9 @@ class Schedule {
   Schedule(std::string name, std::int32_t layers, std::int32_t microbatches)
       : name_(std::move(name)), layers_(layers), microbatches_(microbatches) {}
   static void check_positive(const char* what, std::int64_t n) {
-    if (n < 1) detail::throw_invalid("pagestash::sizing",
-        std::string("Schedule: ") + what + " = " + std::to_string(n) + " must be at least 1");
+    if (n < 1)
+      detail::throw_invalid("pagestash::sizing",
+                            std::string("Schedule: ") + what + " = " + std::to_string(n) + " must be at least 1");
   }
   void forward(std::int32_t microbatch, std::int32_t first_layer, std::int32_t layers) {
     for (std::int32_t l = first_layer; l < first_layer + layers; ++l) events_.push_back({true, l, microbatch});
@@ -198,7 +201,8 @@ class Schedule {
       if (now > alive_) {
         alive_ = now;
         per_layer_.assign(static_cast<std::size_t>(layers_), 0);
-        for (std::int64_t k = 0; k < stashes(); ++k) per_layer_[static_cast<std::size_t>(k % layers_)] += held[static_cast<std::size_t>(k)];
+        for (std::int64_t k = 0; k < stashes(); ++k)
+          per_layer_[static_cast<std::size_t>(k % layers_)] += held[static_cast<std::size_t>(k)];
       }
     }
   }

@@ -20,15 +20,16 @@ struct Interval {
 
 /// The standard normal quantile (Acklam's rational approximation, relative error < 1.2e-9).
 inline double normal_quantile(double p) {
-  if (!(p > 0 && p < 1)) detail::throw_invalid("pagestash::sizing",
-      "normal_quantile: p = " + std::to_string(p) + " must be in (0, 1)");
-  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+  if (!(p > 0 && p < 1))
+    detail::throw_invalid("pagestash::sizing", "normal_quantile: p = " + std::to_string(p) + " must be in (0, 1)");
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                              1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-                             6.680131188771972e+01,  -1.328068155288572e+01};
+                             6.680131188771972e+01, -1.328068155288572e+01};
   static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
                              -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
-  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00};
+  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                             3.754408661907416e+00};
   const double low = 0.02425;
   if (p < low || p > 1 - low) {
     const double q = std::sqrt(-2 * std::log(p < low ? p : 1 - p));
@@ -45,7 +46,7 @@ inline double normal_quantile(double p) {
 inline Interval wilson_interval(std::int64_t k, std::int64_t n, double confidence = 0.95) {
   if (n < 1 || k < 0 || k > n)
     detail::throw_invalid("pagestash::sizing",
-        "wilson_interval: k = " + std::to_string(k) + ", n = " + std::to_string(n));
+                          "wilson_interval: k = " + std::to_string(k) + ", n = " + std::to_string(n));
   const double z = normal_quantile(0.5 + confidence / 2), nn = static_cast<double>(n);
   const double p = static_cast<double>(k) / nn, z2 = z * z;
   const double centre = (p + z2 / (2 * nn)) / (1 + z2 / nn);
@@ -74,11 +75,11 @@ inline std::vector<double> binomial_cdf(std::int64_t n, double p) {
 
 /// An empirical quantile of sorted samples with its confidence interval.
 struct QuantileEstimate {
-  std::int64_t value = 0;      ///< the smallest sample x with at least `level` of the samples <= x
-  std::int64_t low = 0;        ///< the interval's order statistics: [X_(l), X_(u)]
+  std::int64_t value = 0;  ///< the smallest sample x with at least `level` of the samples <= x
+  std::int64_t low = 0;    ///< the interval's order statistics: [X_(l), X_(u)]
   std::int64_t high = 0;
-  bool low_bounded = true;     ///< false: too few samples below for the interval (low = the minimum)
-  bool high_bounded = true;    ///< false: too few samples above (high = the maximum): sample more
+  bool low_bounded = true;   ///< false: too few samples below for the interval (low = the minimum)
+  bool high_bounded = true;  ///< false: too few samples above (high = the maximum): sample more
 };
 
 /// The smallest of `sorted` (ascending, not empty) with at least `level` of them at or below it.
@@ -92,12 +93,13 @@ inline std::int64_t quantile_value(const std::vector<std::int64_t>& sorted, doub
 /// ~ Binomial(n, level) the samples at or below the true quantile, [X_(l), X_(u)] covers it
 /// with probability >= P(l <= B < u) >= confidence, l the largest rank with P(B < l) <=
 /// (1 - confidence) / 2, u the smallest with P(B >= u) <= (1 - confidence) / 2.
-inline QuantileEstimate quantile_estimate(const std::vector<std::int64_t>& sorted, double level, double confidence = 0.95) {
+inline QuantileEstimate quantile_estimate(const std::vector<std::int64_t>& sorted, double level,
+                                          double confidence = 0.95) {
   if (sorted.empty()) detail::throw_invalid("pagestash::sizing", "quantile_estimate: no samples");
-  if (!(level > 0 && level < 1)) detail::throw_invalid("pagestash::sizing",
-      "quantile_estimate: level must be in (0, 1)");
-  if (!(confidence > 0 && confidence < 1)) detail::throw_invalid("pagestash::sizing",
-      "quantile_estimate: confidence must be in (0, 1)");
+  if (!(level > 0 && level < 1))
+    detail::throw_invalid("pagestash::sizing", "quantile_estimate: level must be in (0, 1)");
+  if (!(confidence > 0 && confidence < 1))
+    detail::throw_invalid("pagestash::sizing", "quantile_estimate: confidence must be in (0, 1)");
   const auto n = static_cast<std::int64_t>(sorted.size());
   const auto at = [&](std::int64_t rank) { return sorted[static_cast<std::size_t>(rank - 1)]; };  // 1-based
   QuantileEstimate q;

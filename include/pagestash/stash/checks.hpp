@@ -13,8 +13,9 @@ PAGESTASH_NAMESPACE_BEGIN
 template <class Traits>
 void check_pool_and_record(const char* op, MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec) {
   if (pool.space() != executor)
-    detail::throw_invalid(std::string("pagestash::") + op, std::string("the pool is in ") +
-                          name_of(pool.space()) + " memory but the executor runs on the " + name_of(executor));
+    detail::throw_invalid(std::string("pagestash::") + op, std::string("the pool is in ") + name_of(pool.space()) +
+                                                               " memory but the executor runs on the " +
+                                                               name_of(executor));
   // Where an attached device object leaves an id unknown, the steps refuse it in memory.
   if (!rec.same_pool(pool))
     detail::throw_invalid("pagestash::" + std::string(op), "the record was made for another pool");
@@ -26,8 +27,9 @@ void check_stash(MemorySpace executor, const PagePool& pool, const GroupedView<t
   check_pool_and_record("stash", executor, pool, rec);
   validate<Traits>(v);
   if (v.max_tokens != rec.max_tokens() || v.hidden != rec.hidden() || v.groups != rec.groups())
-    detail::throw_invalid("pagestash::stash", "the view's shape (max_tokens " + std::to_string(v.max_tokens) +
-                              ", hidden " + std::to_string(v.hidden) + ", groups " + std::to_string(v.groups) +
+    detail::throw_invalid("pagestash::stash",
+                          "the view's shape (max_tokens " + std::to_string(v.max_tokens) + ", hidden " +
+                              std::to_string(v.hidden) + ", groups " + std::to_string(v.groups) +
                               ") differs from the record's (" + std::to_string(rec.max_tokens()) + ", " +
                               std::to_string(rec.hidden()) + ", " + std::to_string(rec.groups()) + ")");
 }
@@ -41,12 +43,13 @@ cuda::std::int64_t check_reload(MemorySpace executor, const PagePool& pool, cons
   validate<Traits>(dest, /*counts_read=*/false);
   if (dest.hidden != rec.hidden() || dest.groups != rec.groups())
     detail::throw_invalid("pagestash::reload", "the destination's hidden " + std::to_string(dest.hidden) +
-                               " and groups " + std::to_string(dest.groups) + " differ from the record's (" +
-                               std::to_string(rec.hidden()) + ", " + std::to_string(rec.groups()) + ")");
+                                                   " and groups " + std::to_string(dest.groups) +
+                                                   " differ from the record's (" + std::to_string(rec.hidden()) + ", " +
+                                                   std::to_string(rec.groups()) + ")");
   if (dest.max_tokens < rec.max_tokens())
     detail::throw_invalid("pagestash::reload", "the destination is too small: max_tokens " +
-                               std::to_string(dest.max_tokens) + " < " + std::to_string(rec.max_tokens()) +
-                               " of the record");
+                                                   std::to_string(dest.max_tokens) + " < " +
+                                                   std::to_string(rec.max_tokens()) + " of the record");
   return dest.max_tokens == rec.max_tokens() ? rec.max_tiles() : work_bounds<Traits>(dest, rec.page_shift()).tiles;
 }
 

@@ -267,8 +267,8 @@ PAGESTASH_HOST_DEVICE inline bool tile_aligned(const TileSpan& s) {
 /// Whether each of the N vectors of a batch (tile bytes 16 v, 16 (v + stride), ...) lies in
 /// one run with `room` bytes from its start; if not, the batch is moved a vector at a time.
 template <cuda::std::uint32_t N>
-PAGESTASH_HOST_DEVICE bool batch_in_runs(const TileSpan& s, TileOp op, cuda::std::uint32_t v, cuda::std::uint32_t stride,
-                                         cuda::std::uint32_t room) {
+PAGESTASH_HOST_DEVICE bool batch_in_runs(const TileSpan& s, TileOp op, cuda::std::uint32_t v,
+                                         cuda::std::uint32_t stride, cuda::std::uint32_t room) {
   bool inside = true;
   PAGESTASH_UNROLL
   for (cuda::std::uint32_t k = 0; k < N; ++k) inside = inside && locate(s, 16 * (v + k * stride)).room >= room;
@@ -442,7 +442,8 @@ PAGESTASH_HOST_DEVICE inline TileOp tile_op(const TileWork& w, const ItemCursor&
 
 /// Moves one tile with the lanes of a warp.
 template <class Lanes>
-PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
+PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor,
+                                    cuda::std::int32_t tile) {
   const TileSpan s = resolve_tile(w, cursor, tile);
   copy_tile_vectors(lanes, s, tile_op(w, cursor));
 }

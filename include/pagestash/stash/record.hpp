@@ -29,21 +29,21 @@ enum class RecordState : cuda::std::int32_t {
 /// The state a stash leaves, from the failure it found (none: it holds pages): a lack of
 /// room overflows it, a misuse (a count it cannot hold) fails it.
 PAGESTASH_HOST_DEVICE constexpr RecordState state_after_stash(Flag error) {
-  return error == Flag::none                                 ? RecordState::stashed
+  return error == Flag::none                            ? RecordState::stashed
          : category_of(error) == FlagCategory::capacity ? RecordState::overflowed
-                                                         : RecordState::failed;
+                                                        : RecordState::failed;
 }
 
 /// What a record's last operation left, which status() reads back: (type, name, initial, meaning)
 /// a field; RecordSummary is made of it and for_each_field reads it (so does Python's status()).
-#define PAGESTASH_RECORD_SUMMARY(X)                                                                                    \
-  X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")        \
-  X(Flag, error, Flag::none, "why the last operation did nothing (none: it did); a failed stash's reload keeps it")    \
-  X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")      \
-  X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                      \
-  X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                            \
-  X(cuda::std::int64_t, device_pages, 0, "of them on the device")                                                      \
-  X(cuda::std::int64_t, stream_bytes, 0, "bytes the pages hold (segments padded to 16)")                               \
+#define PAGESTASH_RECORD_SUMMARY(X)                                                                                 \
+  X(RecordState, state, RecordState::empty, "empty, stashed, overflowed, failed, reloaded, discarded or stale")     \
+  X(Flag, error, Flag::none, "why the last operation did nothing (none: it did); a failed stash's reload keeps it") \
+  X(cuda::std::int32_t, first_bad_group, -1, "with bad_counts: the first group whose count the view cannot hold")   \
+  X(cuda::std::int32_t, generation, 0, "the pool's generation (resets so far) when last stashed")                   \
+  X(cuda::std::int64_t, pages, 0, "pages the stash holds, device and host")                                         \
+  X(cuda::std::int64_t, device_pages, 0, "of them on the device")                                                   \
+  X(cuda::std::int64_t, stream_bytes, 0, "bytes the pages hold (segments padded to 16)")                            \
   X(cuda::std::int64_t, live_bytes, 0, "bytes of the live runs")
 #define PAGESTASH_RECORD_FIELD(type, name, initial, meaning) type name = initial;
 
@@ -68,8 +68,8 @@ namespace detail {
 /// 16-byte aligned (the words are on their own line when it is 128-byte aligned).
 struct LaunchWords {
   static constexpr int remembered_launches = 8;
-  cuda::std::uint64_t arrival;  ///< newest launch id << 2 | refused (2) | held (1)
-  cuda::std::uint64_t owner;    ///< the id of the launch that holds (or last held) the record
+  cuda::std::uint64_t arrival;   ///< newest launch id << 2 | refused (2) | held (1)
+  cuda::std::uint64_t owner;     ///< the id of the launch that holds (or last held) the record
   cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
   cuda::std::int32_t verdict;
   cuda::std::int32_t finished;
@@ -108,9 +108,9 @@ struct RecordRef {
 };
 
 /// What a record holds, read back on the host: the summary, then these fields.
-#define PAGESTASH_RECORD_STATUS(X)                                                                                     \
-  X(std::int64_t, host_pages, 0, "of the pages, on the host")                                                          \
-  X(std::int32_t, refused_blocks, 0, "blocks of launches refused as another launch held the record (refused_launch)")  \
+#define PAGESTASH_RECORD_STATUS(X)                                                                                    \
+  X(std::int64_t, host_pages, 0, "of the pages, on the host")                                                         \
+  X(std::int32_t, refused_blocks, 0, "blocks of launches refused as another launch held the record (refused_launch)") \
   X(bool, launch_in_flight, false, "whether a launch holds the record now (after a sync: one that never finished)")
 
 struct RecordStatus : RecordSummary {
@@ -136,7 +136,8 @@ template <class Traits>
 WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = StashPolicy::tile_shift) {
   if (shape.max_tokens > INT32_MAX) detail::throw_invalid("StashRecord", "max_tokens exceeds 2^31 - 1");
   const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
-  const int tile_shift = tile_shift_for(page_shift, StashPolicy::tile_shift);  // the device's, the smaller: the most tiles
+  const int tile_shift =
+      tile_shift_for(page_shift, StashPolicy::tile_shift);  // the device's, the smaller: the most tiles
   const WorkTotals most = plan_work_on_team<Traits>(SerialTeam{}, shape, LargestSegments{}, false, tile_shift, nullptr);
   const WorkBounds bounds{most.stream_bytes,
                           most.tiles + plan_work<Traits>(shape, none.data(), true, nullptr, tile_shift).tiles};
@@ -146,12 +147,12 @@ WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int pa
     const Segment seg = geo.largest_segment(0);
     if (seg.lines > 1 && seg.lines * seg.pitch > max_lined_segment_bytes)
       detail::throw_invalid("StashRecord", "a group's " + std::string(name_of(role)) + " block of " +
-                                  std::to_string(seg.lines * seg.pitch) +
-                                  " bytes exceeds 4 GiB (fewer tokens per group, or more groups)");
+                                               std::to_string(seg.lines * seg.pitch) +
+                                               " bytes exceeds 4 GiB (fewer tokens per group, or more groups)");
   });
   if (bounds.tiles > max_plan_tiles)
-    detail::throw_invalid("StashRecord", "a tensor of this shape needs " + std::to_string(bounds.tiles) +
-                                " tiles, more than 2^31 - 1");
+    detail::throw_invalid(
+        "StashRecord", "a tensor of this shape needs " + std::to_string(bounds.tiles) + " tiles, more than 2^31 - 1");
   return bounds;
 }
 
@@ -163,7 +164,8 @@ class StashRecord {
 
   /// Allocates a record for tensors of `shape`'s shape (groups, max_tokens, hidden) in
   /// `pool`'s memory space. Only the shape of `shape` is read.
-  StashRecord(const PagePool& pool, const GroupedView<layout>& shape) : StashRecord(pool, shape, nullptr, Memory::owned) {}
+  StashRecord(const PagePool& pool, const GroupedView<layout>& shape)
+      : StashRecord(pool, shape, nullptr, Memory::owned) {}
 
   /// A record in caller-owned memory: bytes_needed(pool, shape) bytes aligned to 16, in
   /// the pool's memory space. It allocates nothing, never frees the memory, and must not
@@ -269,7 +271,8 @@ class StashRecord {
     offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
     p.kept_at = offset;
     for_each_role([&](BufferRole role) {
-      if (handling_of<Traits>(role) == Handling::kept) offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
+      if (handling_of<Traits>(role) == Handling::kept)
+        offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
     });
     p.total = offset;
     return p;

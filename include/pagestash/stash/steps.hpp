@@ -24,7 +24,8 @@ PAGESTASH_HOST_DEVICE void copy_kept(const Team& team, const GroupedView<typenam
     auto* buf = static_cast<unsigned char*>(v.buffer(role));
     const cuda::std::int64_t n = v.buffer_bytes(role);
     for (cuda::std::int64_t i = team.rank(); i < n; i += team.size()) {
-      if (to_record) kept[i] = buf[i]; else buf[i] = kept[i];
+      if (to_record) kept[i] = buf[i];
+      else buf[i] = kept[i];
     }
     kept += round_up(n, 16);
   });
@@ -97,7 +98,8 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     h.summary.stream_bytes = totals.stream_bytes;
     h.summary.live_bytes = totals.live_bytes;
   }
-  const cuda::std::int64_t need = (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
+  const cuda::std::int64_t need =
+      (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
   Taken taken{TakeResult::taken, 0, 0};
   if (error == Flag::none) {
     taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);
@@ -130,7 +132,8 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
     error = foreign ? Flag::foreign_record : check_holds_pages(pool, h);
     // A record whose stash overflowed or failed already raised its flag: reloading it (as a
     // captured step does) is no new misuse, and its error keeps the first cause.
-    const bool stash_failed = !foreign && (h.summary.state == RecordState::overflowed || h.summary.state == RecordState::failed);
+    const bool stash_failed =
+        !foreign && (h.summary.state == RecordState::overflowed || h.summary.state == RecordState::failed);
     if (error != Flag::none && !stash_failed) refuse(pool, h, error);
     if (error == Flag::none) h.summary.error = error;
   }

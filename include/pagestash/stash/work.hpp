@@ -195,10 +195,12 @@ PAGESTASH_HOST_DEVICE CountCheck check_counts(const GroupedView<Layout>& v, cons
 
 /// Everything the tiles of a plan need, trivially copyable (a kernel argument or a host local).
 struct TileWork {
-  unsigned char* data;    ///< of the view being stashed or restored
+  unsigned char* data;  ///< of the view being stashed or restored
   unsigned char* scales;
   /// A select, not an array indexed at run time: that would put the struct in local memory.
-  PAGESTASH_HOST_DEVICE unsigned char* buffer(BufferRole role) const { return role == BufferRole::data ? data : scales; }
+  PAGESTASH_HOST_DEVICE unsigned char* buffer(BufferRole role) const {
+    return role == BufferRole::data ? data : scales;
+  }
   const WorkItem* items;
   cuda::std::int32_t item_count;
   const cuda::std::int32_t* page_ids;
@@ -240,7 +242,8 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
   cuda::std::int32_t lo = c.item >= 0 && tile >= c.end ? c.item + 1 : 0, hi = w.item_count;  // answer in [lo, hi)
   while (hi - lo > 1) {
     const cuda::std::int32_t mid = lo + (hi - lo) / 2;
-    if (w.items[mid].first_tile <= tile) lo = mid; else hi = mid;
+    if (w.items[mid].first_tile <= tile) lo = mid;
+    else hi = mid;
   }
   c.item = lo;
   c.first = static_cast<cuda::std::int32_t>(w.items[lo].first_tile);

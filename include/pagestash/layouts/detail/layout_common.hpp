@@ -14,7 +14,10 @@ namespace detail {
 struct LayoutName {
   char chars[64] = {};
   int size = 0;  // past 63 characters: not a constant expression
-  constexpr LayoutName& operator<<(const char* s) { while (*s != '\0') chars[size++] = *s++; return *this; }
+  constexpr LayoutName& operator<<(const char* s) {
+    while (*s != '\0') chars[size++] = *s++;
+    return *this;
+  }
 };
 template <class... Parts>
 constexpr LayoutName layout_name(const char* kind, const char* first, Parts... rest) {
@@ -37,8 +40,8 @@ template <class T>
 struct UnquantizedRows {
   using data_type = T;
   using scale_type = void;
-  static constexpr cuda::std::int64_t granule = 1;          ///< the layout's least granule (tokens)
-  static constexpr cuda::std::int64_t hidden_multiple = 1;  ///< hidden must be a multiple of this
+  static constexpr cuda::std::int64_t granule = 1;                 ///< the layout's least granule (tokens)
+  static constexpr cuda::std::int64_t hidden_multiple = 1;         ///< hidden must be a multiple of this
   static constexpr cuda::std::int64_t packed_count_alignment = 1;  ///< Packed: every count a multiple of this
 
   PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) { return role == BufferRole::data; }
@@ -94,7 +97,8 @@ PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidd
 /// at least `alignment` tokens and adds one pad; fill k = min(G, M / alignment) such groups,
 /// the rest of the tokens in whole pads: pad * (k + (M - k * alignment) / pad).
 PAGESTASH_HOST_DEVICE inline cuda::std::int64_t most_padded_tokens(cuda::std::int64_t M, cuda::std::int32_t G,
-                                                                   cuda::std::int64_t alignment, cuda::std::int64_t pad) {
+                                                                   cuda::std::int64_t alignment,
+                                                                   cuda::std::int64_t pad) {
   if (pad <= alignment) return M;
   const cuda::std::int64_t k = G < M / alignment ? G : M / alignment;
   return pad * (k + (M - k * alignment) / pad);
@@ -125,8 +129,7 @@ PAGESTASH_HOST_DEVICE BufferGeometry make_geometry(BufferRole role, cuda::std::i
   g.block = Layout::block(role, shape.granule(), hidden);
   if (P::pads_group_scales && role == BufferRole::scales) g.pad_tokens = shape.swizzle_tokens();
   // The allocation holds the most that any counts the stash accepts can fill.
-  g.total_bytes =
-      g.group_bytes(most_padded_tokens(max_tokens, groups, count_alignment<Layout>(hidden), g.pad_tokens));
+  g.total_bytes = g.group_bytes(most_padded_tokens(max_tokens, groups, count_alignment<Layout>(hidden), g.pad_tokens));
   return g;
 }
 

@@ -257,10 +257,10 @@ TEST_CASE("packed placements: offsets, sizes and produced bytes equal Transforme
     CAPTURE(#Dir "<" #F ", " #P ", " #S ">"); \
     check_layout_against_te<L>(seed);         \
   }
-#define PAGESTASH_CHECK_TE_PLACEMENTS(Dir, F)                                                                \
-  PAGESTASH_CHECK_TE(Dir, F, Packed, CompactScales)                                                          \
-  PAGESTASH_CHECK_TE(Dir, F, Packed, SwizzledScales) PAGESTASH_CHECK_TE(Dir, F, PackedPadded, CompactScales) \
-      PAGESTASH_CHECK_TE(Dir, F, PackedPadded, SwizzledScales)
+#define PAGESTASH_CHECK_TE_PLACEMENTS(Dir, F)        \
+  PAGESTASH_CHECK_TE(Dir, F, Packed, CompactScales)  \
+  PAGESTASH_CHECK_TE(Dir, F, Packed, SwizzledScales) \
+  PAGESTASH_CHECK_TE(Dir, F, PackedPadded, CompactScales) PAGESTASH_CHECK_TE(Dir, F, PackedPadded, SwizzledScales)
   PAGESTASH_CHECK_TE_PLACEMENTS(ColumnwiseQuantized, MXFP8_E4M3)
   PAGESTASH_CHECK_TE_PLACEMENTS(ColumnwiseQuantized, MXFP8_E5M2)
   PAGESTASH_CHECK_TE_PLACEMENTS(ColumnwiseQuantized, NVFP4)

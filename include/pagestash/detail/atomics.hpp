@@ -1,11 +1,10 @@
 #pragma once
-// Device-scope atomics, fences and spinning, as the pool and launch steps use them: not
-// public API, but for the host observer (AtomicAccess, atomic_observer, observe_atomic).
+// Device-scope atomics, fences and spinning, as the pool and launch steps use them: not public API, but for the host
+// observer (AtomicAccess, atomic_observer, observe_atomic).
 //
-// On the host (the host executor, the tests' grid emulator) every atomic access and fence
-// can be reported to an observer, so that a test or a benchmark counts what a launch costs
-// on the device (atomics per 128-byte line, fences) without a GPU. With no observer set,
-// that is one load and a branch per access; device code has none of it.
+// On the host (the host executor, the tests' grid emulator) every atomic access and fence can be reported to an
+// observer, so that a test or a benchmark counts what a launch costs on the device (atomics per 128-byte line, fences)
+// without a GPU. With no observer set, that is one load and a branch per access; device code has none of it.
 
 #include <pagestash/config.hpp>
 
@@ -34,8 +33,8 @@ struct AtomicObserverSlot {
   void* context = nullptr;
 };
 
-/// The process's observer (null: none), which observe_atomic tells of each access the
-/// library's atomics make on the host. Set it only while no operation runs.
+/// The process's observer (null: none), which observe_atomic tells of each access the library's atomics make on the
+/// host. Set it only while no operation runs.
 inline AtomicObserverSlot& atomic_observer() {
   static AtomicObserverSlot slot;
   return slot;
@@ -99,9 +98,9 @@ class device_atomic {
   cuda::atomic_ref<T, cuda::thread_scope_device> ref_;
 };
 
-/// An acquire fence at device scope: after polling with relaxed loads, one fence makes what
-/// the writer released visible (one L1 invalidation, instead of one per poll). On the host
-/// the polls acquire already (poll_order), so it is only counted.
+/// An acquire fence at device scope: after polling with relaxed loads, one fence makes what the writer released visible
+/// (one L1 invalidation, instead of one per poll). On the host the polls acquire already (poll_order), so it is only
+/// counted.
 PAGESTASH_HOST_DEVICE inline void acquire_fence() {
 #if defined(__CUDA_ARCH__)
   cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
@@ -119,18 +118,16 @@ PAGESTASH_HOST_DEVICE inline void spin_pause() {
 #endif
 }
 
-/// The order of a poll, or of a lock's exchange, that acquire_fence() completes: relaxed on
-/// the device (an acquire load invalidates the SM's L1 each time); acquire on the host,
-/// where it costs nothing and ThreadSanitizer, which does not model fences, sees the
-/// synchronisation.
+/// The order of a poll, or of a lock's exchange, that acquire_fence() completes: relaxed on the device (an acquire load
+/// invalidates the SM's L1 each time); acquire on the host, where it costs nothing and ThreadSanitizer, which does not
+/// model fences, sees the synchronisation.
 #if defined(__CUDA_ARCH__)
 inline constexpr cuda::std::memory_order poll_order = cuda::std::memory_order_relaxed;
 #else
 inline constexpr cuda::std::memory_order poll_order = cuda::std::memory_order_acquire;
 #endif
 
-/// Spins until pred(x.load(poll_order)) holds and returns that value: the caller fences
-/// once (acquire_fence) when it is done waiting.
+/// Spins until pred(x.load(poll_order)) holds and returns that value; the caller then fences once (acquire_fence).
 template <class T, class Pred>
 PAGESTASH_HOST_DEVICE T spin_until(const device_atomic<T>& x, const Pred& pred) {
   for (;;) {

@@ -1,7 +1,6 @@
 #pragma once
-// One encoder and one decoder for every small binary float format (BF16, FP16, FP8, FP4).
-// A format is described by a Spec (see formats/scalar.hpp); the code here is the only place
-// that rounds, so every format rounds the same way: round-to-nearest-even on the exact value.
+// One encoder and one decoder for every small binary float format (BF16, FP16, FP8, FP4), each described by a Spec
+// (formats/scalar.hpp). The only place that rounds, so every format rounds alike: to nearest even on the exact value.
 
 #include <pagestash/detail/bits.hpp>
 

@@ -1,8 +1,7 @@
 #pragma once
-// A team is the set of threads that runs one step of an algorithm together: one CPU thread
-// on the host, a thread block or a warp on the device. The pool and stash steps are written
-// once against this interface, so the host executor runs the very code the kernels run.
-// Not public API, but for SerialTeam (the host's team) and BlockScan (a policy's choice).
+// A team is the threads that run one step of an algorithm together: one CPU thread on the host, a thread block or a
+// warp on the device. The pool and stash steps are written once against it, so the host executor runs the very code
+// the kernels run. Not public API, but for SerialTeam (the host's team) and BlockScan (a policy's choice).
 //
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts

@@ -3,11 +3,10 @@
 // launch on the caller's CUDA stream. No host synchronisation, no allocation: every operation
 // can be captured in a CUDA graph, and replays read the counts of the moment.
 //
-// One launch per grouped tensor, for all its paged buffers. The kernels are thin shells:
-// the launch body (execution/operation.hpp: arrival, verdict, tiles, finish) is host+device
-// code that the tests' grid emulator also runs on host threads. The grid is persistent:
-// sized by the device's policy (stash/policy.hpp: blocks per SM by architecture, no more
-// than fit, capped by the most tiles the record's shape can need).
+// One launch per grouped tensor, for all its paged buffers. The kernels are thin shells: the launch body
+// (execution/operation.hpp: arrival, verdict, tiles, finish) is host+device code that the tests' grid emulator also
+// runs on host threads. The grid is persistent: sized by the device's policy (stash/policy.hpp: blocks per SM by
+// architecture, no more than fit, capped by the most tiles the record's shape can need).
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/cuda/stream.hpp>
@@ -132,11 +131,10 @@ void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
   detail::launch<Traits, Operation::discard>(ex, pool, rec.shape(), rec, {}, 0);
 }
 
-/// Enqueues a write of the pool's flags and counters into *dst (the caller's memory: pinned,
-/// mapped or device) on the executor's CUDA stream. It sees every operation enqueued before it
-/// on that CUDA stream (and whatever operations on other CUDA streams have done by then); read *dst
-/// on the host after an event on that CUDA stream. No synchronisation, no allocation: it can be
-/// captured in a graph. One small kernel.
+/// Enqueues a write of the pool's flags and counters into *dst (the caller's memory: pinned, mapped or device) on the
+/// executor's CUDA stream. It sees every operation enqueued before it on that CUDA stream (and whatever operations on
+/// other CUDA streams have done by then); read *dst on the host after an event on that CUDA stream. No synchronisation,
+/// no allocation: it can be captured in a graph. One small kernel.
 inline void report(const CudaExecutor& ex, const PagePool& pool, PoolStats* dst) {
   if (pool.space() != ex.memory)
     detail::throw_invalid("pagestash::report", "the pool is in host memory; use pagestash::host");

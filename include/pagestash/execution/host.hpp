@@ -93,9 +93,8 @@ inline void report(const HostExecutor& ex, const PagePool& pool, PoolStats* dst)
   write_report(SerialTeam{}, pool.ref(), dst);
 }
 
-/// Checks, at the end of a step, that every page came back (pool/free_list.hpp,
-/// check_balance): raises `unbalanced` if a record of the step still holds pages. Call it
-/// after the step's last reload or discard, before report().
+/// Checks, at the end of a step, that every page came back (pool/free_list.hpp, check_balance): raises `unbalanced` if
+/// a record of the step still holds pages. Call it after the step's last reload or discard, before report().
 inline void end_step(const HostExecutor& ex, PagePool& pool) {
   if (pool.space() != ex.memory)
     detail::throw_invalid("pagestash::end_step", "the pool is in device memory; use pagestash::on(stream)");

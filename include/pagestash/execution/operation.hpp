@@ -41,8 +41,7 @@ PAGESTASH_NAMESPACE_BEGIN
 /// What a launch does (run_operation): one of the three operations on a record.
 enum class Operation : int { stash, reload, discard };
 
-/// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and
-/// the launch's identity.
+/// Where a thread is in a launch: its block's team, its warp's lanes, the grid's shape, and the launch's identity.
 template <class Team, class Lanes>
 struct GridContext {
   Team team;
@@ -51,10 +50,9 @@ struct GridContext {
   cuda::std::int64_t blocks;  ///< blocks in the launch
   cuda::std::int64_t warp;    ///< this thread's warp in its block
   cuda::std::int64_t warps;   ///< warps per block
-  /// Never 0, and no other launch that may overlap this one has it: on the device the
-  /// grid's own id (%gridid, new for every launch and every graph replay), so that no host
-  /// value (captured in a graph, or drawn by another copy of the library) can make two
-  /// launches look like one.
+  /// Never 0, and no other launch that may overlap this one has it: on the device the grid's own id (%gridid, new for
+  /// every launch and every graph replay), so that no host value (captured in a graph, or drawn by another copy of the
+  /// library) can make two launches look like one.
   cuda::std::uint64_t launch;
 };
 
@@ -94,8 +92,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     const bool held = (w & launch_held) != 0, refused = (w & launch_refused) != 0;
     if (refused && newest == me) return refuse_block(pool, words, false);
     if (held && !refused && owner.load(poll_order) != newest) {
-      // The newest launch took the record and publishes its id right after: wait for it,
-      // or for the word to move on.
+      // The newest launch took the record and publishes its id right after: wait for it, or for the word to move on.
       const u64 seen = w;
       while (owner.load(poll_order) != newest && (w = arrival.load(poll_order)) == seen) spin_pause();
       if (w != seen) continue;
@@ -103,9 +100,8 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
     if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
-    // This launch's fate is not decided yet: take the record if nothing holds it (or a
-    // launch from before a pool reset), else refuse the launch. The word then names this
-    // launch; the refused launch it named is remembered first.
+    // This launch's fate is not decided yet: take the record if nothing holds it (or a launch from before a pool
+    // reset), else refuse the launch. The word then names this launch; the refused launch it named is remembered first.
     const bool take =
         !held || generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
     if (refused) {
@@ -178,11 +174,10 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
     const cuda::std::int64_t chunk = ctx.warps * per_warp;
     ItemCursor cursor;
-    // Test, then claim: a block that comes late to a launch whose tiles are all claimed
-    // leaves after a load, not a read-modify-write on the launch's line. The leader claims
-    // the next chunk while the block copies this one (after its warp's first tile, so that a
-    // block holds at most half a chunk more than it copies): the barrier that hands it on
-    // waits on no round trip.
+    // Test, then claim: a block that comes late to a launch whose tiles are all claimed leaves after a load, not a
+    // read-modify-write on the launch's line. The leader claims the next chunk while the block copies this one (after
+    // its warp's first tile, so that a block holds at most half a chunk more than it copies): the barrier that hands it
+    // on waits on no round trip.
     const device_atomic<cuda::std::int64_t> next(words.next_tile);
     cuda::std::int64_t first = tiles;
     if (team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles)

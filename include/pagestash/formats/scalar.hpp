@@ -7,9 +7,8 @@
 //   E2M1x2        two FP4 codes packed in one byte, first value in the low nibble (as CUDA)
 //   E8M0          unsigned power-of-two scale 2^(bits-127); 0xFF is NaN
 //
-// The rounding rules match CUDA's host conversions (`cuda_bf16.h`, `cuda_fp16.h`,
-// `cuda_fp8.h` with __NV_SATFINITE, `cuda_fp4.h` with cudaRoundNearest); the tests check
-// them bit for bit. These functions favour clarity over speed.
+// The rounding rules match CUDA's host conversions (`cuda_bf16.h`, `cuda_fp16.h`, `cuda_fp8.h` with __NV_SATFINITE,
+// `cuda_fp4.h` with cudaRoundNearest); the tests check them bit for bit. These functions favour clarity over speed.
 
 #include <pagestash/detail/minifloat_codec.hpp>
 
@@ -31,8 +30,7 @@ struct Minifloat {
   }
   PAGESTASH_HOST_DEVICE static Minifloat from_bits(storage_type b) { return Minifloat{b}; }
   PAGESTASH_HOST_DEVICE float to_float() const { return codec::decode(bits); }
-  /// Largest finite value.
-  PAGESTASH_HOST_DEVICE static float max() { return codec::decode(Spec::max_finite); }
+  PAGESTASH_HOST_DEVICE static float max() { return codec::decode(Spec::max_finite); }  ///< largest finite value
 };
 
 struct BF16Spec {
@@ -110,8 +108,8 @@ struct E8M0 {
     const int clamped = e < -bias ? -bias : (e > bias ? bias : e);
     return E8M0{static_cast<cuda::std::uint8_t>(clamped + bias)};
   }
-  /// The largest power of two not above |x| (round toward zero, saturating), as CUDA's
-  /// `__nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero)`.
+  /// The largest power of two not above |x| (round toward zero, saturating), as CUDA's `__nv_cvt_float_to_e8m0(x,
+  /// __NV_SATFINITE, cudaRoundZero)`.
   PAGESTASH_HOST_DEVICE static E8M0 from_float(float x) {
     const cuda::std::uint32_t abs_bits = detail::float_bits(x) & 0x7FFFFFFFu;
     if (abs_bits > 0x7F800000u) return E8M0{nan_code};

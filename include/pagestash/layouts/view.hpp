@@ -1,7 +1,6 @@
 #pragma once
-// GroupedView<Layout>: a trivially copyable, non-owning view of one grouped tensor, passed by
-// value to kernels. The counts live in device memory (host memory for the host executor)
-// and are never read on the host by the stash.
+// GroupedView<Layout>: a trivially copyable, non-owning view of one grouped tensor, passed by value to kernels. The
+// counts live in device memory (host memory for the host executor) and are never read on the host by the stash.
 
 #include <pagestash/detail/errors.hpp>
 #include <pagestash/layouts/detail/layout_common.hpp>
@@ -35,23 +34,21 @@ struct GroupedView {
   PAGESTASH_HOST_DEVICE BufferGeometry geometry(BufferRole role) const {
     return detail::make_geometry<Layout>(role, max_tokens, hidden, groups);
   }
-  /// Size of the buffer's allocation (0 for a buffer the layout does not have). For
-  /// PackedPadded scales, the most that any counts the stash accepts can fill (the counts
-  /// are on the device): docs/layouts.md gives the formula.
+  /// Size of the buffer's allocation (0 for a buffer the layout does not have). For PackedPadded scales, the most that
+  /// any counts the stash accepts can fill (the counts are on the device): docs/layouts.md gives the formula.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t buffer_bytes(BufferRole role) const { return geometry(role).total_bytes; }
-  /// Every count must be a multiple of this (1 for capacity-padded layouts; see
-  /// detail::count_alignment and docs/layouts.md).
+  /// Every count must be a multiple of this (1 if capacity-padded; see detail::count_alignment, docs/layouts.md).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment() const { return detail::count_alignment<Layout>(hidden); }
-  /// The tensor's granule: the layout's and every buffer's, the largest; max_tokens must be a
-  /// multiple of it (validate_shape checks it).
+  /// The tensor's granule: the layout's and every buffer's, the largest; max_tokens must be a multiple of it
+  /// (validate_shape checks it).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t granule() const { return detail::granule<Layout>(hidden); }
   /// Rows of the token space: where group g's rows start in a [rows, hidden] source.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t token_rows() const {
     return Layout::placement::packed ? max_tokens : groups * max_tokens;
   }
 
-  /// Named construction: each returns a copy with one field set, so that a view reads as
-  /// what each number is (make_view<Layout>().with_max_tokens(256).with_hidden(1024)...).
+  /// Named construction: each returns a copy with one field set, so that a view reads as what each number is
+  /// (make_view<Layout>().with_max_tokens(256).with_hidden(1024)...).
   PAGESTASH_HOST_DEVICE constexpr GroupedView with_data(data_type* p) const { return with(&GroupedView::data, p); }
   PAGESTASH_HOST_DEVICE constexpr GroupedView with_scales(scale_type* p) const { return with(&GroupedView::scales, p); }
   PAGESTASH_HOST_DEVICE constexpr GroupedView with_amax(float* p) const { return with(&GroupedView::amax, p); }
@@ -86,8 +83,8 @@ PAGESTASH_HOST_DEVICE constexpr GroupedView<Layout> make_view() {
   return GroupedView<Layout>{};
 }
 
-/// Whether a group of m tokens fits the view, `before` tokens being in the groups before it
-/// (which matter for packed placement only).
+/// Whether a group of m tokens fits the view, `before` tokens being in the groups before it (which matter for packed
+/// placement only).
 template <class Layout>
 PAGESTASH_HOST_DEVICE bool count_fits(const GroupedView<Layout>& v, cuda::std::int64_t before, cuda::std::int64_t m) {
   return m >= 0 && (Layout::placement::packed ? before + m : m) <= v.max_tokens && m % v.count_alignment() == 0;
@@ -120,8 +117,8 @@ void validate_shape(const GroupedView<Layout>& v) {
     detail::refuse_view<Layout>("groups = " + std::to_string(v.groups) + ", Plain has exactly one group");
 }
 
-/// Full host check before any launch: shape, plus every buffer that Traits saves is non-null
-/// and 16-byte aligned, and (when the counts are read) the counts pointer is set.
+/// Full host check before any launch: shape, plus every buffer that Traits saves is non-null and 16-byte aligned, and
+/// (when the counts are read) the counts pointer is set.
 template <class Traits>
 void validate(const GroupedView<typename Traits::layout>& v, bool counts_read = true) {
   static_assert(check_stash_traits<Traits>());

@@ -1,8 +1,7 @@
 #pragma once
-// The memory a pool or a record uses: one RAII allocation in host memory (for the host
-// executor), device memory, or pinned host memory mapped into the device's address space;
-// or memory the caller owns (borrowed: never freed here), for frameworks that account GPU
-// memory through their own allocator. Allocations happen when a pool or record is made,
+// The memory a pool or a record uses: one RAII allocation in host memory (for the host executor), device memory, or
+// pinned host memory mapped into the device's address space; or memory the caller owns (borrowed: never freed here),
+// for frameworks that account GPU memory through their own allocator. Allocations happen when a pool or record is made,
 // never inside stash or reload.
 
 #include <pagestash/detail/errors.hpp>
@@ -27,16 +26,15 @@ PAGESTASH_NAMESPACE_BEGIN
 
 /// Alignment of every allocation the library makes.
 inline constexpr std::size_t memory_alignment = 256;
-/// Alignment caller-owned memory handed to a pool or record must have: the copies' 16-byte
-/// vectors. Less than a framework's allocator gives, and kept by a copy of the memory that
-/// preserves its address modulo 16 or more (as PyTorch's test utilities do).
+/// Alignment caller-owned memory handed to a pool or record must have: the copies' 16-byte vectors. Less than a
+/// framework's allocator gives, and kept by a copy of the memory that preserves its address modulo 16 or more (as
+/// PyTorch's test utilities do).
 inline constexpr std::size_t borrowed_alignment = 16;
 
-/// Host allocations of at least this many bytes start on a 2 MiB boundary and are advised
-/// for transparent huge pages (Linux, MADV_HUGEPAGE; where they are off, the advice is
-/// ignored), as device memory is mapped in 2 MiB pages: a stash's pages, and the live lines
-/// it reads, are spread over megabytes, and with 4 KiB pages every few of them costs a TLB
-/// miss (docs/benchmarks.md).
+/// Host allocations of at least this many bytes start on a 2 MiB boundary and are advised for transparent huge pages
+/// (Linux, MADV_HUGEPAGE; where they are off, the advice is ignored), as device memory is mapped in 2 MiB pages: a
+/// stash's pages, and the live lines it reads, are spread over megabytes, and with 4 KiB pages every few of them costs
+/// a TLB miss (docs/benchmarks.md).
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
 inline std::size_t host_alignment(std::size_t bytes) {
@@ -71,8 +69,8 @@ class Allocation {
       case MemoryKind::mapped_host: PAGESTASH_CUDA_TRY(cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped)); break;
     }
   }
-  /// Caller-owned memory of `bytes` bytes at `ptr` (never freed here). Throws
-  /// std::invalid_argument naming `what` when it is null or not aligned to borrowed_alignment.
+  /// Caller-owned memory of `bytes` bytes at `ptr` (never freed here). Throws std::invalid_argument naming `what` when
+  /// it is null or not aligned to borrowed_alignment.
   static Allocation borrow(MemoryKind kind, void* ptr, std::size_t bytes, const char* what) {
     if (bytes != 0 && ptr == nullptr) detail::throw_invalid("borrowed memory", std::string(what) + " is null");
     if (reinterpret_cast<std::uintptr_t>(ptr) % borrowed_alignment != 0)
@@ -127,9 +125,9 @@ class Allocation {
   bool owned_ = true;
 };
 
-/// Copies between a space's memory and the host: plain memcpy, or cudaMemcpy. A copy to the
-/// device then synchronises the device: cudaMemcpy from pageable memory may return before
-/// the bytes land, and a kernel launched next on a non-blocking CUDA stream must see them.
+/// Copies between a space's memory and the host: plain memcpy, or cudaMemcpy. A copy to the device then synchronises
+/// the device: cudaMemcpy from pageable memory may return before the bytes land, and a kernel launched next on a
+/// non-blocking CUDA stream must see them.
 inline void copy_bytes(MemorySpace space, void* dst, const void* src, std::size_t bytes, bool to_host) {
   if (space == MemorySpace::host) {
     if (bytes != 0) std::memcpy(dst, src, bytes);

@@ -1,13 +1,12 @@
 #pragma once
-// What a training loop acts on without a device-wide sync: the pool's sticky flags, in a
-// stable layout at the start of the pool's memory (PagePool::flags() points at them), and
-// the snapshot an executor writes into the caller's memory (report()). Two flags decide:
-// `overflow` (capacity: rerun the step without paging, or with a larger pool after reset)
-// and `error` (misuse: a bug to report; its kind has a flag of its own). Either way the
-// step's results cannot be trusted.
+// What a training loop acts on without a device-wide sync: the pool's sticky flags, in a stable layout at the start of
+// the pool's memory (PagePool::flags() points at them), and the snapshot an executor writes into the caller's memory
+// (report()). Two flags decide: `overflow` (capacity: rerun the step without paging, or with a larger pool after reset)
+// and `error` (misuse: a bug to report; its kind has a flag of its own). Either way the step's results cannot be
+// trusted.
 //
-// Every flag is 0 or 1 and sticky until reset, so that flags from several ranks combine
-// with a max (pagestash/nccl.cuh's agree() all-reduces them in place).
+// Every flag is 0 or 1 and sticky until reset, so that flags from several ranks combine with a max
+// (pagestash/nccl.cuh's agree() all-reduces them in place).
 
 #include <pagestash/config.hpp>
 
@@ -18,9 +17,9 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The flags, one table: each word's name, category and meaning, in the words' order. The
-/// fields, Flag, flag_names, flag_meanings, category_of() and decide() are made from it, so
-/// that C++ and Python name and judge a kind of failure one way.
+/// The flags, one table: each word's name, category and meaning, in the words' order. The fields, Flag, flag_names,
+/// flag_meanings, category_of() and decide() are made from it, so that C++ and Python name and judge a kind of failure
+/// one way.
 #define PAGESTASH_POOL_FLAGS(X)                                                                                    \
   X(overflow, capacity,                                                                                            \
     "capacity: a stash found no room (or found this flag set and did nothing); rerun the step without paging, or " \
@@ -40,9 +39,8 @@ PAGESTASH_NAMESPACE_BEGIN
 /// What a raised flag says of the step: rerun it without paging, a bug (rerun, report), nothing.
 enum class FlagCategory : cuda::std::int32_t { capacity, misuse, info };
 
-/// A kind of failure, one per PoolFlags word (word_of), and `none`: no failure, 0 as
-/// success is in CUDA's status codes. A record says with one of these why its last
-/// operation did nothing (RecordStatus::error).
+/// A kind of failure, one per PoolFlags word (word_of), and `none`: no failure, 0 as success is in CUDA's status codes.
+/// A record says with one of these why its last operation did nothing (RecordStatus::error).
 enum class Flag : cuda::std::int32_t {
   none = 0,
 #define PAGESTASH_FLAG_ENUMERATOR(name, category, meaning) name,
@@ -59,8 +57,8 @@ struct PoolFlags {
   PAGESTASH_POOL_FLAGS(PAGESTASH_FLAG_FIELD)
 #undef PAGESTASH_FLAG_FIELD
 
-  /// The word of one kind. `none` has no word: asking for it is a bug, which throws on the
-  /// host and fails an assert on the device.
+  /// The word of one kind. `none` has no word: asking for it is a bug, which throws on the host and fails an assert on
+  /// the device.
   PAGESTASH_HOST_DEVICE cuda::std::int32_t& operator[](Flag kind) {
     switch (kind) {
 #define PAGESTASH_FLAG_CASE(name, category, meaning) \
@@ -111,8 +109,8 @@ inline const char* name_of(FlagCategory c) {
   return c == FlagCategory::capacity ? "capacity" : c == FlagCategory::misuse ? "misuse" : "info";
 }
 
-/// The pool's counters, one table: type, name, meaning. PoolCounters' fields and
-/// for_each_counter (the names tools print, e.g. the Python package's dicts) are made from it.
+/// The pool's counters, one table: type, name, meaning. PoolCounters' fields and for_each_counter (the names tools
+/// print, e.g. the Python package's dicts) are made from it.
 #define PAGESTASH_POOL_COUNTERS(X)                                                                       \
   X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                                    \
   X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                        \
@@ -127,8 +125,8 @@ inline const char* name_of(FlagCategory c) {
   X(cuda::std::int64_t, pages_held_at_step_end, "pages still held when end_step last ran (0: balanced)") \
   X(cuda::std::int32_t, generation, "resets so far")
 
-/// The pool's counters, as the pool's memory holds them (detail::PoolState, pool/page_pool.hpp)
-/// and as a snapshot (PoolStats) carries them. Trivial: value-initialize it (PoolCounters{}) for zeros.
+/// The pool's counters, as the pool's memory holds them (detail::PoolState, pool/page_pool.hpp) and as a snapshot
+/// (PoolStats) carries them. Trivial: value-initialize it (PoolCounters{}) for zeros.
 struct PoolCounters {
 #define PAGESTASH_COUNTER_FIELD(type, name, meaning) type name;
   PAGESTASH_POOL_COUNTERS(PAGESTASH_COUNTER_FIELD)
@@ -145,10 +143,9 @@ void for_each_counter(const PoolCounters& c, F&& f) {
 
 /// What every rank does after a step, from the flags all ranks agreed on.
 enum class StepDecision : cuda::std::int32_t {
-  keep = 0,  ///< nothing failed: keep the step
-  rerun_without_paging =
-      1,             ///< overflow somewhere: reset the pool, run the step again without paging (or with a larger pool)
-  report_error = 2,  ///< misuse somewhere: a bug; rerun to keep training, and report the kinds
+  keep = 0,                  ///< nothing failed: keep the step
+  rerun_without_paging = 1,  ///< overflow somewhere: reset the pool, rerun the step without paging (or a larger pool)
+  report_error = 2,          ///< misuse somewhere: a bug; rerun to keep training, and report the kinds
 };
 
 inline const char* name_of(StepDecision d) {
@@ -160,8 +157,8 @@ inline const char* name_of(StepDecision d) {
   return "?";
 }
 
-/// What a raised flag of a category decides: the step's decision is the most severe of its
-/// raised flags' (misuse first: it is a bug even where capacity also ran out).
+/// What a raised flag of a category decides: the step's decision is the most severe of its raised flags' (misuse first:
+/// it is a bug even where capacity also ran out).
 PAGESTASH_HOST_DEVICE constexpr StepDecision decision_of(FlagCategory c) {
   return c == FlagCategory::misuse     ? StepDecision::report_error
          : c == FlagCategory::capacity ? StepDecision::rerun_without_paging

@@ -1,14 +1,12 @@
 #pragma once
-// The pool's mutable state and the steps that change it, written once for every team
-// (detail/team.hpp): the host executor and the kernels take and return pages with the same
-// code.
+// The pool's mutable state and the steps that change it, written once for every team (detail/team.hpp): the host
+// executor and the kernels take and return pages with the same code.
 //
-// Free pages sit on two stacks of page ids, one for device pages (ids [0, D)) and one for
-// host pages (ids [D, D + H)). A stash takes the pages it needs from the top of the device
-// stack, and the rest from the host stack; a reload pushes them back. A short critical
-// section guarded by one spin lock (device-scope acquire/release) makes the stacks safe
-// for stashes and reloads of different records running at once on different CUDA streams or
-// host threads; the argument is in docs/design.md, "Memory ordering".
+// Free pages sit on two stacks of page ids, one for device pages (ids [0, D)) and one for host pages (ids [D, D + H)).
+// A stash takes the pages it needs from the top of the device stack, and the rest from the host stack; a reload pushes
+// them back. A short critical section guarded by one spin lock (device-scope acquire/release) makes the stacks safe for
+// stashes and reloads of different records running at once on different CUDA streams or host threads; the argument is
+// in docs/design.md, "Memory ordering".
 
 #include <pagestash/pool/page_pool.hpp>
 
@@ -21,8 +19,8 @@ namespace detail {
 template <class Team>
 PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) {
-    // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once
-    // (an acquire per poll would invalidate the SM's L1 each time).
+    // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once (an acquire per poll would
+    // invalidate the SM's L1 each time).
     const device_atomic<cuda::std::int32_t> lock(pool.state->lock);
     while (lock.exchange(1, poll_order) != 0) spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
     acquire_fence();
@@ -36,15 +34,14 @@ PAGESTASH_HOST_DEVICE void unlock_pool(const Team& team, const PoolRef& pool) {
   if (team.leader()) device_atomic<cuda::std::int32_t>(pool.state->lock).store(0, cuda::std::memory_order_release);
 }
 
-/// Records an operation that did nothing for want of room: sets the sticky overflow flag
-/// and counts it. Plain atomics, no lock.
+/// Records an operation that found no room: sets the sticky overflow flag and counts it. Plain atomics, no lock.
 PAGESTASH_HOST_DEVICE inline void raise_overflow(const PoolRef& pool) {
   device_atomic<cuda::std::int32_t>(pool.state->flags.overflow).store(1, cuda::std::memory_order_relaxed);
   device_atomic<cuda::std::int64_t>(pool.state->counters.overflows).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 
-/// Records an operation refused as misuse: sets the sticky error flag and its kind's, and
-/// counts it (unless `count` is false: a launch's later blocks). Plain atomics, no lock.
+/// Records an operation refused as misuse: sets the sticky error flag and its kind's, and counts it (unless `count` is
+/// false: a launch's later blocks). Plain atomics, no lock.
 PAGESTASH_HOST_DEVICE inline void raise_error(const PoolRef& pool, Flag kind, bool count = true) {
   device_atomic<cuda::std::int32_t>(pool.state->flags[kind]).store(1, cuda::std::memory_order_relaxed);
   device_atomic<cuda::std::int32_t>(pool.state->flags.error).store(1, cuda::std::memory_order_relaxed);
@@ -64,9 +61,8 @@ struct Taken {
   cuda::std::int64_t device_pages;  ///< ids[0, device_pages) are device pages, the rest host pages
 };
 
-/// Takes `need` pages into ids[0, need): device pages first, then host pages. Does nothing
-/// when the overflow flag is set; when the pool cannot give `need` pages it sets the flag
-/// and takes nothing. `live_bytes` feeds the pool's statistics.
+/// Takes `need` pages into ids[0, need): device pages first, then host pages. Does nothing if the overflow flag is set;
+/// if the pool cannot give `need` pages, sets the flag and takes nothing. `live_bytes` feeds the statistics.
 template <class Team>
 PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cuda::std::int64_t need,
                                        cuda::std::int64_t live_bytes, cuda::std::int32_t* ids) {
@@ -116,8 +112,8 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
   return t;
 }
 
-/// Pushes ids[0, count) back, ids[0, device_pages) onto the device stack and the rest onto
-/// the host stack, in any order relative to other records.
+/// Pushes ids[0, count) back, ids[0, device_pages) onto the device stack and the rest onto the host stack, in any order
+/// relative to other records.
 template <class Team>
 PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, const cuda::std::int32_t* ids,
                                         cuda::std::int64_t count, cuda::std::int64_t device_pages,
@@ -158,8 +154,7 @@ PAGESTASH_HOST_DEVICE inline PoolFlags load_flags(const PoolRef& pool) {
 
 }  // namespace detail
 
-/// Writes the flags and counters into `dst` (the caller's memory), the counters under the
-/// lock so that they are one snapshot.
+/// Writes the flags and counters into `dst` (the caller's memory), the counters under the lock: one snapshot.
 template <class Team>
 PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, PoolStats* dst) {
   using namespace detail;  // the pool's atomics and locks
@@ -178,9 +173,8 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
   unlock_pool(team, pool);
 }
 
-/// The end of a step, once every record of it was reloaded or discarded: counts the pages
-/// still held, and raises `unbalanced` (misuse: a record was forgotten, its pages leak) when
-/// there are any.
+/// The end of a step, once every record of it was reloaded or discarded: counts the pages still held, and raises
+/// `unbalanced` (misuse: a record was forgotten, its pages leak) when there are any.
 template <class Team>
 PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) {
   detail::lock_pool(team, pool);

@@ -1,7 +1,6 @@
 #pragma once
-// PagePool: owns the page arenas (device memory, plus optional pinned device-mapped host
-// memory for spill) and the free-page state. Made once, up front; stash, reload, discard
-// and reset never allocate. Move-only.
+// PagePool: owns the page arenas (device memory, plus optional pinned device-mapped host memory for spill) and the
+// free-page state. Made once, up front; stash, reload, discard and reset never allocate. Move-only.
 
 #include <pagestash/detail/team.hpp>
 #include <pagestash/pool/allocation.hpp>
@@ -16,8 +15,8 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// A snapshot of a pool's counters, flags and config: what PagePool::stats() reads back and
-/// report() writes, in CUDA stream order, into the caller's memory (pinned, mapped or device).
+/// A snapshot of a pool's counters, flags and config: what PagePool::stats() reads back and report() writes, in CUDA
+/// stream order, into the caller's memory (pinned, mapped or device).
 struct PoolStats : PoolCounters {
   PoolConfig config;
   PoolFlags flags;  ///< as PagePool::flags() holds them (`overflow`: rerun the step; `error`: a bug)
@@ -25,9 +24,9 @@ struct PoolStats : PoolCounters {
 };
 
 namespace detail {
-/// The pool's state, in its memory, the flags first (their address is API). The flags, `lock`,
-/// `counters.generation`, `.overflows` and `.errors` are atomic; `id` (nonzero, random, kept by
-/// reset and byte copies: a record carries its pool's) is written once; the rest under `lock`.
+/// The pool's state, in its memory, the flags first (their address is API). The flags, `lock`, `counters.generation`,
+/// `.overflows` and `.errors` are atomic; `id` (nonzero, random, kept by reset and byte copies: a record carries its
+/// pool's) is written once; the rest under `lock`.
 struct PoolState {
   PoolFlags flags;
   cuda::std::int32_t lock;
@@ -54,8 +53,8 @@ struct PoolRef {
   }
 };
 
-/// Every page free, flags and statistics cleared, generation bumped, the id kept; no
-/// allocation, so a graph may contain it. Nothing may run on the pool meanwhile.
+/// Every page free, flags and statistics cleared, generation bumped, the id kept; no allocation, so a graph may contain
+/// it. Nothing may run on the pool meanwhile.
 template <class Team>
 PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
   for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
@@ -84,13 +83,11 @@ struct PoolMemorySizes {
   std::size_t host_arena = 0;    ///< host_pages * page_bytes
 };
 
-/// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching
-/// allocator, so that its accounting sees the pool): each part at least bytes_needed()'s
-/// size and aligned to 16 bytes (borrowed_alignment), in the pool's memory space:
-/// device memory for a device pool's control and device arena, and pinned host memory
-/// mapped into the device (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with
-/// cudaHostRegisterMapped) for its host arena; plain host memory for a host pool. The pool
-/// uses it, never frees it, and must not outlive it.
+/// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching allocator, so that its accounting
+/// sees the pool): each part at least bytes_needed()'s size and aligned to 16 bytes (borrowed_alignment), in the pool's
+/// memory space: device memory for a device pool's control and device arena, and pinned host memory mapped into the
+/// device (cudaHostAlloc with cudaHostAllocMapped, or cudaHostRegister with cudaHostRegisterMapped) for its host arena;
+/// plain host memory for a host pool. The pool uses it, never frees it, and must not outlive it.
 struct PoolMemory {
   void* control = nullptr;
   void* device_arena = nullptr;
@@ -99,23 +96,21 @@ struct PoolMemory {
 
 class PagePool {
  public:
-  /// A pool in `space`: MemorySpace::device for pagestash::on(stream), MemorySpace::host for
-  /// the host executor (then every "device" page is host memory too), with memory it
-  /// allocates (cudaMalloc, cudaHostAlloc) and frees. A device pool lives on the current
-  /// device. Throws std::invalid_argument for a bad config, pagestash::CudaError if
+  /// A pool in `space`: MemorySpace::device for pagestash::on(stream), MemorySpace::host for the host executor (then
+  /// every "device" page is host memory too), with memory it allocates (cudaMalloc, cudaHostAlloc) and frees. A device
+  /// pool lives on the current device. Throws std::invalid_argument for a bad config, pagestash::CudaError if
   /// allocation fails.
   explicit PagePool(const PoolConfig& config, MemorySpace space = MemorySpace::device)
       : PagePool(config, space, nullptr) {}
 
-  /// A pool in caller-owned memory (see PoolMemory); it allocates nothing. Throws
-  /// std::invalid_argument for a null or misaligned part.
+  /// A pool in caller-owned memory (see PoolMemory); it allocates nothing. Throws std::invalid_argument for a null or
+  /// misaligned part.
   PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory& memory) : PagePool(config, space, &memory) {}
 
-  /// A pool over caller-owned memory that already holds one: memory a pool of the same
-  /// config and space was made in (the constructor above), or a byte copy of such memory.
-  /// Writes nothing and synchronises nothing; the pool's state is the memory's. For
-  /// frameworks that keep a pool's state in their own tensors and make the host-side object
-  /// per call (examples/torch). Same checks as the constructor.
+  /// A pool over caller-owned memory that already holds one: memory a pool of the same config and space was made in
+  /// (the constructor above), or a byte copy of such memory. Writes nothing and synchronises nothing; the pool's state
+  /// is the memory's. For frameworks that keep a pool's state in their own tensors and make the host-side object per
+  /// call (examples/torch). Same checks as the constructor.
   static PagePool attach(const PoolConfig& config, MemorySpace space, const PoolMemory& memory) {
     return PagePool(config, space, &memory, false);
   }
@@ -133,26 +128,24 @@ class PagePool {
 
   const PoolConfig& config() const { return config_; }
   MemorySpace space() const { return space_; }
-  /// The CUDA device a device pool lives on (the current one when it was made); -1 for a
-  /// host pool. Operations on a CUDA stream of another device are refused on the host.
+  /// The CUDA device a device pool lives on (the current one when it was made); -1 for a host pool. Operations on a
+  /// CUDA stream of another device are refused on the host.
   int device() const { return device_; }
 
-  /// The pool's identity (detail::PoolState::id, in its memory), which its records carry: known
-  /// for a pool made here and for an attached host pool; 0 (unknown) for an attached device
-  /// pool, since attach reads no device memory (it runs per operation and must not
-  /// synchronise). Where the host cannot compare ids, the operations still refuse a record
-  /// of another pool on the device (foreign_record).
+  /// The pool's identity (detail::PoolState::id, in its memory), which its records carry: known for a pool made here
+  /// and for an attached host pool; 0 (unknown) for an attached device pool, since attach reads no device memory (it
+  /// runs per operation and must not synchronise). Where the host cannot compare ids, the operations still refuse a
+  /// record of another pool on the device (foreign_record).
   std::uint64_t id() const { return id_; }
   /// The handle executors pass to their steps.
   const PoolRef& ref() const { return ref_; }
-  /// The pool's flags where the operations write them (device memory for a device pool), for
-  /// the caller's kernels, collectives or conditional graph nodes: flag_count int32 words, each 0 or
-  /// 1, sticky until reset (pool/flags.hpp). Read them in CUDA stream order after the step's
-  /// operations; writing 1 into a field (as an all-reduce does) raises it.
+  /// The pool's flags where the operations write them (device memory for a device pool), for the caller's kernels,
+  /// collectives or conditional graph nodes: flag_count int32 words, each 0 or 1, sticky until reset (pool/flags.hpp).
+  /// Read them in stream order after the step's operations; writing 1 to a field (as an all-reduce does) raises it.
   PoolFlags* flags() const { return &ref_.state->flags; }
 
-  /// Reads the flags and counters back. For a device pool this synchronises the whole
-  /// device first (cudaDeviceSynchronize); for a host pool no operation may be in flight.
+  /// Reads the flags and counters back. For a device pool this synchronises the whole device first
+  /// (cudaDeviceSynchronize); for a host pool no operation may be in flight.
   PoolStats stats() const {
     const detail::PoolState state = read_state();
     PoolStats s{};
@@ -211,9 +204,9 @@ class PagePool {
     return s;
   }
 
-  /// A new pool's id, never 0: a process counter through a bijective mix (splitmix64's) keyed
-  /// by std::random_device once per process, so that ids differ within a process and,
-  /// almost surely, across processes (whose pools may meet in a framework's tensors).
+  /// A new pool's id, never 0: a process counter through a bijective mix (splitmix64's) keyed by std::random_device
+  /// once per process, so that ids differ within a process and, almost surely, across processes (whose pools may meet
+  /// in a framework's tensors).
   static std::uint64_t new_id() {
     static const std::uint64_t key = [] {
       std::random_device entropy;
@@ -252,10 +245,9 @@ class PagePool {
   PoolRef ref_;
 };
 
-/// A pool sized from an observed step (typically an eager step run with a generous pool):
-/// the peak number of pages held at once, times a safety factor for each memory. Pages
-/// already include the rounding of each stash to whole pages, so the factor only covers
-/// step-to-step variation. The observed pool's page size is kept.
+/// A pool sized from an observed step (typically an eager step run with a generous pool): the peak number of pages held
+/// at once, times a safety factor for each memory. Pages already include the rounding of each stash to whole pages, so
+/// the factor only covers step-to-step variation. The observed pool's page size is kept.
 inline PoolConfig size_from_peak(const PoolStats& observed, double device_factor = 1.10, double host_factor = 0.0) {
   if (!(device_factor >= 0.0) || !(host_factor >= 0.0))
     detail::throw_invalid("size_from_peak", "factors must be non-negative");

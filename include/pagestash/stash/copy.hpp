@@ -32,11 +32,10 @@ PAGESTASH_NAMESPACE_BEGIN
 /// What a tile's copy does.
 enum class TileOp : int { stash, reload, zero };
 
-/// Whether a host thread prefetches the dead cache lines between runs: a CPU's stream
-/// prefetcher runs ahead of a dense stream of lines, not of one with holes, so where the dead
-/// rest of each line is one or two cache lines, reading it too is faster (NVFP4 columnwise
-/// data at 128 tokens per expert, a 128-byte pitch with every other cache line live: up to
-/// 1.2x from memory, docs/benchmarks.md).
+/// Whether a host thread prefetches the dead cache lines between runs: a CPU's stream prefetcher runs ahead of a dense
+/// stream of lines, not of one with holes, so where the dead rest of each line is one or two cache lines, reading it
+/// too is faster (NVFP4 columnwise data at 128 tokens per expert, a 128-byte pitch with every other cache line live: up
+/// to 1.2x from memory, docs/benchmarks.md).
 inline bool prefetches_dead_lines(cuda::std::uint32_t run, cuda::std::int64_t pitch) {
   return pitch - run >= 64 && pitch - run <= 128;
 }
@@ -54,8 +53,7 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
 
 namespace detail {
 
-/// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers
-/// between a load and a store.
+/// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers between a load and a store.
 struct Vector16 {
   cuda::std::uint32_t w[4];
 };
@@ -151,12 +149,11 @@ PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_head(const unsigned c
   return w;
 }
 
-/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the
-/// aligned 4-byte words from the one that holds src, shifted into place. A word that ends
-/// past the run's last byte is read only up to it (load_word_head): that byte may be the
-/// buffer's last, and nothing after it is the caller's. Bytes before src in the first word
-/// are the buffer's (buffers start on 16 bytes). The device and the host make the same
-/// loads, so that the grid emulator under ASan sees what a GPU reads.
+/// The n (1..16) bytes at src, any alignment, as bytes [0, n) of a vector (zero above): the aligned 4-byte words from
+/// the one that holds src, shifted into place. A word that ends past the run's last byte is read only up to it
+/// (load_word_head): that byte may be the buffer's last, and nothing after it is the caller's. Bytes before src in the
+/// first word are the buffer's (buffers start on 16 bytes). The device and the host make the same loads, so that the
+/// grid emulator under ASan sees what a GPU reads.
 PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsigned n) {
   const auto offset = static_cast<unsigned>(reinterpret_cast<cuda::std::uintptr_t>(src) % 4);
   const unsigned char* first = src - offset;
@@ -309,10 +306,9 @@ struct Width {
 /// No short-run path: every run is moved exactly.
 struct ExactRuns {};
 
-/// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole
-/// runs, the rest. Unless ShortRun is ExactRuns, `short_run(at, q, Width<W>{})` takes a
-/// whole run shorter than W bytes, W the widest of 16, 8 and 4 that the pitch holds, when W
-/// bytes from q are in the tile (and W bytes from `at` are in its line: pitch >= W).
+/// move(buffer address, tile offset, bytes) for each piece of the tile: the head, the whole runs, the rest. Unless
+/// ShortRun is ExactRuns, `short_run(at, q, Width<W>{})` takes a whole run shorter than W bytes, W the widest of 16, 8
+/// and 4 that the pitch holds, when W bytes from q are in the tile (and W bytes from `at` are in its line: pitch >= W).
 template <class Move, class ShortRun = ExactRuns>
 inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run = {}) {
   move(s.head, 0u, s.head_bytes);
@@ -385,10 +381,9 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
     }
   } else {
     constexpr cuda::std::uint32_t gather = StashPolicy::gather_vectors;
-    // Gathered: a batch whose vectors each lie in one run with 4 bytes to spare (runs longer
-    // than a vector, the common case) loads the 5 aligned words under each vector before it
-    // shifts and stores any; a batch at a run's end moves a vector at a time. The words
-    // under a vector are the run's (room >= 20) or, before it, the buffer's (buffers start
+    // Gathered: a batch whose vectors each lie in one run with 4 bytes to spare (runs longer than a vector, the common
+    // case) loads the 5 aligned words under each vector before it shifts and stores any; a batch at a run's end moves a
+    // vector at a time. The words under a vector are the run's (room >= 20) or, before it, the buffer's (buffers start
     // on 16 bytes), as load_bytes reads them.
     for (; 16 * (v + (gather - 1) * stride) + 16 <= s.bytes; v += gather * stride) {
       if (!batch_in_runs<gather>(s, op, v, stride, 20)) continue;
@@ -421,8 +416,7 @@ inline void copy_tile_pieces(const TileSpan& s, TileOp op) {
   using u32 = cuda::std::uint32_t;
   unsigned char* const stream = s.stream;
   if (op == TileOp::stash) {
-    // A short run is copied as 16, 8 or 4 bytes: the next run overwrites the excess in the
-    // stream.
+    // A short run is copied as 16, 8 or 4 bytes: the next run overwrites the excess in the stream.
     for_each_piece(
         s, [stream](const unsigned char* at, u32 q, u32 m) { copy_run(stream + q, at, m); },
         [stream](const unsigned char* at, u32 q, auto width) { std::memcpy(stream + q, at, width.bytes); });

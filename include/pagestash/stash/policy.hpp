@@ -1,10 +1,9 @@
 #pragma once
-// The tuning as data, one policy per architecture (as CUB's policy hubs): the CUDA
-// executor's launch shape, the tile size and the copy loop's loads in flight. Device code
-// reads the policy of the architecture it is compiled for (StashPolicy, by __CUDA_ARCH__);
-// the host sizes a launch by the device's compute capability (with_stash_policy). The host
-// executor has its own (HostPolicy). Plain data: host code reads it too (the grid
-// emulator's cost benchmark sizes its launches as the executor would on a given GPU).
+// The tuning as data, one policy per architecture (as CUB's policy hubs): the CUDA executor's launch shape, the tile
+// size and the copy loop's loads in flight. Device code reads the policy of the architecture it is compiled for
+// (StashPolicy, by __CUDA_ARCH__); the host sizes a launch by the device's compute capability (with_stash_policy). The
+// host executor has its own (HostPolicy). Plain data: host code reads it too (the grid emulator's cost benchmark sizes
+// its launches as the executor would on a given GPU).
 
 #include <pagestash/config.hpp>
 #include <pagestash/detail/math.hpp>
@@ -22,37 +21,31 @@ struct StashPolicy90 {
   /// execution/operation.hpp) while one block per SM keeps enough loads in flight.
   static constexpr int threads_per_block = 512;
   static constexpr int warps_per_block = threads_per_block / 32;
-  /// Blocks that must fit on an SM at once (the launch bound): at most 64 registers a
-  /// thread, which the compiled-kernel check also holds it to (a tighter bound makes ptxas
-  /// for sm_100 spill the work plan's loops).
+  /// Blocks that must fit on an SM at once (the launch bound): at most 64 registers a thread, which the compiled-kernel
+  /// check also holds it to (a tighter bound makes ptxas for sm_100 spill the work plan's loops).
   static constexpr int min_blocks_per_sm = 2;
-  /// Blocks per SM a launch is sized for: enough 16-byte loads in flight to cover memory
-  /// latency (Little's law: bandwidth x latency / SMs, loads only: a store is not waited
-  /// on). 90% of an H200's copy (half of 4.8 TB/s is loads, 0.6-1 us loaded, 132 SMs) needs
-  /// 9.6-16 KiB of loads in flight per SM; one block has 16 warps x 32 lanes x 4 loads x 16
-  /// bytes = 32 KiB (the gather of unaligned lines: a quarter, one vector a lane).
+  /// Blocks per SM a launch is sized for: enough 16-byte loads in flight to cover memory latency (Little's law:
+  /// bandwidth x latency / SMs, loads only: a store is not waited on). 90% of an H200's copy (half of 4.8 TB/s is
+  /// loads, 0.6-1 us loaded, 132 SMs) needs 9.6-16 KiB of loads in flight per SM; one block has 16 warps x 32 lanes x 4
+  /// loads x 16 bytes = 32 KiB (the gather of unaligned lines: a quarter, one vector a lane).
   static constexpr int grid_blocks_per_sm = 1;
-  /// Consecutive tiles each warp of a block gets per claim: a block claims warps x this
-  /// many at once (128 KiB of 4 KiB tiles at 16 warps), few enough claims that the atomic
-  /// is cheap, small enough that the last claims even out. The leader claims the next
-  /// chunk after its warp's first tile (execution/operation.hpp), so that the claim's round
+  /// Consecutive tiles each warp of a block gets per claim: a block claims warps x this many at once (128 KiB of 4 KiB
+  /// tiles at 16 warps), few enough claims that the atomic is cheap, small enough that the last claims even out. The
+  /// leader claims the next chunk after its warp's first tile (execution/operation.hpp), so that the claim's round
   /// trips overlap the rest of the chunk's copies.
   static constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
   /// log2 of a warp's tile (clipped to the page, tile_shift_for): 4 KiB, two rounds of
   /// loads_in_flight vectors per lane. Smaller tiles pay the item and page lookups for fewer
   /// bytes; larger ones leave a small stash too few tiles (docs/design.md, "The work plan").
   static constexpr int tile_shift = 12;
-  /// 16-byte vectors a lane of the copy loop loads before it stores them: one load in
-  /// flight covered 60-85% of the memory latency (docs/benchmarks.md); four make the 32 KiB
-  /// per block that grid_blocks_per_sm counts on.
+  /// 16-byte vectors a lane of the copy loop loads before it stores them: one load in flight covered 60-85% of the
+  /// memory latency (docs/benchmarks.md); four make the 32 KiB per block that grid_blocks_per_sm counts on.
   static constexpr cuda::std::uint32_t loads_in_flight = 4;
-  /// 16-byte vectors a lane of the unaligned stash (the gather: 5 aligned words under each
-  /// vector, shifted into place) loads before it stores them; check_kernels.py counts the
-  /// words in flight (at least 4 vectors' worth).
+  /// 16-byte vectors a lane of the unaligned stash (the gather: 5 aligned words under each vector, shifted into place)
+  /// loads before it stores them; check_kernels.py counts the words in flight (at least 4 vectors' worth).
   static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight;
-  /// The block scan of the count check and the plan (512 int64 values): the one that leaves
-  /// the stash kernels within 64 registers with no stack frame (check_kernels.py). The
-  /// default raking scan spills on sm_90.
+  /// The block scan of the count check and the plan (512 int64 values): the one that leaves the stash kernels within 64
+  /// registers with no stack frame (check_kernels.py). The default raking scan spills on sm_90.
   static constexpr BlockScan block_scan = BlockScan::raking_memoize;
 };
 
@@ -76,10 +69,9 @@ struct HostPolicy {
   static constexpr int tile_shift = 16;
 };
 
-// The host launches blocks of one thread count and sizes a record's tiles (work_bounds)
-// with one tile shift, whatever policy the device's code was compiled with (a kernel
-// JIT-compiled from sm_90 PTX runs StashPolicy90 on a B200): those stay the same in every
-// device policy.
+// The host launches blocks of one thread count and sizes a record's tiles (work_bounds) with one tile shift, whatever
+// policy the device's code was compiled with (a kernel JIT-compiled from sm_90 PTX runs StashPolicy90 on a B200): those
+// stay the same in every device policy.
 static_assert(StashPolicy100::threads_per_block == StashPolicy90::threads_per_block,
               "the host launches one thread count: every device policy must have it");
 static_assert(StashPolicy100::tile_shift == StashPolicy90::tile_shift,

@@ -1,8 +1,7 @@
 #pragma once
-// StashRecord<Traits>: what one stashed grouped tensor keeps, in the pool's memory space,
-// allocated once when the record is made (size from the view's shape): the counts the stash
-// saw, the page ids, the work plan, the kept small buffers, and a state. The state makes a
-// double reload, or a reload of a stash that overflowed, a reported no-op.
+// StashRecord<Traits>: what one stashed grouped tensor keeps, in the pool's memory space, allocated once when the
+// record is made (size from the view's shape): the counts the stash saw, the page ids, the work plan, the kept small
+// buffers, and a state. The state makes a double reload, or a reload of a stash that overflowed, a reported no-op.
 
 #include <pagestash/pool/page_pool.hpp>
 #include <pagestash/stash/work.hpp>
@@ -53,19 +52,16 @@ struct RecordSummary {
 
 namespace detail {
 
-/// The words one kernel launch on a record coordinates through, on their own 128-byte line
-/// (blocks waiting for the verdict poll it while the owner writes the header). `arrival`
-/// holds the newest launch to arrive (its id), whether it was refused, and whether a launch
-/// holds the record; `remembered` the launches refused before it, so that a refused
-/// launch's later blocks still find it refused after the word moves on
-/// (execution/operation.hpp has the protocol). The launch that takes the record publishes
-/// its id in `owner`, plans and publishes `verdict`; blocks claim tiles from `next_tile`;
-/// the last block to finish releases the record. A launch that arrives while another holds
-/// the record is refused as a whole: each of its blocks counts itself in `refused`, the
-/// pool's error flag (refused_launch) is raised, and it does nothing (a reload poisons its
-/// destination: ReloadOptions::poison), so that an overlapping or never-finished launch is
-/// reported, never a hang. Padded rather than over-aligned: caller memory need only be
-/// 16-byte aligned (the words are on their own line when it is 128-byte aligned).
+/// The words one kernel launch on a record coordinates through, on their own 128-byte line (blocks waiting for the
+/// verdict poll it while the owner writes the header). `arrival` holds the newest launch to arrive (its id), whether it
+/// was refused, and whether a launch holds the record; `remembered` the launches refused before it, so that a refused
+/// launch's later blocks still find it refused after the word moves on (execution/operation.hpp has the protocol). The
+/// launch that takes the record publishes its id in `owner`, plans and publishes `verdict`; blocks claim tiles from
+/// `next_tile`; the last block to finish releases the record. A launch that arrives while another holds the record is
+/// refused as a whole: each of its blocks counts itself in `refused`, the pool's error flag (refused_launch) is raised,
+/// and it does nothing (a reload poisons its destination: ReloadOptions::poison), so that an overlapping or
+/// never-finished launch is reported, never a hang. Padded rather than over-aligned: caller memory need only be 16-byte
+/// aligned (the words are on their own line when it is 128-byte aligned).
 struct LaunchWords {
   static constexpr int remembered_launches = 8;
   cuda::std::uint64_t arrival;   ///< newest launch id << 2 | refused (2) | held (1)
@@ -167,9 +163,8 @@ class StashRecord {
   StashRecord(const PagePool& pool, const GroupedView<layout>& shape)
       : StashRecord(pool, shape, nullptr, Memory::owned) {}
 
-  /// A record in caller-owned memory: bytes_needed(pool, shape) bytes aligned to 16, in
-  /// the pool's memory space. It allocates nothing, never frees the memory, and must not
-  /// outlive it.
+  /// A record in caller-owned memory: bytes_needed(pool, shape) bytes aligned to 16, in the pool's memory space. It
+  /// allocates nothing, never frees the memory, and must not outlive it.
   StashRecord(const PagePool& pool, const GroupedView<layout>& shape, void* memory)
       : StashRecord(pool, shape, memory, Memory::borrowed) {}
 

@@ -1,12 +1,10 @@
 #pragma once
-// The steps of stash, reload and discard, written once for any team (detail/team.hpp). An
-// executor runs `begin_*` on one team, then every tile of the plan (stash/copy.hpp), then
-// `end_reload`; the host executor does this on one CPU thread, the CUDA executor inside one
-// kernel launch. A step that cannot do its work records why in the record and, for stash
-// and reload (discard: only for another pool's record), raises a pool flag: `overflow` when
-// the pool had no room, `error` (and the kind's flag) for misuse. Either way the step's
-// results cannot be trusted and the caller reruns it (pool/flags.hpp, docs/api.md
-// "Failures").
+// The steps of stash, reload and discard, written once for any team (detail/team.hpp). An executor runs `begin_*` on
+// one team, then every tile of the plan (stash/copy.hpp), then `end_reload`; the host executor does this on one CPU
+// thread, the CUDA executor inside one kernel launch. A step that cannot do its work records why in the record and, for
+// stash and reload (discard: only for another pool's record), raises a pool flag: `overflow` when the pool had no room,
+// `error` (and the kind's flag) for misuse. Either way the step's results cannot be trusted and the caller reruns it
+// (pool/flags.hpp, docs/api.md "Failures").
 
 #include <pagestash/stash/copy.hpp>
 #include <pagestash/stash/record.hpp>
@@ -184,9 +182,8 @@ PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<
 
 }  // namespace detail
 
-/// Discard: return the pages without copying. A record that holds none is left alone and
-/// the reason recorded; no flag is raised, as nothing was lost (but for another pool's
-/// record: misuse).
+/// Discard: return the pages without copying. A record that holds none is left alone and the reason recorded; no flag
+/// is raised, as nothing was lost (but for another pool's record: misuse).
 template <class Team>
 PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
   using namespace detail;  // the record's steps

@@ -1,20 +1,17 @@
 #pragma once
 // What one stash or reload moves: the page stream, the work items and their tiles.
 //
-// The page stream: the live bytes of every paged buffer of a grouped tensor, laid end to
-// end and cut into pages. Buffers come in role order (data, then scales), segments (one
-// group of one buffer) in group order, each starting on a 16-byte boundary of the stream;
-// inside a segment the lines follow each other with no padding, so a stream holds at most
-// 15 bytes per segment more than the live bytes.
+// The page stream: the live bytes of every paged buffer of a grouped tensor, laid end to end and cut into pages.
+// Buffers come in role order (data, then scales), segments (one group of one buffer) in group order, each starting on a
+// 16-byte boundary of the stream; inside a segment the lines follow each other with no padding, so a stream holds at
+// most 15 bytes per segment more than the live bytes.
 //
-// The work: a list of items, one per (paged buffer, segment, kind). A `copy` item moves the
-// live runs of a segment between the buffer and the stream; a `zero` item (reload with
-// zero_tail) clears the dead rest of each line. An item's bytes, its runs end to end, are
-// cut into tiles: a copy item's on the stream's grid of 2^tile_shift bytes (so a tile never
-// straddles a page, and its page is looked up once), a zero item's from its own start. A
-// tile may cover part of one long line or many short ones. Item k owns tiles
-// [first_tile(k), first_tile(k + 1)); a tile is the unit one warp (or host thread) moves.
-// stash/copy.hpp moves the bytes of a tile.
+// The work: a list of items, one per (paged buffer, segment, kind). A `copy` item moves the live runs of a segment
+// between the buffer and the stream; a `zero` item (reload with zero_tail) clears the dead rest of each line. An item's
+// bytes, its runs end to end, are cut into tiles: a copy item's on the stream's grid of 2^tile_shift bytes (so a tile
+// never straddles a page, and its page is looked up once), a zero item's from its own start. A tile may cover part of
+// one long line or many short ones. Item k owns tiles [first_tile(k), first_tile(k + 1)); a tile is the unit one warp
+// (or host thread) moves. stash/copy.hpp moves the bytes of a tile.
 
 #include <pagestash/detail/team.hpp>
 #include <pagestash/layouts/view.hpp>
@@ -84,8 +81,7 @@ PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t st
 
 }  // namespace detail
 
-/// Most items a plan of `groups` groups can have: two paged buffers, each with one
-/// segment per group and both kinds.
+/// Most items a plan of `groups` groups can have: two paged buffers, each with one segment per group and both kinds.
 PAGESTASH_HOST_DEVICE constexpr cuda::std::int32_t max_work_items(cuda::std::int32_t groups) { return 4 * groups; }
 
 /// Segments of a buffer for the given counts.
@@ -106,12 +102,11 @@ struct LargestSegments {
   }
 };
 
-/// The plan of a stash (zero_tail = false) or reload over the buffers Traits pages, segment
-/// s of each buffer being segment_of(geometry, s), in tiles of 2^tile_shift bytes, by the
-/// whole team: threads take items rank, rank + size, ... (in the order kind, role,
-/// segment); stream offsets and first tiles are team scans. Writes the items when `items`
-/// is non-null. Every thread gets the totals. The one plan: the host runs it on one thread
-/// (plan_work), a kernel on a block.
+/// The plan of a stash (zero_tail = false) or reload over the buffers Traits pages, segment s of each buffer being
+/// segment_of(geometry, s), in tiles of 2^tile_shift bytes, by the whole team: threads take items rank, rank + size,
+/// ... (in the order kind, role, segment); stream offsets and first tiles are team scans. Writes the items when `items`
+/// is non-null. Every thread gets the totals. The one plan: the host runs it on one thread (plan_work), a kernel on a
+/// block.
 template <class Traits, class Team, class SegmentOf>
 PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const GroupedView<typename Traits::layout>& v,
                                                    const SegmentOf& segment_of, bool zero_tail, int tile_shift,
@@ -159,9 +154,8 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work(const GroupedView<typename Traits::la
   return plan_work_on_team<Traits>(SerialTeam{}, v, SegmentsAt{counts}, zero_tail, tile_shift, items);
 }
 
-/// The count check: Flag::none when the view holds every count, else Flag::bad_counts and
-/// the first group whose count it cannot hold (negative, beyond max_tokens, off the packed
-/// alignment, or, packed, beyond the total).
+/// The count check: Flag::none when the view holds every count, else Flag::bad_counts and the first group whose count
+/// it cannot hold (negative, beyond max_tokens, off the packed alignment, or, packed, beyond the total).
 struct CountCheck {
   cuda::std::int32_t first_bad_group;  ///< -1 when every count fits
   PAGESTASH_HOST_DEVICE constexpr Flag verdict() const { return first_bad_group >= 0 ? Flag::bad_counts : Flag::none; }
@@ -217,9 +211,8 @@ struct ItemCursor {
   cuda::std::int32_t end = 0;
 };
 
-/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The
-/// tile's first `head` bytes end the line they start in (or end the tile); the rest are
-/// runs of `run` bytes starting at `body`, `pitch` apart.
+/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The tile's first `head` bytes
+/// end the line they start in (or end the tile); the rest are runs of `run` bytes starting at `body`, `pitch` apart.
 struct TileSpan {
   unsigned char* stream;  ///< copy items: the tile's first stream byte; zero items: null
   unsigned char* head;    ///< the buffer byte of the tile's first byte
@@ -233,10 +226,9 @@ struct TileSpan {
 
 namespace detail {
 
-/// Moves the cursor to the item that owns `tile`: the last one whose first_tile <= tile
-/// (empty items share their first_tile with the next one and are skipped). A binary search
-/// only when the tile has left the cursor's item, and only over the items after it when
-/// it moved forward.
+/// Moves the cursor to the item that owns `tile`: the last one whose first_tile <= tile (empty items share their
+/// first_tile with the next one and are skipped). A binary search only when the tile has left the cursor's item, and
+/// only over the items after it when it moved forward.
 PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cuda::std::int32_t tile) {
   if (c.item >= 0 && tile >= c.first && tile < c.end) return;
   cuda::std::int32_t lo = c.item >= 0 && tile >= c.end ? c.item + 1 : 0, hi = w.item_count;  // answer in [lo, hi)

@@ -1,6 +1,5 @@
 #pragma once
-// What every layout policy shares: the geometry of a buffer from the layout's block shape.
-// Not public API.
+// What every layout policy shares: the geometry of a buffer from the layout's block shape. Not public API.
 
 #include <pagestash/detail/math.hpp>
 #include <pagestash/layouts/geometry.hpp>
@@ -51,8 +50,7 @@ struct UnquantizedRows {
   }
 };
 
-/// A tensor's granule: the largest of the layout's own (Layout::granule) and every buffer's
-/// (max_tokens must be a multiple of it).
+/// A tensor's granule: the largest of Layout::granule and every buffer's (max_tokens must be a multiple of it).
 template <class Layout>
 PAGESTASH_HOST_DEVICE cuda::std::int64_t granule(cuda::std::int64_t hidden) {
   cuda::std::int64_t largest = Layout::granule;
@@ -92,10 +90,9 @@ PAGESTASH_HOST_DEVICE cuda::std::int64_t count_alignment(cuda::std::int64_t hidd
   return a;
 }
 
-/// Most tokens that groups padded to `pad` can occupy when G counts, multiples of
-/// `alignment` (which divides pad), sum to at most M. Every group with a partial pad costs
-/// at least `alignment` tokens and adds one pad; fill k = min(G, M / alignment) such groups,
-/// the rest of the tokens in whole pads: pad * (k + (M - k * alignment) / pad).
+/// Most tokens that groups padded to `pad` can occupy when G counts, multiples of `alignment` (which divides pad), sum
+/// to at most M. Every group with a partial pad costs at least `alignment` tokens and adds one pad; fill k = min(G, M /
+/// alignment) such groups, the rest of the tokens in whole pads: pad * (k + (M - k * alignment) / pad).
 PAGESTASH_HOST_DEVICE inline cuda::std::int64_t most_padded_tokens(cuda::std::int64_t M, cuda::std::int32_t G,
                                                                    cuda::std::int64_t alignment,
                                                                    cuda::std::int64_t pad) {

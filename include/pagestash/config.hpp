@@ -1,7 +1,6 @@
 #pragma once
-// Portability macros shared by every header. Host-only code (g++) and CUDA code (nvcc)
-// see the same functions: PAGESTASH_HOST_DEVICE expands to __host__ __device__ only
-// under a CUDA compiler.
+// Portability macros shared by every header. Host-only code (g++) and CUDA code (nvcc) see the same functions:
+// PAGESTASH_HOST_DEVICE expands to __host__ __device__ only under a CUDA compiler.
 
 #include <pagestash/version.hpp>
 
@@ -11,18 +10,16 @@
 #  define PAGESTASH_HOST_DEVICE
 #endif
 
-// Before a host+device template that calls a callable it is given (for_each_role): the
-// callable's own execution space decides, so host-only code may pass host lambdas (as
-// CUB's and Thrust's algorithms do).
+// Before a host+device template that calls a callable it is given (for_each_role): the callable's own execution space
+// decides, so host-only code may pass host lambdas (as CUB's and Thrust's algorithms do).
 #if defined(__CUDACC__)
 #  define PAGESTASH_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
 #else
 #  define PAGESTASH_EXEC_CHECK_DISABLE
 #endif
 
-// Unrolls a loop over a layout's buffers on the device, so that each buffer's block shape
-// (granules, line counts) is a constant there, and no division by a runtime value remains
-// (a 64-bit one is a call, around which the compiler keeps values on the stack).
+// Unrolls a loop over a layout's buffers on the device, so each buffer's block shape (granules, line counts) is a
+// constant there and no runtime division remains (a 64-bit one is a call, forcing values onto the stack).
 #if defined(__CUDA_ARCH__)
 #  define PAGESTASH_UNROLL _Pragma("unroll")
 #else
@@ -35,8 +32,8 @@
   PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(v, PAGESTASH_VERSION_MAJOR), _), \
                    PAGESTASH_PP_CAT(PAGESTASH_PP_CAT(PAGESTASH_VERSION_MINOR, _), PAGESTASH_VERSION_PATCH))
 
-// Everything lives in a versioned inline namespace (as CUB does), so two libraries built
-// against different pagestash versions never share a kernel or function symbol.
+// Everything lives in a versioned inline namespace (as CUB does), so two libraries built against different pagestash
+// versions never share a kernel or function symbol.
 #define PAGESTASH_NAMESPACE_BEGIN \
   namespace pagestash {           \
   inline namespace PAGESTASH_ABI_NAMESPACE {

@@ -1,10 +1,9 @@
 #pragma once
-// Optional: agreement on the pool's flags across ranks with NCCL (which ships with the CUDA
-// toolkit; link libnccl, e.g. CMake's pagestash::nccl target when it was found). Every rank
-// must take the same decision after a step (keep it, or rerun it without paging) though
-// only one rank may have overflowed: agree() all-reduces the flags (max, word by word) in
-// place on the CUDA stream, so that each rank's PagePool::flags() then holds the union, and
-// decide() gives every rank the same answer. Graph-capturable; nothing synchronises.
+// Optional: agreement on the pool's flags across ranks with NCCL (which ships with the CUDA toolkit; link libnccl, e.g.
+// CMake's pagestash::nccl target when it was found). Every rank must take the same decision after a step (keep it, or
+// rerun it without paging) though only one rank may have overflowed: agree() all-reduces the flags (max, word by word)
+// in place on the CUDA stream, so that each rank's PagePool::flags() then holds the union, and decide() gives every
+// rank the same answer. Graph-capturable; nothing synchronises.
 
 #include <pagestash/pagestash.cuh>
 
@@ -15,9 +14,9 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// Enqueues an in-place all-reduce (ncclMax over the flag_count int32 words) of the pool's flags on
-/// the executor's CUDA stream, across the ranks of `comm`. Enqueue it after the step's
-/// operations on that CUDA stream (side CUDA streams joined with events), and report() after it.
+/// Enqueues an in-place all-reduce (ncclMax over the flag_count int32 words) of the pool's flags across the ranks of
+/// `comm` on the executor's CUDA stream, after the step's work there (side streams joined with events), before
+/// report().
 inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {
   if (pool.space() != MemorySpace::device)
     detail::throw_invalid("pagestash::agree", "the pool is in host memory; agree() all-reduces device flags");

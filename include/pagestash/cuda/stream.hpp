@@ -1,7 +1,6 @@
 #pragma once
-// The host check every operation on a CUDA stream makes first (the CUDA executor and nccl.cuh):
-// the CUDA stream belongs to the pool's device. Host code: compiles with a plain C++ compiler,
-// links cudart.
+// The host check every operation on a CUDA stream makes first (the CUDA executor and nccl.cuh): the CUDA stream belongs
+// to the pool's device. Host code: compiles with a plain C++ compiler, links cudart.
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/detail/errors.hpp>

@@ -5,8 +5,8 @@
 //                          (HostExecutor{n} copies with n threads), on a host-memory pool
 //   pagestash::on(stream)  CUDA kernels enqueued on the CUDA stream `stream`, on a device-memory pool
 //
-// The operations themselves (stash, reload, discard, reset, end_step, report) are declared in
-// execution/host.hpp and execution/cuda.cuh.
+// The operations themselves (stash, reload, discard, reset, end_step, report) are declared in execution/host.hpp and
+// execution/cuda.cuh.
 
 #include <pagestash/detail/errors.hpp>
 #include <pagestash/pool/memory_space.hpp>
@@ -20,8 +20,8 @@ PAGESTASH_NAMESPACE_BEGIN
 /// Options of reload (either executor).
 struct ReloadOptions {
   bool zero_tail = false;  ///< also clear the bytes of the paged buffers outside the live rows
-  /// A reload that does not restore (docs/api.md "Failures") fills the paged and kept
-  /// buffers with poison (every byte 0xFF: NaN), so that any use shows; off: left as they were.
+  /// A reload that does not restore (docs/api.md "Failures") fills the paged and kept buffers with poison (every byte
+  /// 0xFF: NaN), so that any use shows; off: left as they were.
   bool poison = true;
 };
 
@@ -39,9 +39,8 @@ struct CudaExecutor {
   CudaExecutor with_max_blocks(int blocks) const { return CudaExecutor{stream, blocks}; }
 };
 
-/// The executor for the CUDA stream `stream`. The legacy default CUDA stream (null) is refused:
-/// it cannot be captured into a graph and serialises with every other; use a created one or
-/// cudaStreamPerThread.
+/// The executor for the CUDA stream `stream`. The legacy default CUDA stream (null) is refused: it cannot be captured
+/// into a graph and serialises with every other; use a created one or cudaStreamPerThread.
 inline CudaExecutor on(cudaStream_t stream) {
   if (stream == nullptr)
     detail::throw_invalid("pagestash::on",

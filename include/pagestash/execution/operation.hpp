@@ -61,8 +61,7 @@ namespace detail {
 enum Verdict : cuda::std::int32_t { verdict_pending = 0, verdict_copy = 1, verdict_skip = 2 };
 enum class Arrival : cuda::std::int32_t { owner, joined, refused };
 
-/// A refused block: counted, and the pool's error raised (counted once per launch: by the
-/// block that decided the refusal, `first`).
+/// A refused block: counted, and the pool's error raised (counted once per launch, by the deciding block: `first`).
 PAGESTASH_HOST_DEVICE inline Arrival refuse_block(const PoolRef& pool, LaunchWords& words, bool first) {
   device_atomic<cuda::std::int32_t>(words.refused).fetch_add(1, cuda::std::memory_order_relaxed);
   raise_error(pool, Flag::refused_launch, first);
@@ -113,8 +112,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     const u64 decided = me << launch_id_shift | launch_held | (take ? u64{0} : launch_refused);
     if (!arrival.compare_exchange_strong(w, decided, cuda::std::memory_order_acq_rel, poll_order)) continue;
     if (!take) return refuse_block(pool, words, true);
-    // Taken: the previous holder released the record (or a reset left it held).
-    // Atomic, as every other access to the launch words.
+    // Taken: the previous holder released the record (or a reset left it held). Atomic, as all launch-word accesses.
     device_atomic<cuda::std::int32_t>(words.verdict).store(verdict_pending, cuda::std::memory_order_relaxed);
     device_atomic<cuda::std::int32_t>(words.finished).store(0, cuda::std::memory_order_relaxed);
     device_atomic<cuda::std::int64_t>(words.next_tile).store(0, cuda::std::memory_order_relaxed);
@@ -124,8 +122,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   }
 }
 
-/// A reload that does not restore poisons its destination (unless `options` say not to):
-/// the grid's threads split the buffers.
+/// A reload that does not restore poisons its destination (unless `options` say not to), split over the grid's threads.
 template <class Traits, Operation Op, class Context>
 PAGESTASH_HOST_DEVICE void poison_unrestored(const Context& ctx, const GroupedView<typename Traits::layout>& view,
                                              ReloadOptions options) {

@@ -7,8 +7,7 @@
 //                     encode = 448 * 6 / tensor_amax (as TransformerEngine), block scale
 //                     s = E4M3(block_amax / 6 * encode), elements = E2M1(v * encode / s).
 //
-// The types only: the stash never quantizes. The reference quantizers (tests, examples) are
-// in reference/quantize.hpp.
+// The types only: the stash never quantizes. The reference quantizers (tests, examples) are in reference/quantize.hpp.
 
 #include <pagestash/formats/scalar.hpp>
 
@@ -17,7 +16,6 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// MXFP8 with element type E4M3 or E5M2.
 template <class Element>
 struct MXFP8 {
   static_assert(cuda::std::is_same_v<Element, E4M3> || cuda::std::is_same_v<Element, E5M2>,

@@ -1,8 +1,7 @@
 #pragma once
-// One group's block of one buffer, seen as a 2-D byte matrix [rows, cols], row-major or in
-// the GEMM-ready 128x4 tiles that cuBLAS documents for block-scaled GEMMs. Tokens run along
-// one axis; `tokens_per_index` tokens share one index on it (2 for packed FP4 bytes, 16 or
-// 32 for block scales). Everything the geometry and the producers need follows from this.
+// One group's block of one buffer, seen as a 2-D byte matrix [rows, cols], row-major or in the GEMM-ready 128x4 tiles
+// that cuBLAS documents for block-scaled GEMMs. Tokens run along one axis; `tokens_per_index` tokens share one index on
+// it (2 for packed FP4 bytes, 16 or 32 for block scales). The geometry and the producers derive everything from this.
 
 #include <pagestash/config.hpp>
 #include <pagestash/detail/math.hpp>
@@ -13,8 +12,8 @@ PAGESTASH_NAMESPACE_BEGIN
 
 enum class TokenAxis : cuda::std::uint8_t { rows, cols };
 
-/// cuBLAS's scale-factor tile: 128 rows x 4 columns = 512 bytes. Tiles are stored
-/// row-block-major; inside a tile, row r and column c sit at (r % 32) * 16 + (r / 32) * 4 + c.
+/// cuBLAS's scale-factor tile: 128 rows x 4 columns = 512 bytes. Tiles are stored row-block-major; inside a tile, row r
+/// and column c sit at (r % 32) * 16 + (r / 32) * 4 + c.
 struct SwizzleTile {
   static constexpr cuda::std::int64_t rows = 128;
   static constexpr cuda::std::int64_t cols = 4;
@@ -41,14 +40,13 @@ struct BlockShape {
     return swizzled ? SwizzleTile::offset(r, c, cols) : r * cols + c;
   }
 
-  /// Tokens the block spans.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t tokens() const {
     return (token_axis == TokenAxis::rows ? rows : cols) * tokens_per_index;
   }
 
-  /// Tokens one 128x4 swizzle tile of scales spans: on its 4-wide side for blocks along tokens
-  /// (columnwise, tokens_per_index > 1), its 128-high side for rowwise. The granule of swizzled
-  /// scales, and what TE pads each tensor's scales to, compact or swizzled (scale blocks only).
+  /// Tokens one 128x4 swizzle tile of scales spans: on its 4-wide side for blocks along tokens (columnwise,
+  /// tokens_per_index > 1), its 128-high side for rowwise. The granule of swizzled scales, and what TE pads each
+  /// tensor's scales to, compact or swizzled (scale blocks only).
   PAGESTASH_HOST_DEVICE cuda::std::int64_t swizzle_tokens() const {
     return tokens_per_index * (tokens_per_index > 1 ? SwizzleTile::cols : SwizzleTile::rows);
   }

@@ -1,7 +1,6 @@
 #pragma once
-// ColumnwiseQuantized<Format, Placement, Scales>: what backward's weight-gradient GEMM reads.
-// Blocks run along tokens. Per group of t tokens (t = m_g packed, C capacity-padded), K hidden,
-// Kp = roundup(K, 128):
+// ColumnwiseQuantized<Format, Placement, Scales>: what backward's weight-gradient GEMM reads. Blocks run along tokens.
+// Per group of t tokens (t = m_g packed, C capacity-padded), K hidden, Kp = roundup(K, 128):
 //
 //   MXFP8  data    [t, K] bytes (not transposed)           token axis: rows
 //          scales  compact  [t/32, Kp]                     token axis: rows, 32 tokens a row

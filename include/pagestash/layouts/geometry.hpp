@@ -1,6 +1,6 @@
 #pragma once
-// Where the live bytes of one buffer are, computed from the per-group counts alone. This is
-// the single description the stash kernels and the host executor walk.
+// Where the live bytes of one buffer are, computed from the per-group counts alone. This is the single description the
+// stash kernels and the host executor walk.
 //
 //   capacity-padded  one segment per group: group g's block starts at g * block_bytes;
 //                    inside it, `lines` runs, `pitch` apart, each of run_bytes(m_g)
@@ -14,9 +14,9 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
-/// The live bytes of one group of one buffer (of the whole buffer, when packed): `lines`
-/// runs starting `pitch` bytes apart at `offset`, each `live` bytes long. The rest of each
-/// line, `pitch - live` bytes, is dead (what reload's zero_tail clears).
+/// The live bytes of one group of one buffer (the whole buffer when packed): `lines` runs `pitch` bytes apart from
+/// `offset`, each `live` bytes long; the rest of each line (`pitch - live` bytes) is dead, cleared by reload's
+/// zero_tail.
 struct Segment {
   cuda::std::int64_t offset = 0;
   cuda::std::int64_t lines = 0;
@@ -43,15 +43,15 @@ struct BufferGeometry {
     return detail::round_up(m, pad_tokens);
   }
 
-  /// Bytes of the block of a group of m tokens: packed, whole granules of its padded tokens
-  /// (bytes are linear in granules); capacity-padded, the fixed block.
+  /// Bytes of the block of a group of m tokens: packed, whole granules of its padded tokens (bytes are linear in
+  /// granules); capacity-padded, the fixed block.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t group_bytes(cuda::std::int64_t m) const {
     if (!packed) return block.bytes();
     return detail::ceil_div(padded_tokens(m), granule()) * block.bytes();
   }
 
-  /// Where group g's block starts: after the blocks of groups 0..g-1 (packed), or at g
-  /// blocks (capacity-padded). g = groups gives the end of the last block.
+  /// Where group g's block starts: after the blocks of groups 0..g-1 (packed), or at g blocks (capacity-padded);
+  /// group_offset(groups) is the end of the last block.
   PAGESTASH_HOST_DEVICE cuda::std::int64_t group_offset(cuda::std::int32_t g, const cuda::std::int32_t* counts) const {
     if (!packed) return g * block.bytes();
     cuda::std::int64_t offset = 0;
@@ -65,15 +65,14 @@ struct BufferGeometry {
     return whole || packed ? 1 : groups;
   }
 
-  /// Segment s for the given counts (counts[g] for each group).
   PAGESTASH_HOST_DEVICE Segment segment(cuda::std::int32_t s, const cuda::std::int32_t* counts) const {
     if (whole) return {0, 1, total_bytes, total_bytes};
     if (packed) return {0, 1, total_bytes, group_offset(groups, counts)};
     return {s * block.bytes(), block.lines(), block.pitch(), block.run_bytes(counts[s])};
   }
 
-  /// Segment s at its largest, whatever the counts: a full group (capacity-padded), the
-  /// whole buffer (packed: total_bytes is the most any accepted counts can fill).
+  /// Segment s at its largest, whatever the counts: a full group (capacity-padded), the whole buffer (packed:
+  /// total_bytes is the most any accepted counts can fill).
   PAGESTASH_HOST_DEVICE Segment largest_segment(cuda::std::int32_t s) const {
     if (whole || packed) return {0, 1, total_bytes, total_bytes};
     return {s * block.bytes(), block.lines(), block.pitch(), block.run_bytes(block.tokens())};

@@ -1,6 +1,6 @@
 #pragma once
-// RowwiseUnquantized<T, Placement>: a grouped BF16, FP16 or FP32 tensor, group rows
-// contiguous (s = sizeof(T); the geometry depends on the element size only through s).
+// RowwiseUnquantized<T, Placement>: a grouped BF16, FP16 or FP32 tensor, group rows contiguous (s = sizeof(T); the
+// geometry depends on the element size only through s).
 //
 //   data  [M, K] elements            packed: prefix T*K*s    capacity: g: [g*C*K*s, +m_g*K*s)
 

@@ -5,10 +5,9 @@
 //   Handling::kept     copied whole into the stash record (small, e.g. NVFP4's per-group amax)
 //   Handling::dropped  not needed in backward; neither saved nor restored
 //
-// Defaults follow what backward needs: the tensor for Plain, rowwise data for BF16/FP16/FP32,
-// data + scales (+ amax kept) for quantized layouts. Write your own with
-// BufferSelection<Layout, data, scales, amax>, or any struct with the same members; every
-// pagestash entry point checks it with check_stash_traits<Traits>().
+// Defaults follow what backward needs: the tensor for Plain, rowwise data for BF16/FP16/FP32, data + scales (+ amax
+// kept) for quantized layouts. Write your own with BufferSelection<Layout, data, scales, amax>, or any struct with the
+// same members; every pagestash entry point checks it with check_stash_traits<Traits>().
 
 #include <pagestash/layouts/columnwise_quantized.hpp>
 #include <pagestash/layouts/plain.hpp>

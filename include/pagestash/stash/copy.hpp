@@ -17,8 +17,7 @@
 //                      is a cache line or two, those are prefetched, so that the CPU's
 //                      prefetcher sees one dense stream.
 //
-// A stash writes the stream's padding after a segment (up to 15 bytes) as zeros, so that
-// page bytes do not depend on the mover.
+// A stash writes the stream's padding after a segment (up to 15 bytes) as zeros: page bytes don't depend on the mover.
 
 #include <pagestash/stash/policy.hpp>
 #include <pagestash/stash/work.hpp>
@@ -58,8 +57,7 @@ struct Vector16 {
   cuda::std::uint32_t w[4];
 };
 
-/// 16 aligned bytes. Every load of this library reads bytes once (the buffer on stash, the
-/// pages on reload): on the device it is marked evict-first (ld.global.cs).
+/// 16 aligned bytes, read once (the buffer on stash, the pages on reload): on the device, evict-first (ld.global.cs).
 PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
 #if defined(__CUDA_ARCH__)
   const uint4 u = __ldcs(reinterpret_cast<const uint4*>(src));
@@ -71,8 +69,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
 #endif
 }
 
-/// 16 aligned bytes. Pages are read back long after a stash (evict-first, st.global.cs);
-/// a reloaded buffer is read soon by the backward pass (a plain store).
+/// 16 aligned bytes. Pages are read much later (evict-first, st.global.cs), a reloaded buffer soon (plain store).
 PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x, bool read_soon) {
 #if defined(__CUDA_ARCH__)
   const uint4 u = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
@@ -104,8 +101,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 keep_bytes(Vector16 x, unsigned n) {
   return x;
 }
 
-/// x moved up (toward byte 15) or down by `bytes` < 16 bytes, zeros shifted in. Registers
-/// only: indexing x.w by a run-time value would put it in local memory.
+/// x moved up (to byte 15) or down by `bytes` < 16, zeros in. A run-time index into x.w would put x in local memory.
 PAGESTASH_HOST_DEVICE inline Vector16 shift_bytes(const Vector16& x, unsigned bytes, bool up) {
   cuda::std::uint64_t lo = x.w[0] | cuda::std::uint64_t{x.w[1]} << 32, hi = x.w[2] | cuda::std::uint64_t{x.w[3]} << 32;
   const unsigned b = 8 * bytes;
@@ -131,8 +127,7 @@ PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word(const unsigned char* 
 #endif
 }
 
-/// Bytes [0, n) (n < 4) of the aligned word at `word`, zero above: a 2-byte load and a
-/// byte load, so that nothing after them is read.
+/// Bytes [0, n) (n < 4) of the aligned word at `word`, zero above: a 2-byte and a byte load, so nothing after is read.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_head(const unsigned char* word, unsigned n) {
   cuda::std::uint32_t w = 0;
 #if defined(__CUDA_ARCH__)
@@ -202,8 +197,7 @@ PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
   return reinterpret_cast<cuda::std::uintptr_t>(p) % 16 == 0;
 }
 
-/// fn(address, offset in the vector, bytes) for each run piece of the n-byte vector at tile
-/// byte q, the first of which is p (already located).
+/// fn(address, offset in vector, bytes) for each run piece of the n-byte vector at tile byte q (first: p, located).
 template <class Fn>
 PAGESTASH_HOST_DEVICE void for_each_run_piece(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n, Piece p,
                                               const Fn& fn) {
@@ -216,8 +210,7 @@ PAGESTASH_HOST_DEVICE void for_each_run_piece(const TileSpan& s, cuda::std::uint
   }
 }
 
-/// The n bytes of a vector at tile byte q (the first piece p, located), gathered from their
-/// runs with word loads; zero above n.
+/// The n bytes of a vector at tile byte q (first piece p, located), gathered from their runs by word loads; zero above.
 PAGESTASH_HOST_DEVICE inline Vector16 gather_vector(const TileSpan& s, cuda::std::uint32_t q, cuda::std::uint32_t n,
                                                     Piece p) {
   Vector16 x{};
@@ -253,8 +246,7 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
   scatter_vector(s, q, n, first, op == TileOp::reload ? load16(s.stream + q) : Vector16{});
 }
 
-/// Whether every whole vector of the tile lies in one run, aligned alike in the buffer:
-/// the tile starts on 16 bytes and every line boundary in it falls on one.
+/// Whether every whole vector of the tile lies in one run, aligned alike: tile and line boundaries all on 16 bytes.
 PAGESTASH_HOST_DEVICE inline bool tile_aligned(const TileSpan& s) {
   if (!aligned16(s.head)) return false;
   if (s.head_bytes == s.bytes) return true;
@@ -276,8 +268,7 @@ PAGESTASH_HOST_DEVICE bool batch_in_runs(const TileSpan& s, TileOp op, cuda::std
   return inside;
 }
 
-/// n bytes between non-overlapping ranges; short copies inline (a line's run is often a few
-/// bytes, for which a call into the C library costs more than the copy).
+/// n bytes between non-overlapping ranges; short runs inline (often a few bytes: a libc call costs more than the copy).
 inline void copy_run(unsigned char* dst, const unsigned char* src, cuda::std::uint32_t n) {
   if (n > 256) return static_cast<void>(std::memcpy(dst, src, n));
   if (n >= 16) {
@@ -312,8 +303,7 @@ struct ExactRuns {};
 template <class Move, class ShortRun = ExactRuns>
 inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& short_run = {}) {
   move(s.head, 0u, s.head_bytes);
-  // In locals: the copies store through byte pointers, which may alias `s` as far as the
-  // compiler knows, and would reload these after every store.
+  // In locals: the copies store through byte pointers that may alias `s`; the compiler would reload after every store.
   const cuda::std::uint32_t bytes = s.bytes, run = s.run;
   const cuda::std::int64_t pitch = s.pitch;
   cuda::std::uint32_t q = s.head_bytes;
@@ -344,9 +334,8 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
-  // Each loop loads in_flight whole vectors per lane, then stores them: the pointers may
-  // alias, so the compiler would not hoist a load above an earlier store by itself. A short
-  // last vector, and the vectors left over, go to move_vector.
+  // Each loop loads in_flight whole vectors per lane, then stores them: the pointers may alias, so the compiler would
+  // not hoist a load above an earlier store itself. A short last vector, and the vectors left over, go to move_vector.
   const auto whole_batch = [&] { return 16 * (v + (in_flight - 1) * stride) + 16 <= s.bytes; };
   if (tile_aligned(s)) {
     for (; whole_batch(); v += in_flight * stride) {
@@ -367,9 +356,8 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
       }
     }
   } else if (op != TileOp::stash) {
-    // Scattered: the stream's vectors are whole and aligned, their stores are not. A batch
-    // whose vectors each lie in one run (runs of a vector or more, the common case) loads
-    // them all before it stores any; a batch across a run's end moves a vector at a time.
+    // Scattered: the stream's vectors are whole and aligned, their stores are not. A batch whose vectors each lie in
+    // one run (the common case) loads them all before it stores any; one across a run's end moves a vector at a time.
     for (; whole_batch(); v += in_flight * stride) {
       if (!batch_in_runs<in_flight>(s, op, v, stride, 16)) continue;
       Vector16 x[in_flight];

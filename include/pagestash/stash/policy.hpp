@@ -16,9 +16,8 @@ PAGESTASH_NAMESPACE_BEGIN
 
 /// H100/H200 (sm_90), and any architecture before sm_100.
 struct StashPolicy90 {
-  /// Threads of a block of the operation kernels: 16 warps, so that few blocks carry the
-  /// launch's fixed cost (two read-modify-writes on the record's launch line per block,
-  /// execution/operation.hpp) while one block per SM keeps enough loads in flight.
+  /// Threads of a block of the operation kernels: 16 warps, so few blocks carry the launch's fixed cost (two
+  /// read-modify-writes on the launch line per block, execution/operation.hpp); one block per SM has enough loads.
   static constexpr int threads_per_block = 512;
   static constexpr int warps_per_block = threads_per_block / 32;
   /// Blocks that must fit on an SM at once (the launch bound): at most 64 registers a thread, which the compiled-kernel
@@ -34,9 +33,8 @@ struct StashPolicy90 {
   /// leader claims the next chunk after its warp's first tile (execution/operation.hpp), so that the claim's round
   /// trips overlap the rest of the chunk's copies.
   static constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
-  /// log2 of a warp's tile (clipped to the page, tile_shift_for): 4 KiB, two rounds of
-  /// loads_in_flight vectors per lane. Smaller tiles pay the item and page lookups for fewer
-  /// bytes; larger ones leave a small stash too few tiles (docs/design.md, "The work plan").
+  /// log2 of a warp's tile (clipped to the page, tile_shift_for): 4 KiB, two rounds of loads_in_flight vectors a lane.
+  /// Smaller tiles pay lookups for fewer bytes; larger leave a small stash too few (docs/design.md, "The work plan").
   static constexpr int tile_shift = 12;
   /// 16-byte vectors a lane of the copy loop loads before it stores them: one load in flight covered 60-85% of the
   /// memory latency (docs/benchmarks.md); four make the 32 KiB per block that grid_blocks_per_sm counts on.
@@ -52,13 +50,13 @@ struct StashPolicy90 {
 /// B200 (sm_100 and later).
 struct StashPolicy100 : StashPolicy90 {
   static constexpr int min_compute_major = 10;  ///< the first compute capability it is for
-  /// 8 TB/s over 148 SMs needs 15-25 KiB of loads in flight per SM: one block has them;
-  /// a second copies while the first waits at a barrier.
+  /// 8 TB/s over 148 SMs needs 15-25 KiB of loads in flight per SM: one block has them; a second copies while the first
+  /// waits at a barrier.
   static constexpr int grid_blocks_per_sm = 2;
   /// The memoized scan spills on sm_100.
   static constexpr BlockScan block_scan = BlockScan::raking;
-  /// ptxas for sm_100 starts shifting the first gathered vector before the last one's words
-  /// are loaded: one more vector keeps four in flight (on sm_90 it spills).
+  /// ptxas for sm_100 starts shifting the first gathered vector before the last one's words are loaded: one more vector
+  /// keeps four in flight (on sm_90 it spills).
   static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight + 1;
 };
 
@@ -84,32 +82,28 @@ template <int ComputeMajor>
 using StashPolicyFor =
     cuda::std::conditional_t<(ComputeMajor >= StashPolicy100::min_compute_major), StashPolicy100, StashPolicy90>;
 
-/// The device policy of the code being compiled: the architecture's in device code; in host
-/// code (nvcc's host pass, and the grid emulator, which runs the device code path on host
-/// threads) sm_90's, whose threads and tile shift every device policy shares.
+/// The device policy of the code being compiled: the architecture's in device code; in host code (nvcc's host pass, and
+/// the grid emulator, which runs the device code on host threads) sm_90's, whose threads and tile shift all share.
 #if defined(__CUDA_ARCH__)
 using StashPolicy = StashPolicyFor<__CUDA_ARCH__ / 100>;
 #else
 using StashPolicy = StashPolicy90;
 #endif
 
-/// fn(policy) with the device policy of compute capability `compute_major`: what the host
-/// sizes a launch on that device by.
+/// fn(policy) with the device policy of compute capability `compute_major`, by which the host sizes a launch on it.
 template <class Fn>
 auto with_stash_policy(int compute_major, const Fn& fn) {
   return compute_major >= StashPolicy100::min_compute_major ? fn(StashPolicy100{}) : fn(StashPolicy90{});
 }
 
-/// Blocks a launch may have on `sms` SMs that hold `resident_per_sm` blocks of the kernel
-/// each: Policy's grid_blocks_per_sm per SM, no more than fit.
+/// Blocks a launch may have on `sms` SMs holding `resident_per_sm` blocks each: grid_blocks_per_sm per SM, if they fit.
 template <class Policy>
 PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t device_blocks(int sms, int resident_per_sm) {
   const int wanted = Policy::grid_blocks_per_sm;
   return cuda::std::int64_t{sms} * (resident_per_sm <= 0 ? 1 : (resident_per_sm < wanted ? resident_per_sm : wanted));
 }
 
-/// Blocks of a launch: device_blocks, capped by `max_blocks` (0: no cap) and by the most
-/// tiles the record's plans can have (one of Policy's claims each). At least 1.
+/// Blocks of a launch, at least 1: device_blocks, capped by `max_blocks` (0: none) and by max_tiles (one claim each).
 template <class Policy>
 PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t launch_blocks(cuda::std::int64_t on_device, int max_blocks,
                                                                  cuda::std::int64_t max_tiles) {

@@ -1,6 +1,5 @@
 #pragma once
-// What the quantized layouts share: format checks, buffer types, the buffers they have.
-// Not public API.
+// What the quantized layouts share: format checks, buffer types, the buffers they have. Not public API.
 
 #include <pagestash/layouts/detail/layout_common.hpp>
 #include <pagestash/formats/block.hpp>
@@ -19,12 +18,10 @@ struct QuantizedLayoutBase {
   using scale_type = typename Format::scale_type;
   using placement = Placement;
   using scale_arrangement = Scales;
-  /// TE pads block scales to whole 128x4 swizzle tiles: the granule is 128 tokens.
-  static constexpr cuda::std::int64_t granule = 128;
-  /// As TE requires of block-scaled tensors: hidden is a multiple of the block size.
-  static constexpr cuda::std::int64_t hidden_multiple = Format::block_size;
-  /// Packed placement: every count a multiple of 128, as TE's device grouped kernels require
-  /// ("First dimension of each tensor in a group must be divisible by 128", grouped_layout.cuh).
+  static constexpr cuda::std::int64_t granule = 128;  ///< TE pads block scales to whole 128x4 swizzle tiles: 128 tokens
+  static constexpr cuda::std::int64_t hidden_multiple = Format::block_size;  ///< as TE requires of block-scaled tensors
+  /// Packed placement: every count a multiple of 128, as TE's device grouped kernels require ("First dimension of each
+  /// tensor in a group must be divisible by 128", grouped_layout.cuh).
   static constexpr cuda::std::int64_t packed_count_alignment = 128;
 
   PAGESTASH_HOST_DEVICE static constexpr bool has(BufferRole role) {

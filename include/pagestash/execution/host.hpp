@@ -17,14 +17,20 @@ namespace detail {
 /// log2 of the host executor's tile size on `pool`.
 inline int tile_shift_on_host(const PoolRef& pool) { return tile_shift_for(pool.page_shift, HostPolicy::tile_shift); }
 
-/// Every tile of the plan, split over the executor's threads in consecutive ranges.
-inline void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
+/// Every tile of the plan, split over the executor's threads in consecutive ranges. A thread copies a line's run at a
+/// time (copy_tile_pieces); a compressed stash's tiles are coded as on the device, by a team of one.
+template <class Traits>
+void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
   const auto threads = static_cast<cuda::std::int64_t>(ex.threads > 1 ? ex.threads : 1);
   auto run_share = [&](cuda::std::int64_t k) {
     ItemCursor cursor;
     for (auto t = static_cast<cuda::std::int32_t>(tiles * k / threads); t < tiles * (k + 1) / threads; ++t) {
-      const TileSpan s = resolve_tile(work, cursor, t);
-      copy_tile_pieces(s, tile_op(work, cursor));
+      if constexpr (compression_of<Traits>::compressed) {
+        run_tile<Traits>(SerialTeam{}, work, cursor, t);
+      } else {
+        const TileSpan s = resolve_tile(work, cursor, t);
+        copy_tile_pieces(s, tile_op(work, cursor));
+      }
     }
   };
   if (threads == 1) return run_share(0);
@@ -44,7 +50,7 @@ void stash_on_host(const HostExecutor& ex, const PoolRef& pool, const GroupedVie
                    const RecordRef& rec) {
   using namespace detail;  // the steps and the tile loop
   if (begin_stash<Traits>(SerialTeam{}, pool, view, rec, tile_shift_on_host(pool)))
-    run_tiles_on_host(ex, tile_work<Traits>(pool, view, rec, true), rec.header->tiles);
+    run_tiles_on_host<Traits>(ex, tile_work<Traits>(pool, view, rec, true), rec.header->tiles);
 }
 
 template <class Traits>
@@ -55,7 +61,7 @@ void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef
     if (options.poison) poison_buffers<Traits>(dest, 0, 1);
     return;
   }
-  run_tiles_on_host(ex, tile_work<Traits>(pool, dest, rec, false), rec.header->tiles);
+  run_tiles_on_host<Traits>(ex, tile_work<Traits>(pool, dest, rec, false), rec.header->tiles);
   end_reload(SerialTeam{}, pool, rec);
 }
 

@@ -186,7 +186,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
       const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
       first = tiles;
       for (cuda::std::int64_t t = begin; t < end; ++t) {
-        run_tile(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
+        run_tile<Traits>(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
         if (open && t == begin) first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
       }
     }

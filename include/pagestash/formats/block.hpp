@@ -6,6 +6,9 @@
 //   NVFP4             16 values of E2M1, E4M3 scale, and a per-tensor FP32 scale on top:
 //                     encode = 448 * 6 / tensor_amax (as TransformerEngine), block scale
 //                     s = E4M3(block_amax / 6 * encode), elements = E2M1(v * encode / s).
+//   FP8Block128       128 values of E4M3, an FP32 scale (DeepSeek-V3's 1x128 activation tiles, as TransformerEngine's
+//                     1D block scaling): scale = 448 / amax (capped at FLT_MAX; 1 when amax == 0), elements =
+//                     sat(v * scale), and 1 / scale stored, the factor that dequantizes.
 //
 // The types only: the stash never quantizes. The reference quantizers (tests, examples) are in reference/quantize.hpp.
 
@@ -59,6 +62,21 @@ struct NVFP4 {
       if (amax == 0.0f || encode == 0.0f) encode = 1.0f;
       return TensorScale{encode};
     }
+  };
+};
+
+/// FP8 E4M3 with one FP32 scale (stored as its inverse) per 128 values; used by the compressed stash.
+struct FP8Block128 {
+  using element_type = E4M3;
+  using data_storage = E4M3;
+  using scale_type = float;
+  static constexpr const char* name = "fp8_1x128";
+  static constexpr int block_size = 128;
+  static constexpr int element_bits = 8;
+  static constexpr bool transposed_columnwise = false;
+
+  struct TensorScale {
+    PAGESTASH_HOST_DEVICE static TensorScale from_amax(float) { return {}; }
   };
 };
 

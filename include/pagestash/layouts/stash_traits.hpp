@@ -6,10 +6,12 @@
 //   Handling::dropped  not needed in backward; neither saved nor restored
 //
 // Defaults follow what backward needs: the tensor for Plain, rowwise data for BF16/FP16/FP32, data + scales (+ amax
-// kept) for quantized layouts. Write your own with BufferSelection<Layout, data, scales, amax>, or any struct with the
-// same members; every pagestash entry point checks it with check_stash_traits<Traits>().
+// kept) for quantized layouts. Write your own with BufferSelection<Layout, data, scales, amax, compression>, or any struct
+// with the same members (`compression` optional, Lossless without it: layouts/compression.hpp); every pagestash entry
+// point checks it with check_stash_traits<Traits>().
 
 #include <pagestash/layouts/columnwise_quantized.hpp>
+#include <pagestash/layouts/compression.hpp>
 #include <pagestash/layouts/plain.hpp>
 #include <pagestash/layouts/rowwise_quantized.hpp>
 #include <pagestash/layouts/rowwise_unquantized.hpp>
@@ -22,8 +24,12 @@ namespace detail {
 template <class...>
 inline constexpr bool always_false = false;
 
-template <class L, Handling Data, Handling Scales, Handling Amax>
+template <class L, Handling Data, Handling Scales, Handling Amax, class Compression = Lossless>
 constexpr bool check_selection() {
+  constexpr bool unquantized_16 = cuda::std::is_base_of_v<UnquantizedRows<BF16>, L> ||
+                                  cuda::std::is_base_of_v<UnquantizedRows<FP16>, L>;
+  static_assert(!Compression::compressed || unquantized_16,
+                "StashTraits: a Compressed stash pages a BF16 or FP16 Plain or RowwiseUnquantized tensor only");
   static_assert(L::has(BufferRole::data) || Data == Handling::dropped,
                 "StashTraits: this layout has no data buffer; set data = Handling::dropped");
   static_assert(L::has(BufferRole::scales) || Scales == Handling::dropped,
@@ -41,19 +47,28 @@ constexpr bool check_selection() {
 /// Checks a traits type; every static_assert says what to fix. Returns true when it compiles.
 template <class Traits>
 constexpr bool check_stash_traits() {
-  return detail::check_selection<typename Traits::layout, Traits::data, Traits::scales, Traits::amax>();
+  return detail::check_selection<typename Traits::layout, Traits::data, Traits::scales, Traits::amax,
+                                 compression_of<Traits>>();
 }
 
-/// A checked selection of what happens to each buffer of Layout.
-template <class Layout, Handling Data, Handling Scales = Handling::dropped, Handling Amax = Handling::dropped>
+/// A checked selection of what happens to each buffer of Layout, and how the paged bytes are kept.
+template <class Layout, Handling Data, Handling Scales = Handling::dropped, Handling Amax = Handling::dropped,
+          class Compression = Lossless>
 struct BufferSelection {
   using layout = Layout;
   static constexpr Handling data = Data;
   static constexpr Handling scales = Scales;
   static constexpr Handling amax = Amax;
+  using compression = Compression;
 
-  static_assert(detail::check_selection<Layout, Data, Scales, Amax>());
+  static_assert(detail::check_selection<Layout, Data, Scales, Amax, Compression>());
 };
+
+/// The default traits of Layout with its data buffer paged in Format: e.g.
+/// `CompressedTraits<RowwiseUnquantized<BF16, CapacityPadded>, MXFP8_E4M3>`.
+template <class Layout, class Format>
+using CompressedTraits = BufferSelection<Layout, Handling::paged, Handling::dropped, Handling::dropped,
+                                         Compressed<Format>>;
 
 /// What Traits does with one buffer.
 template <class Traits>

@@ -117,6 +117,18 @@ void validate_shape(const GroupedView<Layout>& v) {
     detail::refuse_view<Layout>("groups = " + std::to_string(v.groups) + ", Plain has exactly one group");
 }
 
+/// Host check of a compressed stash's shape: every line holds whole blocks of its format.
+template <class Traits>
+void validate_compression(const GroupedView<typename Traits::layout>& v) {
+  using Compression = compression_of<Traits>;
+  if constexpr (Compression::compressed) {
+    if (v.hidden % Compression::block != 0)
+      detail::refuse_view<typename Traits::layout>("hidden = " + std::to_string(v.hidden) + " is not a multiple of " +
+                                                   std::to_string(Compression::block) + ", the block of the " +
+                                                   Compression::name + " compressed stash");
+  }
+}
+
 /// Full host check before any launch: shape, plus every buffer that Traits saves is non-null and 16-byte aligned, and
 /// (when the counts are read) the counts pointer is set.
 template <class Traits>
@@ -124,6 +136,7 @@ void validate(const GroupedView<typename Traits::layout>& v, bool counts_read = 
   static_assert(check_stash_traits<Traits>());
   using Layout = typename Traits::layout;
   validate_shape(v);
+  validate_compression<Traits>(v);
   if (counts_read && v.counts == nullptr) detail::refuse_view<Layout>("counts is null");
   for_each_role([&](BufferRole role) {
     if (handling_of<Traits>(role) == Handling::dropped) return;

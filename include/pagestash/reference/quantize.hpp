@@ -85,6 +85,25 @@ PAGESTASH_HOST_DEVICE inline void dequantize_block(NVFP4, const E2M1* codes, E4M
   for (int i = 0; i < NVFP4::block_size; ++i) values[i] = codes[i].to_float() * s;
 }
 
+PAGESTASH_HOST_DEVICE inline float quantize_block(FP8Block128, const float* values, FP8Block128::TensorScale,
+                                                   E4M3* codes) {
+  constexpr int n = FP8Block128::block_size;
+  const float amax = abs_max(values, n);
+  if (!(amax <= cuda::std::numeric_limits<float>::max())) {  // NaN or infinity in the block
+    for (int i = 0; i < n; ++i) codes[i] = E4M3::from_float(detail::quiet_nan());
+    return detail::quiet_nan();
+  }
+  float scale = amax == 0.0f ? 1.0f : 448.0f / amax;
+  if (scale > cuda::std::numeric_limits<float>::max()) scale = cuda::std::numeric_limits<float>::max();
+  for (int i = 0; i < n; ++i) codes[i] = E4M3::from_float(values[i] * scale);
+  return 1.0f / scale;
+}
+
+PAGESTASH_HOST_DEVICE inline void dequantize_block(FP8Block128, const E4M3* codes, float scale,
+                                                   FP8Block128::TensorScale, float* values) {
+  for (int i = 0; i < FP8Block128::block_size; ++i) values[i] = codes[i].to_float() * scale;
+}
+
 /// Storage of one quantized [rows, cols] matrix, typed as the layouts' views are (MXFP8:
 /// E4M3/E5M2 data and E8M0 scales; NVFP4: E2M1x2 data and E4M3 scales). `amax` is used by
 /// NVFP4 only. Scales are compact unless `scale_pitch` says how far apart their rows are
@@ -188,6 +207,21 @@ PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>
   const auto scale = q.scales[q.scale_index(line, block)];
   dequantize_block(Format{}, codes, scale, tensor, values);
   for (int i = 0; i < n; ++i) out[q.source_index(line, block * n + i)] = values[i];
+}
+
+/// What a compressed stash and its reload make of n consecutive values of T (n a multiple of Format's block):
+/// dequantize(quantize(x)) block by block, rounded back to T. The oracle of the compressed stash (stash/compression.hpp).
+template <class Format, class T>
+PAGESTASH_HOST_DEVICE void round_trip_blocks(const T* source, cuda::std::int64_t n, T* out) {
+  constexpr int b = Format::block_size;
+  float values[b];
+  typename Format::element_type codes[b];
+  for (cuda::std::int64_t first = 0; first + b <= n; first += b) {
+    for (int i = 0; i < b; ++i) values[i] = to_float(source[first + i]);
+    const auto scale = quantize_block(Format{}, values, typename Format::TensorScale{}, codes);
+    dequantize_block(Format{}, codes, scale, typename Format::TensorScale{}, values);
+    for (int i = 0; i < b; ++i) out[first + i] = T::from_float(values[i]);
+  }
 }
 
 /// Host check of a matrix description; throws std::invalid_argument naming the problem.

@@ -422,12 +422,4 @@ PAGESTASH_HOST_DEVICE inline TileOp tile_op(const TileWork& w, const ItemCursor&
   return w.to_pages ? TileOp::stash : TileOp::reload;
 }
 
-/// Moves one tile with the lanes of a warp.
-template <class Lanes>
-PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor,
-                                    cuda::std::int32_t tile) {
-  const TileSpan s = resolve_tile(w, cursor, tile);
-  copy_tile_vectors(lanes, s, tile_op(w, cursor));
-}
-
 PAGESTASH_NAMESPACE_END

@@ -6,7 +6,7 @@
 // `error` (and the kind's flag) for misuse. Either way the step's results cannot be trusted and the caller reruns it
 // (pool/flags.hpp, docs/api.md "Failures").
 
-#include <pagestash/stash/copy.hpp>
+#include <pagestash/stash/compress.hpp>
 #include <pagestash/stash/record.hpp>
 
 PAGESTASH_NAMESPACE_BEGIN

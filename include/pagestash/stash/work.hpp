@@ -131,11 +131,17 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
         seg = segment_of(v.geometry(static_cast<BufferRole>(r)), j < data_segments ? j : j - data_segments);
     const cuda::std::int64_t bytes = seg.lines * detail::item_line_bytes(seg, kind);
     const bool copy = mine && kind == WorkKind::copy;
+    // A compressed copy item (compressed traits page data only): its tiles cover the codes, a byte per value.
+    using Compression = compression_of<Traits>;
+    const bool coded = Compression::compressed && copy;
+    const cuda::std::int64_t values = bytes / static_cast<cuda::std::int64_t>(sizeof(typename Traits::layout::data_type));
+    const cuda::std::int64_t stream_size =
+        coded ? compressed_stream_bytes<Compression>(values) : detail::stream_bytes_of(bytes);
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
-    const cuda::std::int64_t stream =
-        t.stream_bytes + team.exclusive_sum(copy ? detail::stream_bytes_of(bytes) : 0, chunk_stream);
+    const cuda::std::int64_t stream = t.stream_bytes + team.exclusive_sum(copy ? stream_size : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);
-    const cuda::std::int64_t tiles = mine ? detail::item_tiles(stream, bytes, copy, SegmentOf::bound, tile_shift) : 0;
+    const cuda::std::int64_t tiles =
+        mine ? detail::item_tiles(stream, coded ? values : bytes, copy, SegmentOf::bound, tile_shift) : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
     if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
     t.stream_bytes += chunk_stream;

@@ -1,0 +1,297 @@
+#pragma once
+// The compressed stash's copy (layouts/compression.hpp): a tile of a compressed item is a run of blocks; each lane of a
+// warp (or the one host thread) takes blocks rank, rank + size, ... and quantizes one (stash) or dequantizes it
+// (reload). A block's codes are on the tile's page; its scale is in the segment's scales, after the codes.
+//
+// The quantizer is its own code, checked against reference/quantize.hpp bit for bit: the block's amax is the largest
+// magnitude of the 16-bit source words (their order is the values' order; NaN and infinity sort above every finite
+// value), and on the device the FP8 codes come from the hardware's conversions (cvt with satfinite, round to nearest
+// even). The device and the host read and write the same bytes.
+
+#include <pagestash/stash/copy.hpp>
+
+#if defined(__CUDA_ARCH__)
+#  include <cuda_bf16.h>
+#  include <cuda_fp16.h>
+#  include <cuda_fp8.h>
+#endif
+
+PAGESTASH_NAMESPACE_BEGIN
+
+namespace detail {
+/// The stream byte at position pos.
+PAGESTASH_HOST_DEVICE inline unsigned char* stream_byte(const TileWork& w, cuda::std::int64_t pos) {
+  return w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & (w.pool.page_bytes - 1));
+}
+}  // namespace detail
+
+/// One tile of a compressed item, resolved.
+struct CodedTile {
+  unsigned char* buffer;          ///< the data buffer
+  Segment segment;                ///< the item's segment
+  cuda::std::int64_t per_line;    ///< values a line holds (live)
+  cuda::std::int64_t first;       ///< the tile's first value, in the item
+  cuda::std::uint32_t blocks;     ///< blocks of the tile
+  unsigned char* codes;           ///< the tile's first code (one page holds every code of the tile)
+  cuda::std::int64_t scales;      ///< stream position of the item's first scale
+};
+
+/// Resolves tile `tile` of a compressed item (Traits' data buffer is of 2-byte values); moves the cursor to its item.
+template <class Compression>
+PAGESTASH_HOST_DEVICE CodedTile resolve_coded_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
+  detail::seek_item(w, cursor, tile);
+  const WorkItem& item = w.items[cursor.item];
+  CodedTile c;
+  c.buffer = w.data;
+  c.segment = item.segment;
+  c.per_line = item.segment.live / 2;
+  const cuda::std::int64_t values = item.segment.lines * c.per_line;
+  // The tile's codes [first, end) of the item, on the stream's grid as a copy tile's (resolve_tile). Segments start on
+  // compressed_alignment and tiles are larger: every tile starts on a block.
+  const cuda::std::int64_t cell = ((item.stream >> w.tile_shift) + (tile - cursor.first)) << w.tile_shift;
+  c.first = (cell > item.stream ? cell : item.stream) - item.stream;
+  const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << w.tile_shift) - item.stream;
+  c.blocks = static_cast<cuda::std::uint32_t>(((next < values ? next : values) - c.first) / Compression::block);
+  c.codes = detail::stream_byte(w, item.stream + c.first);
+  c.scales = item.stream + detail::round_up(values, 16);
+  return c;
+}
+
+namespace detail {
+
+/// Where value v of a coded tile's item is in the buffer.
+PAGESTASH_HOST_DEVICE inline unsigned char* value_at(const CodedTile& c, cuda::std::int64_t v) {
+  cuda::std::int64_t line = 0, col = v;
+  if (c.segment.lines > 1) {  // a segment of several lines holds less than 4 GiB: 32-bit division (copy.hpp)
+    line = static_cast<cuda::std::uint32_t>(v) / static_cast<cuda::std::uint32_t>(c.per_line);
+    col = static_cast<cuda::std::uint32_t>(v) % static_cast<cuda::std::uint32_t>(c.per_line);
+  }
+  return c.buffer + c.segment.line_offset(line) + 2 * col;
+}
+
+/// The 16-bit source format's facts: the bits of infinity, and floor(log2) of a finite non-zero magnitude.
+template <class T>
+struct Source16 {
+  static constexpr int mantissa_bits = cuda::std::is_same_v<T, BF16> ? 7 : 10;
+  static constexpr int bias = cuda::std::is_same_v<T, BF16> ? 127 : 15;
+  static constexpr cuda::std::uint32_t infinity = ((cuda::std::uint32_t{1} << (15 - mantissa_bits)) - 1)
+                                                  << mantissa_bits;
+  PAGESTASH_HOST_DEVICE static int floor_log2(cuda::std::uint32_t magnitude) {
+    const int field = static_cast<int>(magnitude >> mantissa_bits);
+    if (field != 0) return field - bias;
+    return static_cast<int>(cuda::std::bit_width(magnitude)) - 1 - (bias - 1 + mantissa_bits);
+  }
+  PAGESTASH_HOST_DEVICE static float to_float(cuda::std::uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+    if constexpr (cuda::std::is_same_v<T, BF16>) return __uint_as_float(bits << 16);
+    else return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+#else
+    return T::from_bits(static_cast<cuda::std::uint16_t>(bits)).to_float();
+#endif
+  }
+  PAGESTASH_HOST_DEVICE static cuda::std::uint32_t from_float(float x) {
+#if defined(__CUDA_ARCH__)
+    if constexpr (cuda::std::is_same_v<T, BF16>) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    else return __half_as_ushort(__float2half_rn(x));
+#else
+    return T::from_float(x).bits;
+#endif
+  }
+};
+
+/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not
+/// finite.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t max_magnitude(const Vector16& x, cuda::std::uint32_t m) {
+  PAGESTASH_UNROLL
+  for (int k = 0; k < 4; ++k) {
+#if defined(__CUDA_ARCH__)
+    m = __vmaxu2(m, x.w[k] & 0x7FFF7FFFu);
+#else
+    const cuda::std::uint32_t lo = x.w[k] & 0x7FFFu, hi = (x.w[k] >> 16) & 0x7FFFu;
+    const cuda::std::uint32_t m_lo = m & 0xFFFFu, m_hi = m >> 16;
+    m = (lo > m_lo ? lo : m_lo) | (hi > m_hi ? hi : m_hi) << 16;
+#endif
+  }
+  return m;
+}
+
+/// Two floats as two FP8 codes (Element E4M3 or E5M2), round to nearest even, saturating: code a in the low byte.
+template <class Element>
+PAGESTASH_HOST_DEVICE cuda::std::uint32_t fp8_pair(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
+#else
+  return Element::from_float(a).bits | cuda::std::uint32_t{Element::from_float(b).bits} << 8;
+#endif
+}
+
+/// Two FP8 codes (the low 16 bits of `pair`) as floats.
+template <class Element>
+PAGESTASH_HOST_DEVICE void fp8_unpair(cuda::std::uint32_t pair, float& a, float& b) {
+#if defined(__CUDA_ARCH__)
+  constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
+  const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), kind)));
+  a = f.x, b = f.y;
+#else
+  a = Element::from_bits(static_cast<cuda::std::uint8_t>(pair)).to_float();
+  b = Element::from_bits(static_cast<cuda::std::uint8_t>(pair >> 8)).to_float();
+#endif
+}
+
+/// A block's scale, from its largest magnitude: what the codes are multiplied by (`encode`) and the stored bits.
+template <class Format, class T>
+struct BlockScale {
+  float encode;
+  cuda::std::uint32_t stored;  ///< E8M0 bits (MXFP8) or FP32 bits of 1 / encode (FP8Block128)
+  bool finite;
+
+  PAGESTASH_HOST_DEVICE static BlockScale of(cuda::std::uint32_t magnitude) {
+    using S = Source16<T>;
+    const bool finite = magnitude < S::infinity;
+    if constexpr (cuda::std::is_same_v<Format, FP8Block128>) {
+      float encode = magnitude == 0 ? 1.0f : 448.0f / S::to_float(magnitude);
+      if (encode > cuda::std::numeric_limits<float>::max()) encode = cuda::std::numeric_limits<float>::max();
+      return {encode, finite ? float_bits(1.0f / encode) : 0x7FC00000u, finite};
+    } else {
+      const int emax = cuda::std::is_same_v<typename Format::element_type, E4M3> ? 8 : 15;
+      int e = magnitude == 0 ? -127 : S::floor_log2(magnitude) - emax;
+      e = e < -127 ? -127 : (e > 127 ? 127 : e);
+      return {exact_pow2(-e), finite ? static_cast<cuda::std::uint32_t>(e + 127) : 0xFFu, finite};
+    }
+  }
+  /// The factor that dequantizes, from the stored bits.
+  PAGESTASH_HOST_DEVICE static float decode(cuda::std::uint32_t stored) {
+    if constexpr (cuda::std::is_same_v<Format, FP8Block128>) return float_from_bits(stored);
+    else return stored == 0xFFu ? quiet_nan() : exact_pow2(static_cast<int>(stored) - 127);
+  }
+};
+
+/// 16 bytes of source values (8) as 8 codes, in two words.
+template <class Format, class T>
+PAGESTASH_HOST_DEVICE void encode_vector(const Vector16& x, const BlockScale<Format, T>& s, cuda::std::uint32_t* out) {
+  using S = Source16<T>;
+  using Element = typename Format::element_type;
+  PAGESTASH_UNROLL
+  for (int k = 0; k < 4; k += 2) {
+    const cuda::std::uint32_t lo = fp8_pair<Element>(S::to_float(x.w[k] & 0xFFFFu) * s.encode,
+                                                     S::to_float(x.w[k] >> 16) * s.encode);
+    const cuda::std::uint32_t hi = fp8_pair<Element>(S::to_float(x.w[k + 1] & 0xFFFFu) * s.encode,
+                                                     S::to_float(x.w[k + 1] >> 16) * s.encode);
+    out[k / 2] = s.finite ? (lo & 0xFFFFu) | hi << 16 : 0x7F7F7F7Fu;  // NaN codes for a block that is not finite
+  }
+}
+
+/// 8 codes (two words) as 16 bytes of values.
+template <class Format, class T>
+PAGESTASH_HOST_DEVICE Vector16 decode_vector(const cuda::std::uint32_t* codes, float scale) {
+  using S = Source16<T>;
+  using Element = typename Format::element_type;
+  Vector16 y;
+  PAGESTASH_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    float a, b;
+    fp8_unpair<Element>(codes[k / 2] >> (16 * (k % 2)), a, b);
+    y.w[k] = S::from_float(a * scale) | S::from_float(b * scale) << 16;
+  }
+  return y;
+}
+
+/// Quantizes the block of values at `src` into `codes` and its scale at `scale`: one pass of loads_in_flight vectors
+/// for MXFP8's 32 values; for 128, a pass for the amax and one for the codes (the second reads what the first brought
+/// into the cache).
+template <class Format, class T>
+PAGESTASH_HOST_DEVICE void encode_block(const unsigned char* src, unsigned char* codes, unsigned char* scale) {
+  constexpr int vectors = Format::block_size / 8, batch = 4;
+  Vector16 x[batch];
+  cuda::std::uint32_t m = 0;
+  PAGESTASH_UNROLL
+  for (int b = 0; b < vectors; b += batch) {
+    PAGESTASH_UNROLL
+    for (int k = 0; k < batch; ++k) x[k] = load16(src + 16 * (b + k));
+    PAGESTASH_UNROLL
+    for (int k = 0; k < batch; ++k) m = max_magnitude(x[k], m);
+  }
+  const auto s = BlockScale<Format, T>::of((m & 0xFFFFu) > (m >> 16) ? m & 0xFFFFu : m >> 16);
+  PAGESTASH_UNROLL
+  for (int b = 0; b < vectors; b += batch) {
+    if (vectors > batch) {
+      PAGESTASH_UNROLL
+      for (int k = 0; k < batch; ++k) x[k] = load16(src + 16 * (b + k));
+    }
+    PAGESTASH_UNROLL
+    for (int k = 0; k < batch; k += 2) {
+      Vector16 out;
+      encode_vector<Format, T>(x[k], s, out.w);
+      encode_vector<Format, T>(x[k + 1], s, out.w + 2);
+      store16(codes + 8 * (b + k), out, false);
+    }
+  }
+  if constexpr (cuda::std::is_same_v<Format, FP8Block128>) {
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<cuda::std::uint32_t*>(scale) = s.stored;
+#else
+    std::memcpy(scale, &s.stored, 4);
+#endif
+  } else {
+    *scale = static_cast<unsigned char>(s.stored);
+  }
+}
+
+/// Dequantizes the block of codes at `codes` with the scale at `scale` into the values at `dst`.
+template <class Format, class T>
+PAGESTASH_HOST_DEVICE void decode_block(const unsigned char* codes, const unsigned char* scale, unsigned char* dst) {
+  cuda::std::uint32_t stored;
+  if constexpr (cuda::std::is_same_v<Format, FP8Block128>) stored = load_word(scale);
+  else stored = *scale;
+  const float factor = BlockScale<Format, T>::decode(stored);
+  constexpr int code_vectors = Format::block_size / 16, batch = 2;
+  PAGESTASH_UNROLL
+  for (int b = 0; b < code_vectors; b += batch) {
+    Vector16 c[batch];
+    PAGESTASH_UNROLL
+    for (int k = 0; k < batch; ++k) c[k] = load16(codes + 16 * (b + k));
+    PAGESTASH_UNROLL
+    for (int k = 0; k < batch; ++k) {
+      store16(dst + 32 * (b + k), decode_vector<Format, T>(c[k].w, factor), true);
+      store16(dst + 32 * (b + k) + 16, decode_vector<Format, T>(c[k].w + 2, factor), true);
+    }
+  }
+}
+
+}  // namespace detail
+
+/// The lanes of a team quantize (stash) or dequantize (reload) the blocks of a compressed tile.
+template <class Compression, class T, class Lanes>
+PAGESTASH_HOST_DEVICE void code_tile(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
+  using Format = typename Compression::format;
+  constexpr int block = Compression::block;
+  for (auto k = static_cast<cuda::std::uint32_t>(lanes.rank()); k < c.blocks;
+       k += static_cast<cuda::std::uint32_t>(lanes.size())) {
+    const cuda::std::int64_t v = c.first + cuda::std::int64_t{block} * k;
+    unsigned char* values = detail::value_at(c, v);
+    unsigned char* codes = c.codes + cuda::std::int64_t{block} * k;
+    unsigned char* scale = detail::stream_byte(w, c.scales + v / block * Compression::scale_bytes);
+    if (w.to_pages) detail::encode_block<Format, T>(values, codes, scale);
+    else detail::decode_block<Format, T>(codes, scale, values);
+  }
+}
+
+/// Moves one tile with the lanes of a warp (or the one host thread): a compressed copy item's by code_tile, any other
+/// by the copy engine.
+template <class Traits, class Lanes>
+PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor,
+                                    cuda::std::int32_t tile) {
+  using Compression = compression_of<Traits>;
+  if constexpr (Compression::compressed) {
+    detail::seek_item(w, cursor, tile);
+    if (w.items[cursor.item].kind == WorkKind::copy) {
+      const CodedTile c = resolve_coded_tile<Compression>(w, cursor, tile);
+      return code_tile<Compression, typename Traits::layout::data_type>(lanes, w, c);
+    }
+  }
+  const TileSpan s = resolve_tile(w, cursor, tile);
+  copy_tile_vectors(lanes, s, tile_op(w, cursor));
+}
+
+PAGESTASH_NAMESPACE_END

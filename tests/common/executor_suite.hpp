@@ -45,8 +45,8 @@ template <class Traits, class Backend>
 void sequences(std::uint32_t& seed, int ops) {
   for (bool odd : {false, true})
     for (Order order : {Order::lifo, Order::fifo, Order::random})
-      CHECK(run_stash_sequence<Traits, Backend>(sequence_shape<typename Traits::layout>(odd), order, ops, ++seed,
-                                                odd ? 256 : 1024) == ops);
+      CHECK(run_stash_sequence<Traits, Backend>(sequence_shape_of<Traits>(odd), order, ops, ++seed, odd ? 256 : 1024) ==
+            ops);
 }
 
 /// Every layout's default traits with `layout_ops` operations a sequence, and the

@@ -33,6 +33,8 @@ using Pf32 = ps::Plain<float>;
 using Pbf16 = ps::Plain<ps::BF16>;
 using RuBf16 = ps::RowwiseUnquantized<ps::BF16, ps::Packed>;
 using RuBf16Cap = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
+using RuFp16 = ps::RowwiseUnquantized<ps::FP16, ps::Packed>;
+using RuFp16Cap = ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>;
 using ColMx4CapSw = ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::SwizzledScales>;
 using ColNv4PackSw = ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>;
 using ColNv4PackCo = ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::CompactScales>;
@@ -57,11 +59,37 @@ using NoAmax = ps::BufferSelection<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityP
                                    ps::Handling::paged, ps::Handling::paged, ps::Handling::dropped>;
 using MxScales = ps::BufferSelection<ps::RowwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::CompactScales>,
                                      ps::Handling::dropped, ps::Handling::paged>;
+/// Compressed stashes (layouts/compression.hpp): every format, each 16-bit type and placement once.
+using Bf16Mx4 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::MXFP8_E4M3>;
+using Bf16Mx5 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::MXFP8_E5M2>;
+using Bf16B128 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::FP8Block128>;
+using Fp16CapMx4 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>, ps::MXFP8_E4M3>;
+using Fp16CapMx5 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>, ps::MXFP8_E5M2>;
+using Fp16CapB128 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>, ps::FP8Block128>;
 }  // namespace traits
 }  // namespace pagestash_test
+
+#define PAGESTASH_TEST_FOR_EACH_COMPRESSED_TRAITS(X) \
+  X(pagestash_test::traits::Bf16Mx4)                 \
+  X(pagestash_test::traits::Bf16Mx5)                 \
+  X(pagestash_test::traits::Bf16B128)                \
+  X(pagestash_test::traits::Fp16CapMx4) X(pagestash_test::traits::Fp16CapMx5) X(pagestash_test::traits::Fp16CapB128)
+
+/// Every compressed stash the host tests cover: each 16-bit layout (Plain and RowwiseUnquantized, every placement)
+/// with each format. X((traits)) is called once for each: PAGESTASH_LAYOUT(T) is its type.
+#define PAGESTASH_TEST_COMPRESSED_LAYOUT(X, L)               \
+  X((pagestash::CompressedTraits<L, pagestash::MXFP8_E4M3>)) \
+  X((pagestash::CompressedTraits<L, pagestash::MXFP8_E5M2>)) X((pagestash::CompressedTraits<L, pagestash::FP8Block128>))
+#define PAGESTASH_TEST_FOR_EACH_COMPRESSED_LAYOUT(X)                      \
+  PAGESTASH_TEST_COMPRESSED_LAYOUT(X, pagestash_test::layouts::Pbf16)     \
+  PAGESTASH_TEST_COMPRESSED_LAYOUT(X, pagestash_test::layouts::RuBf16)    \
+  PAGESTASH_TEST_COMPRESSED_LAYOUT(X, pagestash_test::layouts::RuBf16Cap) \
+  PAGESTASH_TEST_COMPRESSED_LAYOUT(X, pagestash_test::layouts::RuFp16)    \
+  PAGESTASH_TEST_COMPRESSED_LAYOUT(X, pagestash_test::layouts::RuFp16Cap)
 
 /// The non-default StashTraits above (the kernels are instantiated for these and for the
 /// default one of every layout).
 #define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X) \
   X(pagestash_test::traits::DataOnly)                 \
-  X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) X(pagestash_test::traits::MxScales)
+  X(pagestash_test::traits::ScalesOnly)               \
+  X(pagestash_test::traits::NoAmax) X(pagestash_test::traits::MxScales) PAGESTASH_TEST_FOR_EACH_COMPRESSED_TRAITS(X)

@@ -5,7 +5,8 @@
 // spill and reset. After every step it checks
 //   - each record's state, error and page counts against a model of the pool,
 //   - reloaded bytes against a plain byte-for-byte oracle built from the geometry's runs
-//     (live bytes from the source, every other byte the destination's poison, or zero),
+//     (live bytes from the source, every other byte the destination's poison, or zero; a
+//     compressed stash's live values are the reference quantizer's round trip of the source's),
 //   - the page invariant: every page is either free or held by exactly one record.
 //
 // A Backend supplies memory and the four operations:
@@ -20,6 +21,7 @@
 //   static void reset(ps::PagePool&);
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/reference/quantize.hpp>
 #include <pagestash/reference/reference.hpp>
 
 #include <doctest/doctest.h>
@@ -28,6 +30,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -134,6 +138,51 @@ inline std::vector<std::uint8_t> random_bytes(std::size_t n, std::mt19937& rng) 
   return b;
 }
 
+/// The sequences' shape for Traits: sequence_shape's, but a compressed stash's hidden is whole blocks of 128 values.
+template <class Traits>
+ps::GroupedView<typename Traits::layout> sequence_shape_of(bool odd) {
+  auto v = sequence_shape<typename Traits::layout>(odd);
+  if constexpr (ps::compression_of<Traits>::compressed) v.hidden = odd ? 384 : 256;
+  return v;
+}
+
+/// Random 16-bit values of T, n bytes of them, drawn block by block (32 values) from shapes a quantizer must get
+/// right: any bits (NaN, infinity, subnormals), normal values around 2^k for k over T's whole range, zeros, and
+/// normal values with one special among them (NaN, +-infinity, +-max, the least subnormal).
+template <class T>
+std::vector<std::uint8_t> random_values(std::size_t n, std::mt19937& rng) {
+  std::vector<std::uint16_t> v(n / 2);
+  const bool bf16 = std::is_same_v<T, ps::BF16>;
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(bf16 ? -135 : -24, bf16 ? 120 : 14);
+  const std::uint16_t specials[] = {
+      bf16 ? std::uint16_t{0x7FC0} : std::uint16_t{0x7E00}, bf16 ? std::uint16_t{0x7F80} : std::uint16_t{0x7C00},
+      bf16 ? std::uint16_t{0xFF80} : std::uint16_t{0xFC00}, bf16 ? std::uint16_t{0x7F7F} : std::uint16_t{0x7BFF},
+      bf16 ? std::uint16_t{0xFF7F} : std::uint16_t{0xFBFF}, std::uint16_t{0x0001}};
+  for (std::size_t b = 0; b < v.size(); b += 32) {
+    const int mode = std::uniform_int_distribution<int>(0, 7)(rng);
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    for (std::size_t i = b; i < b + 32 && i < v.size(); ++i) {
+      if (mode == 0) v[i] = static_cast<std::uint16_t>(rng());
+      else if (mode == 1) v[i] = 0;
+      else v[i] = T::from_float(gauss(rng) * scale).bits;
+    }
+    if (mode == 7) v[b + rng() % 32 % (v.size() - b)] = specials[rng() % 6];
+  }
+  std::vector<std::uint8_t> bytes(n);
+  std::memcpy(bytes.data(), v.data(), n / 2 * 2);
+  return bytes;
+}
+
+/// Random contents of one buffer of a stash's source: random_bytes, or random_values for a compressed data buffer.
+template <class Traits>
+std::vector<std::uint8_t> random_source_bytes(BufferRole role, std::size_t n, std::mt19937& rng) {
+  if constexpr (ps::compression_of<Traits>::compressed) {
+    if (role == BufferRole::data) return random_values<typename Traits::layout::data_type>(n, rng);
+  }
+  return random_bytes(n, rng);
+}
+
 /// The bytes a reload must leave in one buffer of the destination: the source's live bytes
 /// (whole buffer if kept), the poison elsewhere, or zero there when zero_tail clears it.
 template <class Traits>
@@ -149,7 +198,16 @@ std::vector<std::uint8_t> expected_reload(const ps::GroupedView<typename Traits:
   const ps::BufferGeometry geo = v.geometry(role);
   for (std::int64_t i = 0; i < ps::run_count(geo); ++i) {
     const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
-    std::copy_n(source.begin() + run.offset, run.bytes, out.begin() + run.offset);
+    using Compression = ps::compression_of<Traits>;
+    if constexpr (Compression::compressed) {  // the reference's dequantize(quantize(x)) of the run's values
+      using T = typename Traits::layout::data_type;
+      std::vector<T> in(static_cast<std::size_t>(run.bytes) / 2), back(in.size());
+      std::memcpy(in.data(), source.data() + run.offset, static_cast<std::size_t>(run.bytes));
+      ps::round_trip_blocks<typename Compression::format>(in.data(), static_cast<std::int64_t>(in.size()), back.data());
+      std::memcpy(out.data() + run.offset, back.data(), static_cast<std::size_t>(run.bytes));
+    } else {
+      std::copy_n(source.begin() + run.offset, run.bytes, out.begin() + run.offset);
+    }
   }
   return out;
 }
@@ -174,7 +232,13 @@ std::int64_t expected_pages(const ps::GroupedView<typename Traits::layout>& v, c
     const ps::BufferGeometry geo = v.geometry(role);
     for (std::int32_t s = 0; s < geo.segment_count(); ++s) {  // segments padded to 16, lines back to back
       const ps::Segment seg = geo.segment(s, counts.data());
-      bytes += (seg.lines * seg.live + 15) / 16 * 16;
+      using Compression = ps::compression_of<Traits>;
+      if constexpr (Compression::compressed) {  // a code a value, then 1 byte of scales per 32, padded to 128
+        const std::int64_t values = seg.lines * seg.live / 2;
+        bytes += ((values + 15) / 16 * 16 + values / 32 + 127) / 128 * 128;
+      } else {
+        bytes += (seg.lines * seg.live + 15) / 16 * 16;
+      }
     }
   }
   return (bytes + page_bytes - 1) / page_bytes;
@@ -289,7 +353,8 @@ int run_stash_sequence(const ps::GroupedView<typename Traits::layout>& shape, Or
       const bool bad = dice % 31 == 0;
       s.counts = bad ? bad_counts(shape, rng) : random_counts(shape, rng);
       for (BufferRole role : all_roles) {
-        s.bytes[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
+        s.bytes[static_cast<std::size_t>(role)] =
+            random_source_bytes<Traits>(role, static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
         work.set(role, s.bytes[static_cast<std::size_t>(role)]);
       }
       work.set_counts(s.counts);

@@ -84,6 +84,13 @@ TEST_CASE("emulated grid: executor suite, random sequences (the GPU test's body)
   suite::sequences<traits::ScalesOnly, Emulated>(seed, 3);
 }
 
+TEST_CASE("emulated grid: compressed stash, random sequences reload the reference's round trip (the GPU test's body)") {
+  std::uint32_t seed = 7000;
+#define PAGESTASH_EMULATED_COMPRESSED(Tr) suite::sequences<Tr, Emulated>(seed, 8);
+  PAGESTASH_TEST_FOR_EACH_COMPRESSED_TRAITS(PAGESTASH_EMULATED_COMPRESSED)
+#undef PAGESTASH_EMULATED_COMPRESSED
+}
+
 TEST_CASE("emulated grid: executor suite, the same pages and bytes as the host executor (the GPU test's body)") {
   std::uint32_t seed = 40;
 #define PAGESTASH_SUITE_EMULATED_SAME(L) suite::same_as_host<L, Emulated>(++seed, 2);

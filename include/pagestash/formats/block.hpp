@@ -10,7 +10,8 @@
 //                     1D block scaling): scale = 448 / amax (capped at FLT_MAX; 1 when amax == 0), elements =
 //                     sat(v * scale), and 1 / scale stored, the factor that dequantizes.
 //
-// The types only: the stash never quantizes. The reference quantizers (tests, examples) are in reference/quantize.hpp.
+// The types only. The reference quantizers (tests, examples) are in reference/quantize.hpp; the compressed stash has
+// its own (stash/compress.hpp).
 
 #include <pagestash/formats/scalar.hpp>
 

@@ -6,9 +6,9 @@
 //   Handling::dropped  not needed in backward; neither saved nor restored
 //
 // Defaults follow what backward needs: the tensor for Plain, rowwise data for BF16/FP16/FP32, data + scales (+ amax
-// kept) for quantized layouts. Write your own with BufferSelection<Layout, data, scales, amax, compression>, or any struct
-// with the same members (`compression` optional, Lossless without it: layouts/compression.hpp); every pagestash entry
-// point checks it with check_stash_traits<Traits>().
+// kept) for quantized layouts. Write your own with BufferSelection<Layout, data, scales, amax, compression>, or any
+// struct with the same members (`compression` optional, Lossless without it: layouts/compression.hpp); every pagestash
+// entry point checks it with check_stash_traits<Traits>().
 
 #include <pagestash/layouts/columnwise_quantized.hpp>
 #include <pagestash/layouts/compression.hpp>
@@ -26,8 +26,8 @@ inline constexpr bool always_false = false;
 
 template <class L, Handling Data, Handling Scales, Handling Amax, class Compression = Lossless>
 constexpr bool check_selection() {
-  constexpr bool unquantized_16 = cuda::std::is_base_of_v<UnquantizedRows<BF16>, L> ||
-                                  cuda::std::is_base_of_v<UnquantizedRows<FP16>, L>;
+  constexpr bool unquantized_16 =
+      cuda::std::is_base_of_v<UnquantizedRows<BF16>, L> || cuda::std::is_base_of_v<UnquantizedRows<FP16>, L>;
   static_assert(!Compression::compressed || unquantized_16,
                 "StashTraits: a Compressed stash pages a BF16 or FP16 Plain or RowwiseUnquantized tensor only");
   static_assert(L::has(BufferRole::data) || Data == Handling::dropped,
@@ -67,8 +67,8 @@ struct BufferSelection {
 /// The default traits of Layout with its data buffer paged in Format: e.g.
 /// `CompressedTraits<RowwiseUnquantized<BF16, CapacityPadded>, MXFP8_E4M3>`.
 template <class Layout, class Format>
-using CompressedTraits = BufferSelection<Layout, Handling::paged, Handling::dropped, Handling::dropped,
-                                         Compressed<Format>>;
+using CompressedTraits =
+    BufferSelection<Layout, Handling::paged, Handling::dropped, Handling::dropped, Compressed<Format>>;
 
 /// What Traits does with one buffer.
 template <class Traits>

@@ -1,5 +1,5 @@
 #pragma once
-// Reference quantizers, for tests and examples (the stash never quantizes): one block, and
+// Reference quantizers, for tests and examples, and the oracle of the compressed stash: one block, and
 // a row-major [M, K] matrix in compact storage. Correctness first, speed does not matter.
 //
 // A block holding NaN or infinity gets a NaN scale (MXFP8) and NaN/saturated elements.
@@ -86,7 +86,7 @@ PAGESTASH_HOST_DEVICE inline void dequantize_block(NVFP4, const E2M1* codes, E4M
 }
 
 PAGESTASH_HOST_DEVICE inline float quantize_block(FP8Block128, const float* values, FP8Block128::TensorScale,
-                                                   E4M3* codes) {
+                                                  E4M3* codes) {
   constexpr int n = FP8Block128::block_size;
   const float amax = abs_max(values, n);
   if (!(amax <= cuda::std::numeric_limits<float>::max())) {  // NaN or infinity in the block
@@ -210,7 +210,8 @@ PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>
 }
 
 /// What a compressed stash and its reload make of n consecutive values of T (n a multiple of Format's block):
-/// dequantize(quantize(x)) block by block, rounded back to T. The oracle of the compressed stash (stash/compression.hpp).
+/// dequantize(quantize(x)) block by block, rounded back to T. The oracle of the compressed stash
+/// (stash/compression.hpp).
 template <class Format, class T>
 PAGESTASH_HOST_DEVICE void round_trip_blocks(const T* source, cuda::std::int64_t n, T* out) {
   constexpr int b = Format::block_size;

@@ -27,13 +27,13 @@ PAGESTASH_HOST_DEVICE inline unsigned char* stream_byte(const TileWork& w, cuda:
 
 /// One tile of a compressed item, resolved.
 struct CodedTile {
-  unsigned char* buffer;          ///< the data buffer
-  Segment segment;                ///< the item's segment
-  cuda::std::int64_t per_line;    ///< values a line holds (live)
-  cuda::std::int64_t first;       ///< the tile's first value, in the item
-  cuda::std::uint32_t blocks;     ///< blocks of the tile
-  unsigned char* codes;           ///< the tile's first code (one page holds every code of the tile)
-  cuda::std::int64_t scales;      ///< stream position of the item's first scale
+  unsigned char* buffer;        ///< the data buffer
+  Segment segment;              ///< the item's segment
+  cuda::std::int64_t per_line;  ///< values a line holds (live)
+  cuda::std::int64_t first;     ///< the tile's first value, in the item
+  cuda::std::uint32_t blocks;   ///< blocks of the tile
+  unsigned char* codes;         ///< the tile's first code (one page holds every code of the tile)
+  cuda::std::int64_t scales;    ///< stream position of the item's first scale
 };
 
 /// Resolves tile `tile` of a compressed item (Traits' data buffer is of 2-byte values); moves the cursor to its item.
@@ -174,10 +174,10 @@ PAGESTASH_HOST_DEVICE void encode_vector(const Vector16& x, const BlockScale<For
   using Element = typename Format::element_type;
   PAGESTASH_UNROLL
   for (int k = 0; k < 4; k += 2) {
-    const cuda::std::uint32_t lo = fp8_pair<Element>(S::to_float(x.w[k] & 0xFFFFu) * s.encode,
-                                                     S::to_float(x.w[k] >> 16) * s.encode);
-    const cuda::std::uint32_t hi = fp8_pair<Element>(S::to_float(x.w[k + 1] & 0xFFFFu) * s.encode,
-                                                     S::to_float(x.w[k + 1] >> 16) * s.encode);
+    const cuda::std::uint32_t lo =
+        fp8_pair<Element>(S::to_float(x.w[k] & 0xFFFFu) * s.encode, S::to_float(x.w[k] >> 16) * s.encode);
+    const cuda::std::uint32_t hi =
+        fp8_pair<Element>(S::to_float(x.w[k + 1] & 0xFFFFu) * s.encode, S::to_float(x.w[k + 1] >> 16) * s.encode);
     out[k / 2] = s.finite ? (lo & 0xFFFFu) | hi << 16 : 0x7F7F7F7Fu;  // NaN codes for a block that is not finite
   }
 }

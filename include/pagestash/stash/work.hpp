@@ -134,9 +134,10 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
     // A compressed copy item (compressed traits page data only): its tiles cover the codes, a byte per value.
     using Compression = compression_of<Traits>;
     const bool coded = Compression::compressed && copy;
-    const cuda::std::int64_t values = bytes / static_cast<cuda::std::int64_t>(sizeof(typename Traits::layout::data_type));
-    const cuda::std::int64_t stream_size =
-        coded ? compressed_stream_bytes<Compression>(values) : detail::stream_bytes_of(bytes);
+    const cuda::std::int64_t values =
+        bytes / static_cast<cuda::std::int64_t>(sizeof(typename Traits::layout::data_type));
+    cuda::std::int64_t stream_size = detail::stream_bytes_of(bytes);
+    if constexpr (Compression::compressed) stream_size = coded ? compressed_stream_bytes<Compression>(values) : 0;
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
     const cuda::std::int64_t stream = t.stream_bytes + team.exclusive_sum(copy ? stream_size : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);

@@ -12,6 +12,7 @@
 
 #include <pagestash/formats/block.hpp>
 #include <pagestash/detail/math.hpp>
+#include <pagestash/layouts/detail/layout_common.hpp>
 
 #include <cuda/std/cstdint>
 #include <cuda/std/type_traits>
@@ -34,6 +35,11 @@ struct Compressed {
   static constexpr int block = Format::block_size;
   static constexpr int scale_bytes = static_cast<int>(sizeof(typename Format::scale_type));
 };
+
+/// Whether a layout's data can be paged compressed: BF16 or FP16 Plain or RowwiseUnquantized rows.
+template <class Layout>
+inline constexpr bool compressible = cuda::std::is_base_of_v<detail::UnquantizedRows<BF16>, Layout> ||
+                                     cuda::std::is_base_of_v<detail::UnquantizedRows<FP16>, Layout>;
 
 /// Alignment of a compressed segment in the page stream: the longest block's codes.
 inline constexpr cuda::std::int64_t compressed_alignment = 128;

@@ -127,4 +127,49 @@ decltype(auto) with_recipe(const std::string& name, F&& f) {
   throw std::invalid_argument("pagestash: unknown recipe '" + name + "' (known: " + known + ")");
 }
 
+/// Every format a compressed stash offers (layouts/compression.hpp), as X(format).
+#define PAGESTASH_FOR_EACH_COMPRESSION(X) \
+  X(::pagestash::MXFP8_E4M3) X(::pagestash::MXFP8_E5M2) X(::pagestash::FP8Block128)
+
+/// The compressions by name: "lossless", then each format's name ("mxfp8", "mxfp8_e5m2", "fp8_1x128").
+inline std::vector<std::string> compression_names() {
+  std::vector<std::string> names{Lossless::name};
+#define PAGESTASH_COMPRESSION_NAME(F) names.emplace_back(F::name);
+  PAGESTASH_FOR_EACH_COMPRESSION(PAGESTASH_COMPRESSION_NAME)
+#undef PAGESTASH_COMPRESSION_NAME
+  return names;
+}
+
+/// The traits of a recipe's layout under a compression: the default traits when lossless, else its data paged
+/// compressed (CompressedTraits).
+template <class Layout, class Compression>
+using CompressionTraits = cuda::std::conditional_t<
+    Compression::compressed,
+    BufferSelection<Layout, Handling::paged, Handling::dropped, Handling::dropped, Compression>, StashTraits<Layout>>;
+
+/// f(Recipe<Layout>{}, Compression{}) for the recipe and the compression named (`compression` "" or "lossless":
+/// Lossless); throws std::invalid_argument naming the choices when either is unknown, or when the recipe cannot be
+/// compressed (a compressed stash pages BF16 or FP16 Plain or RowwiseUnquantized data only). The traits of the pair are
+/// CompressionTraits<Layout, Compression>.
+template <class F>
+decltype(auto) with_recipe(const std::string& name, const std::string& compression, F&& f) {
+  return with_recipe(name, [&](auto recipe) -> decltype(f(recipe, Lossless{})) {
+    using Layout = typename decltype(recipe)::layout;
+    if (compression.empty() || compression == Lossless::name) return f(recipe, Lossless{});
+    if constexpr (compressible<Layout>) {
+#define PAGESTASH_COMPRESSION_MATCH(F) \
+  if (compression == F::name) return f(recipe, Compressed<F>{});
+      PAGESTASH_FOR_EACH_COMPRESSION(PAGESTASH_COMPRESSION_MATCH)
+#undef PAGESTASH_COMPRESSION_MATCH
+    }
+    std::string known;
+    for (const std::string& n : compression_names()) known += (known.empty() ? "" : ", ") + n;
+    for (const std::string& n : compression_names())
+      if (n == compression)
+        throw std::invalid_argument("pagestash: compression '" + compression + "' needs a bf16 or fp16 recipe, not '" +
+                                    name + "'");
+    throw std::invalid_argument("pagestash: unknown compression '" + compression + "' (known: " + known + ")");
+  });
+}
+
 PAGESTASH_NAMESPACE_END

@@ -26,9 +26,7 @@ inline constexpr bool always_false = false;
 
 template <class L, Handling Data, Handling Scales, Handling Amax, class Compression = Lossless>
 constexpr bool check_selection() {
-  constexpr bool unquantized_16 =
-      cuda::std::is_base_of_v<UnquantizedRows<BF16>, L> || cuda::std::is_base_of_v<UnquantizedRows<FP16>, L>;
-  static_assert(!Compression::compressed || unquantized_16,
+  static_assert(!Compression::compressed || compressible<L>,
                 "StashTraits: a Compressed stash pages a BF16 or FP16 Plain or RowwiseUnquantized tensor only");
   static_assert(L::has(BufferRole::data) || Data == Handling::dropped,
                 "StashTraits: this layout has no data buffer; set data = Handling::dropped");

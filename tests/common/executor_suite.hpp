@@ -428,7 +428,7 @@ template <class Tr, class Backend>
 int failed_reload_poisons(std::uint32_t seed) {
   using L = typename Tr::layout;
   std::mt19937 rng(seed);
-  const auto shape = sequence_shape<L>(seed % 2 == 1);
+  const auto shape = sequence_shape_of<Tr>(seed % 2 == 1);
   ps::PoolConfig cfg;  // one full stash, no two
   cfg.page_bytes = 256;
   cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);

@@ -18,8 +18,8 @@ encoding (`mxfp8`, `mxfp8_e5m2`, `fp8_1x128`):
   ||g_c - g_ref|| / ||g_ref|| of each parameter tensor's gradient with compression against
   the lossless one.
 
-It writes DIR/compression-training.png (loss curves, log y; gradient error over steps) and
-DIR/compression-training.json, and prints a markdown table. `--self-check` instead checks
+It writes DIR/compression-training.png (loss curves, log y; loss against the lossless run;
+gradient error over steps) and DIR/compression-training.json, and prints a markdown table. `--self-check` instead checks
 `fake_compress` element by element against a slow scalar re-implementation (exact rational
 arithmetic) on a few hundred blocks of each encoding, zeros, subnormals, values near the
 BF16 maximum and NaN/Inf blocks included, and exits non-zero on a mismatch.
@@ -511,7 +511,7 @@ def plot(args, results, summary, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(18, 4.8))
     colors = {"mxfp8": "tab:blue", "mxfp8_e5m2": "tab:red", "fp8_1x128": "tab:green"}
     for name, r in results.items():
         m = r.get("mode")
@@ -520,11 +520,18 @@ def plot(args, results, summary, path):
         else:
             style = dict(color=colors[m[1]], lw=1.0, ls="-" if m[0] == "wgrad" else "--")
         ax1.plot(range(len(r["losses"])), r["losses"], label=name, **style)
+        if name != "lossless":
+            rel = [100 * (a / b - 1) for a, b in zip(r["losses"], results["lossless"]["losses"])]
+            ax3.plot(range(len(rel)), rel, label=name, **style)
     ax1.set_yscale("log")
     ax1.set_xlabel("step")
     ax1.set_ylabel("task MSE (train batch)")
     ax1.set_title("Training loss")
     ax1.legend(fontsize=8)
+    ax3.axhline(0, color="black", lw=0.8)
+    ax3.set_xlabel("step")
+    ax3.set_ylabel("loss / lossless loss - 1 (%)")
+    ax3.set_title("Training loss against the lossless run (same batch)")
     for name, s in summary.items():
         if "grad_rel_err" not in s:
             continue
@@ -541,7 +548,7 @@ def plot(args, results, summary, path):
     ax2.set_title("Gradient error per parameter tensor (affected tensors)")
     ax2.legend(fontsize=6, ncol=2)
     fig.suptitle(f"Compressed stash, MoE d={args.dim}, {args.experts} experts top-2, {args.blocks} blocks, "
-                 f"{args.tokens} tokens/step (CPU)", fontsize=10)
+                 f"{args.tokens} tokens/step, {args.steps} steps (CPU)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

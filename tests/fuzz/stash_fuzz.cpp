@@ -2,7 +2,8 @@
 // copy. The first byte picks what is fuzzed:
 //   even  the copy engine on hand-made segments (tests/common/engine_check.hpp): page size,
 //         lanes, buffer alignment, lines of any length, pitch and offset;
-//   odd   a layout configuration (all of tests/common/layout_list.hpp), its shape, counts
+//   odd   a layout configuration (all of tests/common/layout_list.hpp, and the compressed
+//         stashes: their oracle is the reference quantizer's round trip), its shape, counts
 //         (some the view cannot hold), page size and pool size, through the host executor
 //         (1-3 threads) and the grid emulator (1-3 blocks of 32 or 64 threads), which must
 //         agree with each other and with the oracle.
@@ -71,7 +72,7 @@ Outcome run_once(const ps::GroupedView<typename Tr::layout>& shape, const std::v
       dst(shape.max_tokens, shape.hidden, shape.groups, counts);
   for (BufferRole role : all_roles) {
     const auto n = static_cast<std::size_t>(shape.buffer_bytes(role));
-    const std::vector<std::uint8_t> a = random_bytes(n, rng), b = random_bytes(n, rng);
+    const std::vector<std::uint8_t> a = random_source_bytes<Tr>(role, n, rng), b = random_bytes(n, rng);
     std::copy(a.begin(), a.end(), src.bytes(role));
     std::copy(b.begin(), b.end(), dst.bytes(role));
   }
@@ -87,9 +88,9 @@ Outcome run_once(const ps::GroupedView<typename Tr::layout>& shape, const std::v
   return out;
 }
 
-template <class L>
-void fuzz_layout(FuzzedDataProvider& in, const char* name) {
-  using Tr = ps::StashTraits<L>;
+template <class Tr>
+void fuzz_traits(FuzzedDataProvider& in, const char* name) {
+  using L = typename Tr::layout;
   ps::GroupedView<L> shape;
   shape.groups = in.ConsumeIntegralInRange(1, 4);
   shape.hidden = 32 * in.ConsumeIntegralInRange(1, 12);
@@ -98,6 +99,7 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
   shape.max_tokens = granule * in.ConsumeIntegralInRange(1, 3) * (L::placement::packed ? shape.groups : 1);
   try {
     ps::validate_shape(shape);
+    ps::validate_compression<Tr>(shape);
   } catch (const std::invalid_argument&) {
     return;  // a shape the layout refuses (e.g. hidden off its block)
   }
@@ -148,7 +150,8 @@ void fuzz_layout(FuzzedDataProvider& in, const char* name) {
   const bool reloaded = host.stashed.state == ps::RecordState::reloaded;
   for (std::size_t r = 0; r < all_roles.size(); ++r) {
     const auto n = static_cast<std::size_t>(shape.buffer_bytes(all_roles[r]));
-    const std::vector<std::uint8_t> source = random_bytes(n, rng), poison = random_bytes(n, rng);
+    const std::vector<std::uint8_t> source = random_source_bytes<Tr>(all_roles[r], n, rng),
+                                    poison = random_bytes(n, rng);
     const std::vector<std::uint8_t> expected =
         reloaded ? expected_reload<Tr>(shape, all_roles[r], counts, source, poison, zero_tail)
                  : expected_unrestored<Tr>(all_roles[r], poison);
@@ -165,8 +168,11 @@ struct NamedFuzzer {
   const char* name;
 };
 using namespace pagestash_test::layouts;
-#define PAGESTASH_FUZZ_ENTRY(L) NamedFuzzer{&fuzz_layout<PAGESTASH_LAYOUT(L)>, #L},
-const NamedFuzzer layout_fuzzers[] = {PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_FUZZ_ENTRY)};
+#define PAGESTASH_FUZZ_ENTRY(L) NamedFuzzer{&fuzz_traits<ps::StashTraits<PAGESTASH_LAYOUT(L)>>, #L},
+#define PAGESTASH_FUZZ_TRAITS_ENTRY(T) NamedFuzzer{&fuzz_traits<PAGESTASH_LAYOUT(T)>, #T},
+const NamedFuzzer layout_fuzzers[] = {PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_FUZZ_ENTRY)
+                                          PAGESTASH_TEST_FOR_EACH_COMPRESSED_LAYOUT(PAGESTASH_FUZZ_TRAITS_ENTRY)};
+#undef PAGESTASH_FUZZ_TRAITS_ENTRY
 #undef PAGESTASH_FUZZ_ENTRY
 
 }  // namespace

@@ -350,7 +350,7 @@ py::list recipe_table() {
     d["scales"] = R::scales;
     d["data_dtype"] = dtype(torch_type<typename R::layout::data_type>());
     d["scales_dtype"] = dtype(torch_type<typename R::layout::scale_type>());
-    d["compressible"] = ps::compressible<typename R::layout>;  // takes every compression but lossless too
+    d["compressible"] = ps::compressible<typename R::layout>;  // takes the lossy compressions (every recipe: lossless)
     table.append(d);
   });
   return table;

@@ -311,3 +311,24 @@ def test_module_gradients_mxfp8_close_lossless_identical():
             assert error < MXFP8_GRAD_ERROR  # ...a little
         assert mxfp8_pages < 0.6 * lossless_pages
     print(f"\nworst relative error of a weight gradient, mxfp8: {worst:.4f}")
+
+
+# ---- Sizing ------------------------------------------------------------------------------------------------------
+
+def test_size_pool_sizes_the_compressed_stream():
+    """A layer whose tensors are paged compressed needs about 0.52 of the lossless layer's pages; every count
+    vector the sizer measures is the stash's (the same measured counts for both)."""
+    shape = ps.Shape(8, 256, 1024)
+    counts = torch.tensor([[256, 200, 100, 50, 20, 10, 5, 0], [128, 128, 128, 64, 64, 32, 16, 8]])
+    kw = dict(counts=counts, layers=2, microbatches=2, page_bytes=16384, samples=200, seed=5)
+    lossless = ps.size_pool([("bf16/capacity", shape)], **kw)
+    compressed = ps.size_pool([("bf16/capacity", shape, "mxfp8")], **kw)
+    assert lossless.full_bytes == compressed.full_bytes  # what autograd would hold: the bf16 buffers
+    assert 0.50 < compressed.device_pages / lossless.device_pages < 0.55, (compressed.device_pages,
+                                                                           lossless.device_pages)
+    with pytest.raises(ValueError, match="unknown compression 'mxfp9'"):
+        ps.size_pool([("bf16/capacity", shape, "mxfp9")], **kw)
+    with pytest.raises(ValueError, match="compression 'fp8_1x128' needs a bf16 or fp16 recipe, not 'fp32/capacity'"):
+        ps.size_pool([("fp32/capacity", shape, "fp8_1x128")], **kw)
+    with pytest.raises(ValueError, match="hidden = 1000 must be a multiple of 128"):
+        ps.size_pool([("bf16/capacity", ps.Shape(8, 256, 1000), "fp8_1x128")], **kw)

@@ -23,8 +23,9 @@ namespace pagestash_torch {
 
 #ifdef PAGESTASH_TORCH_CUDA
 // ops_cuda.cu
-void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options);
+void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const std::string& compression,
+              const PoolParts& pool, const Shape& s, const RecordMemory& record, const Buffers& buffers,
+              ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst);
 
@@ -44,8 +45,8 @@ cudaStream_t stream_of(const at::Tensor&) {
               "need a build with it");
   return nullptr;
 }
-void run_cuda(cudaStream_t, Op, const std::string&, const PoolParts&, const Shape&, const RecordMemory&, const Buffers&,
-              ps::ReloadOptions) {}
+void run_cuda(cudaStream_t, Op, const std::string&, const std::string&, const PoolParts&, const Shape&,
+              const RecordMemory&, const Buffers&, ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
 #endif
@@ -180,10 +181,10 @@ void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& 
 }
 
 /// The buffers of a grouped tensor, checked against the recipe's geometry for `s`.
-Buffers buffers_of(const std::string& recipe, const Shape& s, const at::Device& device, const at::Tensor& data,
-                   const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
-                   const std::optional<at::Tensor>& counts) {
-  const RecipeInfo info = checked([&] { return recipe_info(recipe, s); });
+Buffers buffers_of(const std::string& recipe, const std::string& compression, const Shape& s, const at::Device& device,
+                   const at::Tensor& data, const std::optional<at::Tensor>& scales,
+                   const std::optional<at::Tensor>& amax, const std::optional<at::Tensor>& counts) {
+  const RecipeInfo info = checked([&] { return recipe_info(recipe, compression, s); });
   check_buffer(data, "data", info.data_bytes, device, recipe, false);
   check_rows(data, recipe, s);
   check_buffer(scales, "scales", info.scales_bytes, device, recipe, true);
@@ -215,13 +216,13 @@ void on_executor(const at::Tensor& control, const OnHost& on_host, const OnCuda&
 
 /// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
-            std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const Shape& s,
-            const Buffers& buffers, ps::ReloadOptions options) {
+            std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const std::string& compression,
+            const Shape& s, const Buffers& buffers, ps::ReloadOptions options) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   on_executor(
-      control, [&] { run(ps::host, op, recipe, pool, s, rec, buffers, options); },
-      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, pool, s, rec, buffers, options); });
+      control, [&] { run(ps::host, op, recipe, compression, pool, s, rec, buffers, options); },
+      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, compression, pool, s, rec, buffers, options); });
 }
 
 /// A shape as the ops take it: [groups, tokens, hidden], the order of a capacity tensor's
@@ -231,12 +232,14 @@ Shape shape_of(at::IntArrayRef shape) {
   return Shape{shape[0], shape[1], shape[2]};
 }
 
-/// `shape` for `recipe`, checked in the ops' terms (shape[i], the recipe, the fix) before
-/// the library's own check (validate_shape), whose message names the layout's fields.
-Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
+/// `shape` for `recipe` and `compression`, checked in the ops' terms (shape[i], the recipe, the
+/// fix) before the library's own check (validate_shape), whose message names the layout's fields.
+/// An unknown compression, or one the recipe cannot take, is refused here too (with_recipe's message).
+Shape checked_shape(const std::string& recipe, const std::string& compression, at::IntArrayRef shape) {
   const Shape s = shape_of(shape);
   checked([&] {
-    with_recipe(recipe, [&](auto tag) {
+    with_recipe(recipe, compression, [&](auto tag, auto c) {
+      using C = decltype(c);
       using L = typename decltype(tag)::layout;
       const auto refuse = [&](const auto&... what) {
         TORCH_CHECK_VALUE(false, "pagestash: shape ", shape, " does not fit recipe '", recipe, "': ", what...);
@@ -247,6 +250,12 @@ Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
       if (s.hidden % L::hidden_multiple != 0)
         refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", L::hidden_multiple,
                " for this recipe: pad hidden to ", (s.hidden / L::hidden_multiple + 1) * L::hidden_multiple);
+      if constexpr (C::compressed) {
+        if (s.hidden % C::block != 0)
+          refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", C::block, " (the block of compression '",
+                 C::name, "'): pad hidden to ", (s.hidden / C::block + 1) * C::block,
+                 ", or pass compression 'lossless'");
+      }
       ps::GroupedView<L> v;
       v.max_tokens = s.tokens;
       v.hidden = s.hidden;
@@ -264,27 +273,28 @@ Shape checked_shape(const std::string& recipe, at::IntArrayRef shape) {
 
 void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_arena, std::int64_t page_bytes,
               at::Tensor& record, const std::string& recipe, at::IntArrayRef shape, const at::Tensor& data,
-              const at::Tensor& counts, const std::optional<at::Tensor>& scales,
-              const std::optional<at::Tensor>& amax) {
-  const Shape s = checked_shape(recipe, shape);
-  const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, counts);
-  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, s, b, {});
+              const at::Tensor& counts, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
+              const std::string& compression) {
+  const Shape s = checked_shape(recipe, compression, shape);
+  const Buffers b = buffers_of(recipe, compression, s, control.device(), data, scales, amax, counts);
+  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, compression, s, b, {});
 }
 
 void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
                at::Tensor& data, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
-               bool zero_tail, bool poison) {
-  const Shape s = checked_shape(recipe, shape);
-  const Buffers b = buffers_of(recipe, s, control.device(), data, scales, amax, std::nullopt);
-  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, s, b,
+               bool zero_tail, bool poison, const std::string& compression) {
+  const Shape s = checked_shape(recipe, compression, shape);
+  const Buffers b = buffers_of(recipe, compression, s, control.device(), data, scales, amax, std::nullopt);
+  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, compression, s, b,
          ps::ReloadOptions{zero_tail, poison});
 }
 
 void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
-                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape) {
-  const Shape s = checked_shape(recipe, shape);
-  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, s, Buffers{}, {});
+                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
+                const std::string& compression) {
+  const Shape s = checked_shape(recipe, compression, shape);
+  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, compression, s, Buffers{}, {});
 }
 
 void pool_step_op(PoolStep step, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -340,13 +350,15 @@ py::list recipe_table() {
     d["scales"] = R::scales;
     d["data_dtype"] = dtype(torch_type<typename R::layout::data_type>());
     d["scales_dtype"] = dtype(torch_type<typename R::layout::scale_type>());
+    d["compressible"] = ps::compressible<typename R::layout>;  // takes the lossy compressions (every recipe: lossless)
     table.append(d);
   });
   return table;
 }
 
-py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& shape) {
-  const RecipeInfo i = checked([&] { return recipe_info(recipe, checked_shape(recipe, shape)); });
+py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& shape, const std::string& compression) {
+  const RecipeInfo i =
+      checked([&] { return recipe_info(recipe, compression, checked_shape(recipe, compression, shape)); });
   py::dict d;
   d["data_bytes"] = i.data_bytes;
   d["scales_bytes"] = i.scales_bytes;
@@ -376,19 +388,24 @@ void init_pool_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_a
 }
 
 std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena,
-                             std::int64_t page_bytes, const std::string& recipe,
-                             const std::vector<std::int64_t>& shape) {
+                             std::int64_t page_bytes, const std::string& recipe, const std::vector<std::int64_t>& shape,
+                             const std::string& compression) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  return checked([&] { return record_bytes(recipe, pool, space_of(control), checked_shape(recipe, shape)); });
+  return checked([&] {
+    return record_bytes(recipe, compression, pool, space_of(control), checked_shape(recipe, compression, shape));
+  });
 }
 
 void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
-                    at::Tensor record, const std::string& recipe, const std::vector<std::int64_t>& shape) {
+                    at::Tensor record, const std::string& recipe, const std::vector<std::int64_t>& shape,
+                    const std::string& compression) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  checked([&] { init_record(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
+  checked([&] {
+    init_record(recipe, compression, pool, space_of(control), checked_shape(recipe, compression, shape), rec);
+  });
 }
 
 constexpr std::size_t flag_words = ps::flag_count;
@@ -427,12 +444,14 @@ py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor h
 }
 
 py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
-                          at::Tensor record, const std::string& recipe, const std::vector<std::int64_t>& shape) {
+                          at::Tensor record, const std::string& recipe, const std::vector<std::int64_t>& shape,
+                          const std::string& compression) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  const ps::RecordStatus s =
-      checked([&] { return record_status(recipe, pool, space_of(control), checked_shape(recipe, shape), rec); });
+  const ps::RecordStatus s = checked([&] {
+    return record_status(recipe, compression, pool, space_of(control), checked_shape(recipe, compression, shape), rec);
+  });
   py::dict d;  // every field of the C++ table, under its name; states and flags by name
   ps::for_each_field(s, [&](const char* name, auto value) {
     if constexpr (std::is_enum_v<decltype(value)>) d[name] = ps::name_of(value);
@@ -505,17 +524,19 @@ py::dict size_pool_py(const py::kwargs& request) {
 }  // namespace
 
 TORCH_LIBRARY(pagestash, m) {
-  // Every op: the pool's state first, then the record, its recipe and shape [groups, tokens, hidden].
+  // Every op: the pool's state first, then the record, its recipe and shape [groups, tokens, hidden]; the record's
+  // compression (pagestash's compression_names()) last, by name, as the record was made with it.
   m.def(
       "stash(Tensor(a!) control, Tensor(b!) device_arena, Tensor(c!) host_arena, int page_bytes, Tensor(d!) record, "
-      "str recipe, int[] shape, Tensor data, Tensor counts, Tensor? scales=None, Tensor? amax=None) -> ()");
+      "str recipe, int[] shape, Tensor data, Tensor counts, Tensor? scales=None, Tensor? amax=None, "
+      "str compression='lossless') -> ()");
   m.def(
       "reload(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
       "str recipe, int[] shape, Tensor(e!) data, Tensor(f!)? scales=None, Tensor(g!)? amax=None, "
-      "bool zero_tail=False, bool poison=True) -> ()");
+      "bool zero_tail=False, bool poison=True, str compression='lossless') -> ()");
   m.def(
       "discard(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(d!) record, "
-      "str recipe, int[] shape) -> ()");
+      "str recipe, int[] shape, str compression='lossless') -> ()");
   m.def("reset(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes) -> ()");
   m.def("end_step(Tensor(a!) control, Tensor device_arena, Tensor host_arena, int page_bytes) -> ()");
   m.def("report(Tensor control, Tensor device_arena, Tensor host_arena, int page_bytes, Tensor(a!) out) -> ()");
@@ -547,8 +568,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace pagestash_torch;
   m.doc() = "pagestash: paged stashing of grouped MoE activations (ops in torch.ops.pagestash)";
   m.def("recipes", &recipe_names, "The recipes this build instantiates");
-  m.def("recipe_table", &recipe_table, "Each recipe's name, family, placement, scales and dtypes");
-  m.def("recipe_info", &info_dict, "Buffer bytes and granules of a recipe for a shape");
+  m.def("recipe_table", &recipe_table, "Each recipe's name, family, placement, scales, dtypes and compressible");
+  m.def("compression_names", &compression_names, "The compressions: 'lossless', then each format's name");
+  m.def("recipe_info", &info_dict, "Buffer bytes and granules of a recipe for a shape", py::arg("recipe"),
+        py::arg("shape"), py::arg("compression") = ps::Lossless::name);
   m.def("pool_bytes", &pool_bytes, "Bytes of a pool's control, device arena and host arena");
   m.def("init_pool", &init_pool_py, "Writes a new pool's state into its memory");
   m.def("record_bytes", &record_bytes_py, "Bytes of a record's memory");

@@ -9,9 +9,10 @@
 
 namespace pagestash_torch {
 
-void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
-  run(ps::on(stream), op, recipe, pool, s, record, buffers, options);
+void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const std::string& compression,
+              const PoolParts& pool, const Shape& s, const RecordMemory& record, const Buffers& buffers,
+              ps::ReloadOptions options) {
+  run(ps::on(stream), op, recipe, compression, pool, s, record, buffers, options);
 }
 
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step) {

@@ -21,8 +21,13 @@ namespace ps = pagestash;
 
 // The recipes are pagestash's (<pagestash/layouts/recipes.hpp>): with_recipe calls its
 // function with a pagestash::Recipe<Layout>, whose `layout` and `traits` the ops use.
+using ps::compression_names;
 using ps::recipe_names;
 using ps::with_recipe;
+
+/// The traits an op instantiates for a recipe and a compression (with_recipe(recipe, compression, f)'s two tags).
+template <class RecipeTag, class Compression>
+using traits_of = ps::CompressionTraits<typename RecipeTag::layout, Compression>;
 
 /// A pool's memory as the caller holds it: three parts and the page size (the page counts
 /// follow from the arenas' sizes).
@@ -110,10 +115,10 @@ struct RecipeInfo {
   bool packed = false, scales_paged = false, amax_kept = false;
 };
 
-inline RecipeInfo recipe_info(const std::string& recipe, const Shape& s) {
-  return with_recipe(recipe, [&](auto tag) {
+inline RecipeInfo recipe_info(const std::string& recipe, const std::string& compression, const Shape& s) {
+  return with_recipe(recipe, compression, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
-    using Tr = typename decltype(tag)::traits;
+    using Tr = traits_of<decltype(tag), decltype(c)>;
     const ps::GroupedView<L> v = view_of<L>(s);
     RecipeInfo info;
     info.data_bytes = v.buffer_bytes(ps::BufferRole::data);
@@ -129,12 +134,13 @@ inline RecipeInfo recipe_info(const std::string& recipe, const Shape& s) {
   });
 }
 
-inline std::int64_t record_bytes(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space,
-                                 const Shape& s) {
+inline std::int64_t record_bytes(const std::string& recipe, const std::string& compression, const PoolParts& pool,
+                                 ps::MemorySpace space, const Shape& s) {
   const ps::PagePool p = attach_pool(pool, space);
-  return with_recipe(recipe, [&](auto tag) {
+  return with_recipe(recipe, compression, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
-    return static_cast<std::int64_t>(ps::StashRecord<typename decltype(tag)::traits>::bytes_needed(p, view_of<L>(s)));
+    return static_cast<std::int64_t>(
+        ps::StashRecord<traits_of<decltype(tag), decltype(c)>>::bytes_needed(p, view_of<L>(s)));
   });
 }
 
@@ -156,12 +162,12 @@ void check_record_bytes(const ps::PagePool& p, const ps::GroupedView<typename Tr
 }
 
 /// Writes an empty record's header into `record`.
-inline void init_record(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space, const Shape& s,
-                        const RecordMemory& record) {
+inline void init_record(const std::string& recipe, const std::string& compression, const PoolParts& pool,
+                        ps::MemorySpace space, const Shape& s, const RecordMemory& record) {
   const ps::PagePool p = attach_pool(pool, space);
-  with_recipe(recipe, [&](auto tag) {
+  with_recipe(recipe, compression, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
-    using Tr = typename decltype(tag)::traits;
+    using Tr = traits_of<decltype(tag), decltype(c)>;
     check_record_bytes<Tr>(p, view_of<L>(s), record);
     const ps::StashRecord<Tr> made(p, view_of<L>(s), record.ptr);
   });
@@ -178,14 +184,14 @@ ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedVi
 }
 
 /// One operation with executor `exec` (pagestash::host, or pagestash::on(stream) from CUDA
-/// code) on the pool in `pool` and the record in `record`.
+/// code) on the pool in `pool` and the record in `record`, made with `compression`.
 template <class Exec>
-void run(const Exec& exec, Op op, const std::string& recipe, const PoolParts& pool, const Shape& s,
-         const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
+void run(const Exec& exec, Op op, const std::string& recipe, const std::string& compression, const PoolParts& pool,
+         const Shape& s, const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
   ps::PagePool p = attach_pool(pool, Exec::memory);
-  with_recipe(recipe, [&](auto tag) {
+  with_recipe(recipe, compression, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
-    using Tr = typename decltype(tag)::traits;
+    using Tr = traits_of<decltype(tag), decltype(c)>;
     auto rec = attach_record<Tr>(p, view_of<L>(s), record);
     switch (op) {
       case Op::stash: ps::stash(exec, p, view_of<L>(s, buffers), rec); break;
@@ -212,12 +218,12 @@ void run_report(const Exec& exec, const PoolParts& pool, ps::PoolStats* dst) {
 }
 
 /// The record's status (synchronises, as StashRecord::status does), `stale` included.
-inline ps::RecordStatus record_status(const std::string& recipe, const PoolParts& pool, ps::MemorySpace space,
-                                      const Shape& s, const RecordMemory& record) {
+inline ps::RecordStatus record_status(const std::string& recipe, const std::string& compression, const PoolParts& pool,
+                                      ps::MemorySpace space, const Shape& s, const RecordMemory& record) {
   const ps::PagePool p = attach_pool(pool, space);
-  return with_recipe(recipe, [&](auto tag) {
+  return with_recipe(recipe, compression, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
-    return attach_record<typename decltype(tag)::traits>(p, view_of<L>(s), record).status(p);
+    return attach_record<traits_of<decltype(tag), decltype(c)>>(p, view_of<L>(s), record).status(p);
   });
 }
 

@@ -26,7 +26,8 @@ namespace sizing = ps::sizing;
 /// (Dirichlet) or measured count vectors.
 struct SizingRequest {
   std::vector<std::string> recipes;
-  std::vector<Shape> shapes;  ///< one per recipe
+  std::vector<Shape> shapes;              ///< one per recipe
+  std::vector<std::string> compressions;  ///< one per recipe ("" or "lossless": none), or none at all: lossless
   std::string schedule = "lifo";
   std::int32_t layers = sizing::default_layers, microbatches = sizing::default_microbatches;
   // The router, when `counts` is empty.
@@ -53,6 +54,7 @@ template <class Request, class Fn>
 void for_each_field(Request& r, Fn&& fn) {
   fn("recipes", r.recipes);
   fn("shapes", r.shapes);
+  fn("compressions", r.compressions);
   fn("schedule", r.schedule);
   fn("layers", r.layers);
   fn("microbatches", r.microbatches);
@@ -76,11 +78,20 @@ void for_each_field(Request& r, Fn&& fn) {
   fn("curve_points", r.curve_points);
 }
 
-/// A saved tensor of one of the extension's recipes, of shape `s`.
-inline sizing::SavedTensor saved_tensor(const std::string& recipe, const Shape& s) {
-  return with_recipe(recipe, [&](auto tag) {
+/// A saved tensor of one of the extension's recipes, of shape `s`, paged with `compression` (the traits a record of
+/// them instantiates, so that its pages are the compressed stream's).
+inline sizing::SavedTensor saved_tensor(const std::string& recipe, const std::string& compression, const Shape& s) {
+  return with_recipe(recipe, compression, [&](auto tag, auto c) {
     using Layout = typename decltype(tag)::layout;
-    return sizing::SavedTensor::of<typename decltype(tag)::traits>(view_of<Layout>(s), recipe);
+    using C = decltype(c);
+    std::string name = recipe;
+    if constexpr (C::compressed) {
+      name += std::string(" (") + C::name + ")";
+      if (s.hidden % C::block != 0)
+        refuse_request("size_pool: " + name + ": hidden = " + std::to_string(s.hidden) + " must be a multiple of " +
+                       std::to_string(C::block) + " (the block of compression '" + C::name + "')");
+    }
+    return sizing::SavedTensor::of<traits_of<decltype(tag), C>>(view_of<Layout>(s), name);
   });
 }
 
@@ -92,16 +103,20 @@ inline sizing::Layer layer_of(const SizingRequest& r) {
   if (r.recipes.size() != r.shapes.size())
     refuse_request("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
                    std::to_string(r.shapes.size()) + " shapes: give one shape per recipe");
+  if (!r.compressions.empty() && r.compressions.size() != r.recipes.size())
+    refuse_request("size_pool: " + std::to_string(r.recipes.size()) + " recipes and " +
+                   std::to_string(r.compressions.size()) + " compressions: give one per recipe, or none");
   std::vector<sizing::SavedTensor> tensors;
   for (std::size_t i = 0; i < r.recipes.size(); ++i) {
     const Shape& s = r.shapes[i];
     if (s.groups < 1)
       refuse_request("size_pool: saved[" + std::to_string(i) +
                      "]: Shape.groups (experts) = " + std::to_string(s.groups) + " must be at least 1");
-    sizing::SavedTensor t = saved_tensor(r.recipes[i], s);
+    const std::string compression = r.compressions.empty() ? ps::Lossless::name : r.compressions[i];
+    sizing::SavedTensor t = saved_tensor(r.recipes[i], compression, s);
     const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.tokens) + ", " +
                              std::to_string(s.hidden) + "]";
-    if (recipe_info(r.recipes[i], s).packed && s.tokens != t.capacity() * s.groups)
+    if (recipe_info(r.recipes[i], ps::Lossless::name, s).packed && s.tokens != t.capacity() * s.groups)
       refuse_request("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
                      "a multiple of " + std::to_string(s.groups) + ")");
     if (!tensors.empty() && t.capacity() != tensors.front().capacity())

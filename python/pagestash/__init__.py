@@ -18,14 +18,14 @@ from .errors import FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarn
 from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
 from .sizing import CurvePoint, PoolSizing, size_pool
 from .pool import PagePool, Record, decode_report
-from .recipes import FAMILIES, Shape, infer, recipe, recipe_info, recipes
+from .recipes import COMPRESSIONS, FAMILIES, Shape, infer, recipe, recipe_info, recipes
 from .step import PagedStep, PagingWarning, run_step
 
 #: Whether this build has the CUDA executor (CUDA tensors); the host executor is always there.
 with_cuda: bool = _C.with_cuda
 __version__: str = _C.version
 
-__all__ = ["ops", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
+__all__ = ["ops", "COMPRESSIONS", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
            "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "with_cuda", "__version__"]

@@ -5,10 +5,13 @@ PagePool.state), then, for stash, reload and discard, the record's memory, its r
 its shape as [groups, tokens, hidden]; keyword arguments by these names work too:
 
     stash(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts,
-          scales=None, amax=None)
+          scales=None, amax=None, compression='lossless')
     reload(control, device_arena, host_arena, page_bytes, record, recipe, shape, data,
-           scales=None, amax=None, zero_tail=False, poison=True)
-    discard(control, device_arena, host_arena, page_bytes, record, recipe, shape)
+           scales=None, amax=None, zero_tail=False, poison=True, compression='lossless')
+    discard(control, device_arena, host_arena, page_bytes, record, recipe, shape, compression='lossless')
+
+`compression` is the record's (PagePool.record's `compress`: 'lossless', or a lossy format of
+pagestash.COMPRESSIONS), the one it was made with.
     reset(control, device_arena, host_arena, page_bytes)
     end_step(control, device_arena, host_arena, page_bytes)
     report(control, device_arena, host_arena, page_bytes, out)
@@ -41,20 +44,20 @@ def _no_meta_beside_a_real_pool(control, **tensors):
 
 @torch.library.register_fake("pagestash::stash")
 def _stash_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, counts, scales=None,
-                amax=None):
+                amax=None, compression="lossless"):
     _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
                                 counts=counts, scales=scales, amax=amax)
 
 
 @torch.library.register_fake("pagestash::reload")
 def _reload_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, data, scales=None, amax=None,
-                 zero_tail=False, poison=True):
+                 zero_tail=False, poison=True, compression="lossless"):
     _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record, data=data,
                                 scales=scales, amax=amax)
 
 
 @torch.library.register_fake("pagestash::discard")
-def _discard_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape):
+def _discard_fake(control, device_arena, host_arena, page_bytes, record, recipe, shape, compression="lossless"):
     _no_meta_beside_a_real_pool(control, device_arena=device_arena, host_arena=host_arena, record=record)
 
 

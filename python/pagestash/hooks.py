@@ -28,7 +28,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .pool import PagePool
-from .recipes import Shape, infer
+from .recipes import Shape, compression_of, infer, recipe_info
 
 
 class UnpagedWarning(UserWarning):
@@ -116,8 +116,10 @@ class _Group:
     first time backward needs one."""
 
     def __init__(self, pool: PagePool, recipe: str, shape: Shape, counts: torch.Tensor,
-                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str, poison: bool = True):
+                 buffers: Dict[str, torch.Tensor], zero_tail: bool, name: str, poison: bool = True,
+                 compression: str = "lossless"):
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
+        self.compression = compression
         self.poison = poison
         self.counts = counts
         # The stash refuses counts changed since mark() (an inference tensor has no version: it cannot change).
@@ -156,7 +158,7 @@ class _Group:
                                "stashed: the stash would page the rows the new counts say. Mark it once its counts "
                                "are final, or pass counts.clone() to mark()")
         with torch.no_grad():
-            self.record = self.pool.record(self.recipe, self.shape)
+            self.record = self.pool.record(self.recipe, self.shape, compress=self.compression)
             self.record.name = self.name
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
         self.buffers = None  # the pages hold them now: let the caller's tensors go
@@ -258,6 +260,11 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     at the first reload after a failure (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
 
+    `compress`: how marked tensors are paged unless their mark() says otherwise: None or
+    'lossless' (byte for byte), or a lossy format of pagestash.COMPRESSIONS ('mxfp8',
+    'mxfp8_e5m2', 'fp8_1x128': bf16 and fp16 marks only, about half the pages; backward then
+    sees dequantize(quantize(x)), so gradients are close to, not equal to, those without paging).
+
     `prefetch`: when backward needs a marked tensor, the reloads of the next `prefetch` in
     backward order (the context's stashes before it) are issued on a side CUDA stream, each
     unpack waiting on its own event. `skip_next`: the last `skip_next` marked tensors
@@ -266,7 +273,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     """
 
     def __init__(self, pool: PagePool, *, zero_tail: bool = True, poison: bool = True,
-                 strict: Optional[bool] = None, warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0):
+                 strict: Optional[bool] = None, warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0,
+                 compress: Optional[str] = None):
+        self.compress = compression_of(compress)  # an unknown name fails here, before anything runs
         for arg, value in (("prefetch", prefetch), ("skip_next", skip_next)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"paged_saved_tensors: {arg} must be an int >= 0 (marked tensors), not {value!r}")
@@ -314,13 +323,15 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     def mark(self, data: torch.Tensor, counts: torch.Tensor, *, recipe: Optional[str] = None,
              shape: Optional[Shape] = None, scales: Optional[torch.Tensor] = None,
              amax: Optional[torch.Tensor] = None, name: Optional[str] = None,
-             scale_layout: str = "swizzled") -> torch.Tensor:
+             scale_layout: str = "swizzled", compress: Optional[str] = None) -> torch.Tensor:
         """Marks `data` (with its `scales` and `amax`, for MXFP8 and NVFP4) as one grouped
         tensor whose live rows `counts` gives (int32, one per group, on the pool's device).
         `recipe` and `shape` are inferred from data where they can be (pagestash.infer);
         `name` names it in warnings and errors. Returns `data`. The buffers must be
         contiguous (ValueError) and are checked when stashed; the counts must not change in
-        place until then. Only inside the with block: elsewhere (with grad on) it raises
+        place until then. `compress` pages this one compressed (or 'lossless': not), whatever
+        the context's `compress`; None: the context's. A compression the recipe or shape
+        cannot take raises ValueError here. Only inside the with block: elsewhere (with grad on) it raises
         RuntimeError.
 
         Under no_grad or torch.utils.checkpoint it pages nothing and returns `data`:
@@ -337,17 +348,21 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
                                "entered or after it exited) would page nothing: call it inside the block, before "
                                "the layer that saves the tensor")
         recipe, shape = infer(data, counts, recipe=recipe, shape=shape, scales=scale_layout)
+        compression = self.compress if compress is None else compression_of(compress)
+        if compression != "lossless":
+            recipe_info(recipe, shape, compression)  # refuses a recipe or shape it cannot take, now
         buffers = {"data": data}
         if scales is not None:
             buffers["scales"] = scales
         if amax is not None:
             buffers["amax"] = amax
-        name = name or f"marked tensor #{len(self._groups)} ({recipe}, shape {tuple(shape)})"
+        lossy = "" if compression == "lossless" else f", {compression}"
+        name = name or f"marked tensor #{len(self._groups)} ({recipe}, shape {tuple(shape)}{lossy})"
         for role, t in buffers.items():  # the ops page contiguous buffers: refuse now, not at the save
             if not t.is_contiguous():
                 raise ValueError(f"pagestash: mark(): {role} of {name} is not contiguous (strides {list(t.stride())}): "
                                  f"mark {role}.contiguous() and give that to the layer")
-        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name, self.poison)
+        group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name, self.poison, compression)
         self._groups.append(group)
         for role, t in buffers.items():
             geometry = (t.dtype, t.storage_offset(), t.numel())

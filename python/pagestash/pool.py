@@ -20,7 +20,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from . import _C
 from ._ops import ops
 from .errors import FLAG_NAMES, OverflowRateWarning, PagingError, failed_flags
-from .recipes import Shape, infer
+from .recipes import Shape, compression_of, infer
 
 Device = Union[str, torch.device]
 
@@ -181,15 +181,22 @@ class PagePool:
 
     def record(self, recipe: Optional[str] = None, shape: Optional[Shape] = None, *,
                like: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-               scales: str = "swizzled") -> "Record":
+               scales: str = "swizzled", compress: Optional[str] = None) -> "Record":
         """A record for one grouped tensor: of `recipe` and `shape`, or of the recipe and
         shape inferred from a tensor `like` its data (and `counts`, for a packed one; see
-        pagestash.infer). Made once, outside any graph: it allocates."""
+        pagestash.infer). Made once, outside any graph: it allocates.
+
+        `compress`: how its pages keep the data, one of pagestash.COMPRESSIONS. None or
+        'lossless': byte for byte. 'mxfp8', 'mxfp8_e5m2', 'fp8_1x128': a bf16 or fp16 recipe's
+        data paged as FP8 codes and block scales (about half the pages); the reload gives
+        dequantize(quantize(x)), lossy (docs/python.md, "Compressed stash"). Raises ValueError
+        for an unknown name, a recipe that is not bf16 or fp16, or a hidden that is not a
+        multiple of the format's block."""
         if recipe is None or shape is None:
             if like is None:
                 raise ValueError("pagestash: PagePool.record needs recipe= and shape=, or like= (a tensor to infer them from)")
             recipe, shape = infer(like, counts, recipe=recipe, shape=shape, scales=scales)
-        return Record(self, recipe, shape)
+        return Record(self, recipe, shape, compress)
 
     def stats(self) -> dict:
         """Flags and counters, read back (synchronises the device for a CUDA pool); with the
@@ -439,22 +446,25 @@ class Record:
     the pool's device: the counts, page ids, work plan, kept buffers (NVFP4's amax), its
     state and the id of its pool (every op checks it). Make it with PagePool.record."""
 
-    def __init__(self, pool: PagePool, recipe: str, shape: Shape):
+    def __init__(self, pool: PagePool, recipe: str, shape: Shape, compress: Optional[str] = None):
         if not isinstance(shape, Shape):
             raise ValueError(f"pagestash: shape must be a pagestash.Shape(groups, tokens, hidden), not {shape!r}")
         self.pool = pool
         self.recipe = recipe
         self.shape = shape
+        #: How its pages keep the data: 'lossless', or a lossy format's name (PagePool.record's `compress`).
+        self.compression = compression_of(compress)
         #: How errors name it (the hook names it after the marked tensor).
-        self.name = f"a {recipe} record {tuple(shape)}"
-        nbytes = _C.record_bytes(*pool.state, recipe, list(shape))
+        lossy = "" if self.compression == "lossless" else f" ({self.compression})"
+        self.name = f"a {recipe} record {tuple(shape)}{lossy}"
+        nbytes = _C.record_bytes(*pool.state, recipe, list(shape), self.compression)
         self.memory = _aligned_bytes(nbytes, pool.device)
-        _C.init_record(*pool.state, self.memory, recipe, list(shape))
+        _C.init_record(*pool.state, self.memory, recipe, list(shape), self.compression)
 
     def __deepcopy__(self, memo) -> "Record":
-        """An empty record of the same recipe and shape in the deep copy of its pool (a new
-        pool: see PagePool.__deepcopy__); stashed pages are not copied."""
-        return Record(copy.deepcopy(self.pool, memo), self.recipe, self.shape)
+        """An empty record of the same recipe, shape and compression in the deep copy of its
+        pool (a new pool: see PagePool.__deepcopy__); stashed pages are not copied."""
+        return Record(copy.deepcopy(self.pool, memo), self.recipe, self.shape, self.compression)
 
     def _args(self):
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
@@ -472,7 +482,7 @@ class Record:
         one per group, on the pool's device) is read where the op runs, never on the host.
         With `check` (default: the pool's strict), raises PagingError when the pool's flags
         say the step failed."""
-        ops.stash(*self._args(), data, counts, scales, amax)
+        ops.stash(*self._args(), data, counts, scales, amax, compression=self.compression)
         self.pool._observe_stash(counts)
         self._checked(check, "stash")
 
@@ -482,12 +492,12 @@ class Record:
         zero_tail, every byte of the paged buffers outside the live rows is cleared. A reload
         that does not restore (docs/python.md, "Failures") fills data, scales and amax with
         poison, every byte 0xFF (NaN), unless `poison` is False. `check` as for stash."""
-        ops.reload(*self._args(), data, scales, amax, zero_tail, poison)
+        ops.reload(*self._args(), data, scales, amax, zero_tail, poison, compression=self.compression)
         self._checked(check, "reload")
 
     def discard(self, *, check: Optional[bool] = None) -> None:
         """Returns the pages without copying."""
-        ops.discard(*self._args())
+        ops.discard(*self._args(), compression=self.compression)
         self._checked(check, "discard")
 
     def status(self) -> dict:
@@ -496,4 +506,4 @@ class Record:
         'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group, generation,
         pages, device_pages, stream_bytes, live_bytes, host_pages, refused_blocks,
         launch_in_flight (synchronises)."""
-        return _C.record_status(*self.pool.state, self.memory, self.recipe, list(self.shape))
+        return _C.record_status(*self.pool.state, self.memory, self.recipe, list(self.shape), self.compression)

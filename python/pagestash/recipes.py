@@ -21,6 +21,22 @@ def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
     return None if name is None else getattr(torch, name)
 
 
+#: The compressions a stash offers (pagestash/layouts/recipes.hpp): 'lossless' (byte for byte, the
+#: default), then each lossy format ('mxfp8', 'mxfp8_e5m2', 'fp8_1x128'), which only the recipes
+#: whose table row says `compressible` (bf16 and fp16) take.
+COMPRESSIONS = tuple(_C.compression_names())
+
+
+def compression_of(compress: Optional[str]) -> str:
+    """The compression named by a `compress=` argument: None is 'lossless'. Raises ValueError
+    naming the known compressions for anything else."""
+    if compress is None:
+        return COMPRESSIONS[0]
+    if not isinstance(compress, str) or compress not in COMPRESSIONS:
+        raise ValueError(f"pagestash: unknown compression {compress!r} (known: {', '.join(COMPRESSIONS)})")
+    return compress
+
+
 #: The number format of each recipe family, and the dtypes its data and scales may have
 #: (None: raw bytes, or no scales; uint8 stands for raw bytes in every family).
 FAMILIES = {r["family"]: dict(data=_dtype(r["data_dtype"]), scales=_dtype(r["scales_dtype"])) for r in _TABLE}
@@ -74,11 +90,12 @@ def _recipe_name(family: str, placement: str, scales: str) -> str:
                      f"(known: {', '.join(_C.recipes())})")
 
 
-def recipe_info(recipe: str, shape: Shape) -> dict:
+def recipe_info(recipe: str, shape: Shape, compress: Optional[str] = None) -> dict:
     """Each buffer's bytes for `shape` (data_bytes, scales_bytes, amax_bytes), the count
     alignment, the token granule `tokens` must be a multiple of, and how each buffer is
-    handled (scales_paged, amax_kept). Raises ValueError for a shape the layout refuses."""
-    return _C.recipe_info(recipe, list(shape))
+    handled (scales_paged, amax_kept). Raises ValueError for a shape the layout refuses, and
+    for a compression the recipe or shape cannot take."""
+    return _C.recipe_info(recipe, list(shape), compression_of(compress))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

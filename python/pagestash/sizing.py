@@ -16,10 +16,10 @@ import torch
 from . import _C
 from .errors import PoolCostWarning
 from .pool import Device, PagePool
-from .recipes import Shape
+from .recipes import Shape, compression_of
 
-#: (recipe, Shape): one tensor a layer saves for backward.
-Saved = Tuple[str, Shape]
+#: (recipe, Shape), or (recipe, Shape, compress): one tensor a layer saves for backward.
+Saved = Union[Tuple[str, Shape], Tuple[str, Shape, Optional[str]]]
 
 
 @dataclass(frozen=True)
@@ -92,16 +92,19 @@ class PoolSizing:
                 f"({100 * self.saved_fraction:.1f}%)")
 
 
-def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Saved]:
-    if isinstance(saved, tuple) and len(saved) == 2 and isinstance(saved[0], str):
+def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Tuple[str, Shape, str]]:
+    """(recipe, Shape, compression) for each saved tensor: a pair is lossless."""
+    if isinstance(saved, tuple) and len(saved) in (2, 3) and isinstance(saved[0], str):
         saved = [saved]
     out = list(saved)
     if not out:
         raise ValueError("pagestash.size_pool: saved is empty: give the (recipe, Shape) pairs one layer saves")
     for item in out:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], Shape)):
-            raise ValueError(f"pagestash.size_pool: saved must be (recipe, pagestash.Shape) pairs, not {item!r}")
-    return out
+        if not (isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], str)
+                and isinstance(item[1], Shape)):
+            raise ValueError(f"pagestash.size_pool: saved must be (recipe, pagestash.Shape) pairs (or (recipe, Shape, "
+                             f"compress) triples), not {item!r}")
+    return [(item[0], item[1], compression_of(item[2] if len(item) == 3 else None)) for item in out]
 
 
 def _integer(value, where: str) -> int:
@@ -147,7 +150,8 @@ def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = DEFAULTS[
     """Sizes a PagePool for a target per-step overflow probability.
 
     - `saved`: what one MoE layer saves for backward, as (recipe, Shape) pairs, e.g.
-      `[("bf16/capacity", Shape(experts, capacity, hidden)), ...]`. The tensors share the
+      `[("bf16/capacity", Shape(experts, capacity, hidden)), ...]`, or (recipe, Shape,
+      compress) triples for tensors paged compressed (PagePool.record's `compress`). The tensors share the
       layer's routing (one count per expert) and must hold the same tokens per expert.
     - `schedule`: the order of a step's stashes and reloads: 'lifo' (every forward, then
       every backward), '1f1b:P' (P pipeline stages, Megatron-LM's order on the first stage),
@@ -180,7 +184,8 @@ def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = DEFAULTS[
     vectors, steps, path = ([], [], "") if counts is None else _measured(counts)
     layers = DEFAULTS["layers"] if layers is None else layers
     microbatches = DEFAULTS["microbatches"] if microbatches is None else microbatches
-    request = dict(recipes=[r for r, _ in pairs], shapes=[list(s) for _, s in pairs], schedule=schedule,
+    request = dict(recipes=[r for r, _, _ in pairs], shapes=[list(s) for _, s, _ in pairs],
+                   compressions=[c for _, _, c in pairs], schedule=schedule,
                    layers=int(layers), microbatches=int(microbatches), tokens=0 if tokens is None else int(tokens),
                    top_k=int(top_k), alpha=float(alpha), sampler=sampler, correlation=float(correlation),
                    capacity=0 if capacity is None else int(capacity), counts_file=path, count_steps=steps,

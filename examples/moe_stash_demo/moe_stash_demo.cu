@@ -602,13 +602,11 @@ std::string mib(int64_t bytes) {
 double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 
 void print_table(const std::vector<Result>& results, const Options& o) {
-  std::printf("\n%-28s %-10s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "stash",
-              "sched", "capacity",
-              "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash", "reload",
-              "parity");
+  std::printf("\n%-28s %-10s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "stash", "sched",
+              "capacity", "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash",
+              "reload", "parity");
   std::printf("%-28s %-10s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "", "tokens", "MiB",
-              "MiB", "MiB",
-              "%", "", "peak", "pages", "", "", "GB/s", "GB/s");
+              "MiB", "MiB", "%", "", "peak", "pages", "", "", "GB/s", "GB/s");
   for (const Result& r : results) {
     char parity[64];
     const bool compressed = r.compression != ps::Lossless::name;
@@ -619,11 +617,11 @@ void print_table(const std::vector<Result>& results, const Options& o) {
       std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)",
                     r.parity_bad ? "FAIL" : "OK", (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
     std::printf("%-28s %-10s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n",
-                r.recipe.c_str(), r.compression.c_str(), r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(),
-                mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages,
-                (long long)r.eager_peak_pages, (long long)r.planned.value, r.host_spill ? "yes" : "no",
-                (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds),
-                parity);
+                r.recipe.c_str(), r.compression.c_str(), r.schedule.c_str(), (long long)r.capacity,
+                mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(),
+                r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages, (long long)r.planned.value,
+                r.host_spill ? "yes" : "no", (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds),
+                gbps(r.live_bytes, r.reload_seconds), parity);
   }
   char sizing[96];
   if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the sizer's for overflow <= %g per step", o.overflow);
@@ -678,15 +676,15 @@ void print_json(const std::vector<Result>& results) {
         "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
         "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld}",
         i ? "," : "", r.recipe.c_str(), r.compression.c_str(), r.compressible ? "true" : "false",
-        r.compression == ps::Lossless::name ? "source" : "round_trip_blocks", r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
-        (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
-        (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
-        (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false", (long long)r.overflows,
-        (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
-        gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
-        r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager", (long long)r.planned.value,
-        (long long)r.planned.low, (long long)r.planned.high, r.planned_for, r.planned_overflow,
-        (long long)r.pages_held_at_step_end);
+        r.compression == ps::Lossless::name ? "source" : "round_trip_blocks", r.schedule.c_str(), r.executor.c_str(),
+        (long long)r.tensors, (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes,
+        (long long)r.pool_bytes, (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(),
+        (long long)r.pool_pages, (long long)r.eager_peak_pages, (long long)r.peak_pages,
+        r.host_spill ? "true" : "false", (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes,
+        gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok,
+        (long long)r.parity_bad, r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager",
+        (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
+        r.planned_overflow, (long long)r.pages_held_at_step_end);
   }
   std::printf("\n]}\n");
 }

@@ -4,7 +4,8 @@
 //
 //   pagestash_size [--shape NAME] [--hidden N --experts N --top-k N --tokens N]
 //                  [--recipe NAME|FAMILY] [--placement capacity|packed|packed_padded]
-//                  [--scales swizzled|compact] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
+//                  [--scales swizzled|compact] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--ffn-hidden N]
+//                  [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
 //                  [--routing multinomial|per-token] [--capacity-factor 2] [--overflow 1e-3]
 //                  [--page-bytes 65536] [--host-pages 0] [--samples 20000] [--bootstrap 200] [--seed 1]
@@ -205,7 +206,8 @@ void print_text(const Report& r) {
   const sizing::PoolSizing& p = r.sizing;
   const auto page = p.settings.page_bytes;
   std::printf("layer: %s (%s), %d experts, capacity %lld tokens per expert (count alignment %lld)\n",
-              r.o.recipe.c_str(), r.o.compression.c_str(), r.layer.experts(), (long long)r.layer.capacity(), (long long)r.layer.count_alignment());
+              r.o.recipe.c_str(), r.o.compression.c_str(), r.layer.experts(), (long long)r.layer.capacity(),
+              (long long)r.layer.count_alignment());
   for (const auto& t : r.layer.tensors())
     std::printf("  saves %s: hidden %lld, %.2f MiB at full shape\n", t.name().c_str(), (long long)t.hidden(),
                 mib(double(t.full_bytes())));
@@ -236,8 +238,8 @@ void print_text(const Report& r) {
   if (r.o.compression == pagestash::Lossless::name)
     std::snprintf(stream, sizeof stream, "%.3f MiB to 16-byte segments", mib(p.segment_rounding_bytes()));
   else
-    std::snprintf(stream, sizeof stream, "stream / live = %.3f (%s)", p.mean_live_bytes > 0 ? p.mean_stream_bytes / p.mean_live_bytes : 0.0,
-                  r.o.compression.c_str());
+    std::snprintf(stream, sizeof stream, "stream / live = %.3f (%s)",
+                  p.mean_live_bytes > 0 ? p.mean_stream_bytes / p.mean_live_bytes : 0.0, r.o.compression.c_str());
   std::printf(
       "per step on average: live %.1f MiB, stream %.1f MiB, pages %.1f MiB; rounding: %.2f MiB to pages, %s; "
       "%.1f tokens dropped\n",
@@ -275,10 +277,9 @@ std::string to_json(const Report& r) {
   j.precision(10);
   j << "{\n  \"recipe\": " << json_string(r.o.recipe) << ", \"placement\": " << json_string(r.o.placement)
     << ", \"scales\": " << json_string(r.o.scales) << ", \"compression\": " << json_string(r.o.compression)
-    << ",\n  \"hidden\": " << r.o.hidden
-    << ", \"experts\": " << r.layer.experts() << ", \"top_k\": " << r.o.top_k << ", \"tokens\": " << r.o.tokens
-    << ", \"capacity\": " << r.layer.capacity() << ", \"count_alignment\": " << r.layer.count_alignment()
-    << ",\n  \"tensors\": [";
+    << ",\n  \"hidden\": " << r.o.hidden << ", \"experts\": " << r.layer.experts() << ", \"top_k\": " << r.o.top_k
+    << ", \"tokens\": " << r.o.tokens << ", \"capacity\": " << r.layer.capacity()
+    << ", \"count_alignment\": " << r.layer.count_alignment() << ",\n  \"tensors\": [";
   for (std::size_t i = 0; i < r.layer.tensors().size(); ++i) {
     const auto& t = r.layer.tensors()[i];
     j << (i ? ", " : "") << "{\"name\": " << json_string(t.name()) << ", \"hidden\": " << t.hidden()
@@ -316,9 +317,8 @@ std::string to_json(const Report& r) {
 Report run(Options o) {
   o.recipe = pagestash::recipe_name(o.recipe, o.placement, o.scales);  // a family: its recipe's name
   pagestash::with_recipe(o.recipe, [&](auto r) { o.placement = r.placement, o.scales = r.scales; });  // "": none
-  const sizing::Layer layer =
-      sizing::recipe_layer(o.recipe, o.hidden, o.experts, o.tokens, o.top_k, o.capacity_factor, o.ffn_hidden,
-                           o.compression);
+  const sizing::Layer layer = sizing::recipe_layer(o.recipe, o.hidden, o.experts, o.tokens, o.top_k, o.capacity_factor,
+                                                   o.ffn_hidden, o.compression);
   const sizing::Schedule schedule = sizing::Schedule::parse(o.schedule, o.layers, o.microbatches);
   std::unique_ptr<sizing::CountModel> counts;
   if (!o.counts_file.empty()) {

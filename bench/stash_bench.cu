@@ -5,10 +5,11 @@
 // (the ceiling), a per-token kernel in the reference algorithm's style (one block per
 // token row, 1024-element chunks, one launch per buffer) and cub::DeviceMemcpy::Batched
 // over the same page list; host spill against cudaMemcpyAsync device to host; a captured
-// graph of 32 stashes. Times come from CUDA events.
+// graph of 32 stashes; the compressed stash and its reload (bf16/capacity, DeepSeek-V3's hidden, each format of
+// PAGESTASH_FOR_EACH_COMPRESSION) beside the lossless ones. Times come from CUDA events.
 //
 // No GPU: the host reference executor against std::memcpy of the same bytes, a sanity
-// figure for the reference path (reported as such).
+// figure for the reference path (reported as such), and the compressed stash and reload the same way.
 //
 // After the benchmarks a table gives GB/s (bytes read + written) and the ratios to the
 // ceiling. Flags: --preset=short|full (sizes), --recipes=a,b (default: every recipe of
@@ -45,6 +46,9 @@ std::vector<int64_t> g_sizes_mib;
 
 /// GB/s per (kernel, recipe, MiB), filled by the benchmarks, printed as a table at the end.
 std::map<std::string, std::map<std::pair<std::string, int64_t>, double>> g_rates;
+
+/// Pages of one stash per (compression, recipe, MiB), for the compressed table.
+std::map<std::string, std::map<std::pair<std::string, int64_t>, int64_t>> g_pages;
 
 void record_rate(const std::string& kernel, const std::string& recipe, int64_t mib, int64_t bytes, double seconds,
                  benchmark::State& state) {
@@ -250,9 +254,12 @@ Rows rows_of(const ps::GroupedView<L>& v, ps::BufferRole role, const std::vector
 
 enum class Op { stash, reload };
 
-template <class L>
+/// A stash or reload of `mib` MiB of live bytes, lossless or compressed (CompressionTraits). Its bytes are what the
+/// stream holds, read + written; compressed, twice the live BF16/FP16 bytes instead (what a lossless stash of the
+/// tensor moves), so that a compressed row and the lossless row of its tensor compare by time alone.
+template <class L, class Compression = ps::Lossless>
 void bm_stash(benchmark::State& state, Op op, int64_t mib, int max_blocks = 0) {
-  using Tr = ps::StashTraits<L>;
+  using Tr = ps::CompressionTraits<L, Compression>;
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<L>(mib, counts);
   auto tensors = rotation(shape, counts, g_gpu);
@@ -291,14 +298,21 @@ void bm_stash(benchmark::State& state, Op op, int64_t mib, int max_blocks = 0) {
     }
     state.SetIterationTime(s);
     seconds += s;
-    bytes += 2 * rec.status().stream_bytes;  // read + written (metadata below)
+    const ps::RecordStatus st = rec.status();
+    bytes += 2 * (Compression::compressed ? st.live_bytes : st.stream_bytes);  // read + written (metadata below)
   }
   delete events;
   const auto st = rec.status();
   state.counters["meta_bytes"] = static_cast<double>(st.pages * 4 + 4 * shape.groups * 64);
+  // A stash's pages, from the plan (the record is empty again after a stash row's discard).
+  const int64_t pages =
+      ps::pages_for(ps::plan_work<Tr>(shape, counts.data(), false, nullptr).stream_bytes, int64_t{64} << 10);
+  state.counters["pages"] = static_cast<double>(pages);
   record_rate(std::string(g_gpu ? "" : "host_") + (op == Op::stash ? "stash" : "reload") +
+                  (Compression::compressed ? std::string("_") + Compression::name : std::string()) +
                   (max_blocks > 0 ? "@" + std::to_string(max_blocks) : std::string()),
               ps::Recipe<L>::name(), mib, bytes, seconds, state);
+  if (op == Op::stash) g_pages[Compression::name][{ps::Recipe<L>::name(), mib}] = pages;
 }
 
 /// The ceiling: one contiguous copy of the same live bytes (cudaMemcpyAsync D2D, or
@@ -575,6 +589,51 @@ void register_recipe() {
           reg("stash@" + std::to_string(blocks),
               [mib, blocks](benchmark::State& s) { bm_stash<L>(s, Op::stash, mib, blocks); });
         }
+    }
+  }
+}
+
+/// The compressed stash and reload of bf16/capacity (hidden 7168, as DeepSeek-V3), each format, every size.
+void register_compressed() {
+  for (int64_t mib : g_sizes_mib) {
+    const std::string size = "/" + std::to_string(mib) + "MiB";
+    const std::string prefix = g_gpu ? "" : "host_";
+    auto reg = [&](const std::string& name, auto fn) {
+      benchmark::RegisterBenchmark((prefix + name + "/bf16/capacity" + size).c_str(), fn)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    };
+#define PAGESTASH_BENCH_COMPRESSED(F)                                                        \
+  reg(std::string("stash_") + F::name,                                                       \
+      [mib](benchmark::State& s) { bm_stash<Bf16, ps::Compressed<F>>(s, Op::stash, mib); }); \
+  reg(std::string("reload_") + F::name,                                                      \
+      [mib](benchmark::State& s) { bm_stash<Bf16, ps::Compressed<F>>(s, Op::reload, mib); });
+    PAGESTASH_FOR_EACH_COMPRESSION(PAGESTASH_BENCH_COMPRESSED)
+#undef PAGESTASH_BENCH_COMPRESSED
+  }
+}
+
+/// The compressed rows against the lossless ones of the same tensor: GB/s on the live BF16 bytes (x 2, as the
+/// lossless rows' bytes), the ratio to lossless, and the pages of one stash against lossless.
+void print_compressed_table() {
+  const std::string prefix = g_gpu ? "" : "host_";
+  if (g_pages.size() < 2) return;  // no compressed rows (or no lossless bf16/capacity to compare with)
+  std::printf(
+      "\ncompressed stash, bf16/capacity (hidden 7168): GB/s = 2 x BF16 live bytes / s (the lossless rows' bytes), "
+      "x = ratio to lossless, pages = one stash's pages / lossless's\n");
+  std::printf("%-12s %7s %10s %10s %6s %10s %10s %6s %7s\n", "format", "MiB", "lossless", "stash", "x", "lossless",
+              "reload", "x", "pages");
+  for (const std::string& format : ps::compression_names()) {
+    if (format == ps::Lossless::name) continue;
+    for (const auto& [key, rate] : g_rates[prefix + "stash_" + format]) {
+      const double stash0 = g_rates[prefix + "stash"][key], reload0 = g_rates[prefix + "reload"][key];
+      const double reload = g_rates[prefix + "reload_" + format][key];
+      const auto lossless_pages = g_pages[ps::Lossless::name][key];
+      std::printf(
+          "%-12s %7lld %10.2f %10.2f %6.2f %10.2f %10.2f %6.2f %7.3f\n", format.c_str(),
+          static_cast<long long>(key.second), stash0, rate, stash0 > 0 ? rate / stash0 : 0.0, reload0, reload,
+          reload0 > 0 ? reload / reload0 : 0.0,
+          lossless_pages > 0 ? static_cast<double>(g_pages[format][key]) / static_cast<double>(lossless_pages) : 0.0);
     }
   }
 }
@@ -859,6 +918,8 @@ int main(int argc, char** argv) {
     if (recipes.empty() || std::find(recipes.begin(), recipes.end(), r.name()) != recipes.end())
       register_recipe<typename decltype(r)::layout>();
   });
+  if (recipes.empty() || std::find(recipes.begin(), recipes.end(), "bf16/capacity") != recipes.end())
+    register_compressed();
   if (g_gpu) {
     for (int64_t mib : g_sizes_mib) {
       const std::string size = "/" + std::to_string(mib) + "MiB";
@@ -879,6 +940,7 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   if (listing) return 0;
   print_table();
+  print_compressed_table();
   print_fine_grained();
   return 0;
 }

@@ -3,7 +3,9 @@
 #      is back at the step's end (end_step), in every run below too;
 #   2. a pool factor too small: overflow is reported, tensors stashed before it still match;
 #   3. --overflow 1e-3: the sizer's pool (its planned pages) holds the step, no overflow;
-#   4. bad flags exit with 2 and a message, never a crash.
+#   4. --compress mxfp8: bf16 stashed compressed next to its lossless run, its reload equal to the reference round
+#      trip, on fewer pages; nvfp4, which cannot be compressed, lossless;
+#   5. bad flags exit with 2 and a message, never a crash.
 set(_small --layers 2 --microbatches 3 --tokens 256 --hidden 256 --experts 4 --page-kib 16)
 
 function(run_demo out_var)
@@ -71,7 +73,42 @@ if(NOT _sizing STREQUAL "sizer" OR NOT _pool EQUAL _planned)
   message(FATAL_ERROR "--overflow 1e-3: the pool (${_pool} pages, sized by ${_sizing}) is not the sizer's (${_planned})")
 endif()
 
-foreach(_bad "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
+run_demo(_json --compress mxfp8 --recipes bf16,nvfp4 --schedule lifo)
+results("${_json}" compressed)
+string(JSON _n LENGTH "${_json}" results)
+if(NOT _n EQUAL 3 OR NOT compressed_overflows EQUAL 0)
+  message(FATAL_ERROR "--compress mxfp8: expected 3 results (bf16 lossless, bf16 mxfp8, nvfp4 lossless), got ${_n}")
+endif()
+set(_expected "bf16/capacity lossless source true" "bf16/capacity mxfp8 round_trip_blocks true"
+              "nvfp4/capacity/swizzled lossless source false")
+set(_got "")
+foreach(_i 0 1 2)
+  set(_row "")
+  foreach(_field recipe compression parity_reference compressible)
+    string(JSON _v GET "${_json}" results ${_i} ${_field})
+    if(_v STREQUAL "ON")  # cmake reads a JSON true as ON
+      set(_v true)
+    elseif(_v STREQUAL "OFF")
+      set(_v false)
+    endif()
+    string(APPEND _row " ${_v}")
+  endforeach()
+  string(STRIP "${_row}" _row)
+  list(APPEND _got "${_row}")
+endforeach()
+if(NOT _got STREQUAL _expected)
+  message(FATAL_ERROR "--compress mxfp8: rows '${_got}', expected '${_expected}'")
+endif()
+# Per BF16 value (2 bytes) the compressed stream holds a code (1 byte) and 1/32 byte of scale: about half the
+# pages, more with page rounding at this small shape.
+string(JSON _lossless_pages GET "${_json}" results 0 peak_pages)
+string(JSON _compressed_pages GET "${_json}" results 1 peak_pages)
+math(EXPR _permille "${_compressed_pages} * 1000 / ${_lossless_pages}")
+if(_permille LESS 505 OR _permille GREATER 650)
+  message(FATAL_ERROR "--compress mxfp8: ${_compressed_pages} peak pages, lossless ${_lossless_pages}")
+endif()
+
+foreach(_bad "--compress;zstd" "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
   execute_process(COMMAND "${DEMO}" ${_bad} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
   if(NOT _rc EQUAL 2 OR NOT _err MATCHES "moe_stash_demo: ")
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")
@@ -83,4 +120,5 @@ if(NOT _err MATCHES "unknown model shape 'gpt' \\(deepseek-v3, qwen3-moe")
   message(FATAL_ERROR "demo --shape gpt: the message does not list the model shapes: ${_err}")
 endif()
 message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); the sized pool "
-               "(${_planned} pages) holds the step; bad flags exit 2")
+               "(${_planned} pages) holds the step; mxfp8-compressed bf16 equals the round trip on "
+               "${_compressed_pages} pages (lossless ${_lossless_pages}); bad flags exit 2")

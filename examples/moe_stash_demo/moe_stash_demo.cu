@@ -4,7 +4,9 @@
 // token by token: Dirichlet(0.5) over experts, top-k) draws per-expert token counts; each
 // layer's forward makes its saved activation in the chosen recipe in an oversized
 // [G, capacity, K] buffer (one static buffer, reused by every layer), stashes the live rows
-// into a page pool, and backward reloads them and checks them bit for bit. The pool is
+// into a page pool, and backward reloads them and checks them bit for bit (with --compress, the bf16 and fp16
+// recipes are stashed compressed, next to their lossless run, and checked against the reference round trip,
+// round_trip_blocks: what a compressed stash gives back). The pool is
 // sized from an eager step (every tensor fits) times a factor, or, with --overflow P, by
 // the pool sizer (pagestash/sizing.hpp) for a per-step overflow probability P under the
 // same router; the sizer's pool is printed either way.
@@ -13,13 +15,14 @@
 //   moe_stash_demo [--shape NAME] [--recipes NAME|FAMILY,...] [--layers 4] [--experts 8]
 //                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
 //                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10 | --overflow P]
-//                  [--spill-factor 0]
+//                  [--spill-factor 0] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128]
 //                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
 //                  [--executor auto|host|cuda] [--json]
 
 #include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.cuh>
 #include <pagestash/sizing.hpp>
+#include <pagestash/reference/quantize.hpp>
 #include <pagestash/reference/reference.cuh>
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -53,6 +57,7 @@ struct Options {
   std::vector<std::string> schedules = {"lifo", "1f1b"};
   unsigned seed = 7;
   std::string executor = "auto";
+  std::string compression = ps::Lossless::name;  ///< of the bf16/fp16 recipes (compression_names())
   bool json = false;
 };
 
@@ -123,6 +128,7 @@ Options parse(int argc, char** argv) {
       o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
     else if (flag == "--seed") o.seed = parse_number<unsigned>(flag, value);
     else if (flag == "--executor") o.executor = value;
+    else if (flag == "--compress") o.compression = value;
     else throw UsageError("unknown flag " + flag);
   }
   for (auto& r : o.recipes) {  // a family: its capacity recipe, swizzled scales
@@ -146,6 +152,12 @@ Options parse(int argc, char** argv) {
     throw UsageError("--pool-factor and --spill-factor must be >= 0");
   if (!(o.overflow >= 0 && o.overflow < 1)) throw UsageError("--overflow must be a probability in (0, 1)");
   if (o.page_kib < 1 || (o.page_kib & (o.page_kib - 1)) != 0) throw UsageError("--page-kib must be a power of two");
+  const std::vector<std::string> compressions = ps::compression_names();
+  if (std::find(compressions.begin(), compressions.end(), o.compression) == compressions.end()) {
+    std::string known;
+    for (const auto& n : compressions) known += (known.empty() ? "" : ", ") + n;
+    throw UsageError("--compress: unknown compression '" + o.compression + "' (" + known + ")");
+  }
   if (o.executor != "auto" && o.executor != "host" && o.executor != "cuda")
     throw UsageError("--executor: 'auto', 'host' or 'cuda'");
   return o;
@@ -277,10 +289,35 @@ std::uint64_t live_hash(const ps::GroupedView<typename Traits::layout>& v, const
   return h;
 }
 
+/// What a reload of a stash under Compression gives back: the buffers as they are, but for a compressed data
+/// buffer, whose live runs become the reference round trip (round_trip_blocks: dequantize(quantize(x)) block by
+/// block), the oracle a compressed reload must equal bit for bit.
+template <class Layout, class Compression>
+std::map<ps::BufferRole, std::vector<unsigned char>> reloaded_bytes(
+    const ps::GroupedView<Layout>& v, const std::vector<std::int32_t>& counts,
+    std::map<ps::BufferRole, std::vector<unsigned char>> bytes) {
+  if constexpr (Compression::compressed) {
+    using T = typename Layout::data_type;
+    std::vector<unsigned char>& b = bytes.at(ps::BufferRole::data);
+    const ps::BufferGeometry geo = v.geometry(ps::BufferRole::data);
+    for (int64_t i = 0; i < ps::run_count(geo); ++i) {
+      const ps::ByteRun run = ps::byte_run(geo, i, counts.data());
+      const int64_t n = run.bytes / static_cast<int64_t>(sizeof(T));
+      std::vector<T> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
+      std::memcpy(in.data(), b.data() + run.offset, static_cast<std::size_t>(run.bytes));
+      ps::round_trip_blocks<typename Compression::format>(in.data(), n, out.data());
+      std::memcpy(b.data() + run.offset, out.data(), static_cast<std::size_t>(run.bytes));
+    }
+  }
+  return bytes;
+}
+
 // ---- One recipe, one schedule -----------------------------------------------------------------
 
 struct Result {
   std::string recipe, schedule, executor;
+  std::string compression = ps::Lossless::name;  ///< how the stash paged the data
+  bool compressible = false;                     ///< the recipe's data can be paged compressed (bf16, fp16)
   int64_t tensors = 0, capacity = 0, dropped_tokens = 0;
   int64_t oversized_bytes = 0;  ///< peak bytes of saved tensors held at full shape, no stashing
   int64_t pool_bytes = 0;       ///< device reserve of the sized pool
@@ -322,10 +359,10 @@ std::vector<std::pair<char, int>> schedule(const std::string& name, int microbat
   return s;
 }
 
-template <class L>
+template <class L, class Compression>
 class Step {
  public:
-  using Traits = ps::StashTraits<L>;
+  using Traits = ps::CompressionTraits<L, Compression>;
 
   Step(const Options& o, bool cuda, const std::vector<std::vector<std::int32_t>>& router)
       : o_(o), cuda_(cuda), space_(cuda ? ps::MemorySpace::device : ps::MemorySpace::host), router_(router) {
@@ -364,6 +401,8 @@ class Step {
   Result run(const std::string& schedule_name) {
     Result r;
     r.recipe = ps::Recipe<L>::name();
+    r.compression = Compression::name;
+    r.compressible = ps::compressible<L>;
     r.schedule = schedule_name;
     r.executor = cuda_ ? "cuda" : "host";
     r.capacity = shape_.max_tokens;
@@ -502,7 +541,7 @@ class Step {
       } else {
         ps::produce(s.view_, source.data(), counts.data(), 0xEE);
       }
-      expected[i] = live_hash<Traits>(s.shape_, counts, s.download());
+      expected[i] = live_hash<Traits>(s.shape_, counts, reloaded_bytes<L, Compression>(s.shape_, counts, s.download()));
     }
 
     void backward(int l, int m) {
@@ -544,9 +583,9 @@ class Step {
   int64_t dropped_ = 0;
 };
 
-template <class L>
+template <class L, class Compression>
 std::vector<Result> run_recipe(const Options& o, bool cuda, const std::vector<std::vector<std::int32_t>>& router) {
-  Step<L> step(o, cuda, router);
+  Step<L, Compression> step(o, cuda, router);
   std::vector<Result> out;
   for (const auto& s : o.schedules) out.push_back(step.run(s));
   return out;
@@ -563,24 +602,26 @@ std::string mib(int64_t bytes) {
 double gbps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 
 void print_table(const std::vector<Result>& results, const Options& o) {
-  std::printf("\n%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "sched", "capacity",
-              "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash", "reload",
-              "parity");
-  std::printf("%-28s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "tokens", "MiB", "MiB", "MiB",
-              "%", "", "peak", "pages", "", "", "GB/s", "GB/s");
+  std::printf("\n%-28s %-10s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s  %s\n", "recipe", "stash", "sched",
+              "capacity", "no-stash", "pool", "peak used", "saved", "pages", "eager", "sized", "spill", "ovfl", "stash",
+              "reload", "parity");
+  std::printf("%-28s %-10s %-5s %9s %10s %10s %10s %7s %6s %6s %6s %6s %5s %9s %9s\n", "", "", "", "tokens", "MiB",
+              "MiB", "MiB", "%", "", "peak", "pages", "", "", "GB/s", "GB/s");
   for (const Result& r : results) {
     char parity[64];
+    const bool compressed = r.compression != ps::Lossless::name;
     if (r.parity_bad == 0 && r.lost == 0)
-      std::snprintf(parity, sizeof parity, "OK (%lld/%lld bit-exact)", (long long)r.parity_ok, (long long)r.tensors);
+      std::snprintf(parity, sizeof parity, "OK (%lld/%lld %s)", (long long)r.parity_ok, (long long)r.tensors,
+                    compressed ? "= round trip" : "bit-exact");
     else
       std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)",
                     r.parity_bad ? "FAIL" : "OK", (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
-    std::printf("%-28s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n",
-                r.recipe.c_str(), r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(),
-                mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(), r.saved_percent(), (long long)r.pool_pages,
-                (long long)r.eager_peak_pages, (long long)r.planned.value, r.host_spill ? "yes" : "no",
-                (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds),
-                parity);
+    std::printf("%-28s %-10s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n",
+                r.recipe.c_str(), r.compression.c_str(), r.schedule.c_str(), (long long)r.capacity,
+                mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(),
+                r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages, (long long)r.planned.value,
+                r.host_spill ? "yes" : "no", (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds),
+                gbps(r.live_bytes, r.reload_seconds), parity);
   }
   char sizing[96];
   if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the sizer's for overflow <= %g per step", o.overflow);
@@ -597,6 +638,19 @@ void print_table(const std::vector<Result>& results, const Options& o) {
   std::printf(
       "no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
       "reserve; saved = 1 - pool / no-stash.\n");
+  if (o.compression != ps::Lossless::name) {
+    std::printf(
+        "stash %s: the data paged as FP8 codes and block scales, next to the lossless row; its parity is the reload "
+        "against the reference round trip (round_trip_blocks), bit for bit; GB/s count the BF16/FP16 live bytes.\n",
+        o.compression.c_str());
+    std::vector<std::string> lossless_only;
+    for (const Result& r : results)
+      if (!r.compressible && std::find(lossless_only.begin(), lossless_only.end(), r.recipe) == lossless_only.end())
+        lossless_only.push_back(r.recipe);
+    for (const std::string& name : lossless_only)
+      std::printf("%s: cannot be compressed (a compressed stash pages bf16 or fp16 data): ran lossless.\n",
+                  name.c_str());
+  }
   for (const Result& r : results) {
     if (r.overflows == 0) continue;
     std::printf(
@@ -612,7 +666,8 @@ void print_json(const std::vector<Result>& results) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::printf(
-        "%s\n  {\"recipe\": \"%s\", \"schedule\": \"%s\", \"executor\": \"%s\", \"tensors\": %lld, "
+        "%s\n  {\"recipe\": \"%s\", \"compression\": \"%s\", \"compressible\": %s, "
+        "\"parity_reference\": \"%s\", \"schedule\": \"%s\", \"executor\": \"%s\", \"tensors\": %lld, "
         "\"capacity_tokens\": %lld, \"dropped_tokens\": %lld, \"oversized_bytes\": %lld, \"pool_bytes\": %lld, "
         "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %.3f, \"pool_pages\": %lld, "
         "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"host_spill\": %s, \"overflows\": %lld, "
@@ -620,15 +675,16 @@ void print_json(const std::vector<Result>& results) {
         "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
         "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
         "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld}",
-        i ? "," : "", r.recipe.c_str(), r.schedule.c_str(), r.executor.c_str(), (long long)r.tensors,
-        (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes, (long long)r.pool_bytes,
-        (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(), (long long)r.pool_pages,
-        (long long)r.eager_peak_pages, (long long)r.peak_pages, r.host_spill ? "true" : "false", (long long)r.overflows,
-        (long long)r.lost, (long long)r.live_bytes, gbps(r.live_bytes, r.stash_seconds),
-        gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok, (long long)r.parity_bad,
-        r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager", (long long)r.planned.value,
-        (long long)r.planned.low, (long long)r.planned.high, r.planned_for, r.planned_overflow,
-        (long long)r.pages_held_at_step_end);
+        i ? "," : "", r.recipe.c_str(), r.compression.c_str(), r.compressible ? "true" : "false",
+        r.compression == ps::Lossless::name ? "source" : "round_trip_blocks", r.schedule.c_str(), r.executor.c_str(),
+        (long long)r.tensors, (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes,
+        (long long)r.pool_bytes, (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(),
+        (long long)r.pool_pages, (long long)r.eager_peak_pages, (long long)r.peak_pages,
+        r.host_spill ? "true" : "false", (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes,
+        gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok,
+        (long long)r.parity_bad, r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager",
+        (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
+        r.planned_overflow, (long long)r.pages_held_at_step_end);
   }
   std::printf("\n]}\n");
 }
@@ -650,7 +706,8 @@ int main(int argc, char** argv) {
                  "usage: moe_stash_demo [--shape %s] [--recipes NAME|FAMILY,...] [--layers N] "
                  "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
                  "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
-                 "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] [--json]\n",
+                 "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] "
+                 "[--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--json]\n",
                  ps::sizing::model_shape_names("|").c_str());
     return 2;
   }
@@ -669,9 +726,20 @@ int main(int argc, char** argv) {
     for (const auto& recipe : o.recipes) {
       if (!o.json) std::fprintf(stderr, "  %s: eager step, then the measured step ...\n", recipe.c_str());
       std::vector<Result> r;
-      ps::with_recipe(recipe, [&](auto rc) {  // the capacity recipes of pagestash/layouts/recipes.hpp
+      bool compressible = false;
+      ps::with_recipe(recipe, [&](auto rc) { compressible = ps::compressible<typename decltype(rc)::layout>; });
+      // The capacity recipes of pagestash/layouts/recipes.hpp; compressed, after their lossless run (the rows to
+      // compare), where the recipe can be (bf16, fp16), else lossless alone.
+      ps::with_recipe(recipe, compressible ? o.compression : ps::Lossless::name, [&](auto rc, auto c) {
         using L = typename decltype(rc)::layout;
-        if constexpr (std::is_same_v<typename L::placement, ps::CapacityPadded>) r = run_recipe<L>(o, cuda, router);
+        using C = decltype(c);
+        if constexpr (std::is_same_v<typename L::placement, ps::CapacityPadded>) {
+          r = run_recipe<L, ps::Lossless>(o, cuda, router);
+          if constexpr (C::compressed) {
+            const std::vector<Result> compressed = run_recipe<L, C>(o, cuda, router);
+            r.insert(r.end(), compressed.begin(), compressed.end());
+          }
+        }
       });
       results.insert(results.end(), r.begin(), r.end());
     }

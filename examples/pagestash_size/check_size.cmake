@@ -42,6 +42,37 @@ foreach(_args "--recipe;mxfp8/packed_padded/compact" "--recipe;mxfp8;--placement
     message(FATAL_ERROR "pagestash_size ${_args}: exit ${_rc}, '${_out}'")
   endif()
 endforeach()
+# --compress: a bf16 deepseek-v3 layer paged as FP8 codes and block scales. Per BF16 value (2 bytes) a compressed
+# stream holds a 1-byte code and 1/32 byte of scale (an E8M0 per 32, or an FP32 per 128), so its pool, with the same
+# seed and so the same counts, is (1 + 1/32) / 2 = 0.516 of the lossless pool's pages, give or take page rounding.
+set(_deepseek --shape deepseek-v3 --recipe bf16 --samples 1000 --seed 3 --json)
+execute_process(COMMAND "${SIZER}" ${_deepseek} OUTPUT_VARIABLE _lossless RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "pagestash_size ${_deepseek}: exit ${_rc}")
+endif()
+string(JSON _lossless_pages GET "${_lossless}" pages)
+string(JSON _lossless_name GET "${_lossless}" compression)
+foreach(_format mxfp8 mxfp8_e5m2 fp8_1x128)
+  execute_process(COMMAND "${SIZER}" ${_deepseek} --compress ${_format} OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "pagestash_size ${_deepseek} --compress ${_format}: exit ${_rc}")
+  endif()
+  string(JSON _pages GET "${_out}" pages)
+  string(JSON _name GET "${_out}" compression)
+  string(JSON _full GET "${_out}" full_bytes)
+  string(JSON _lossless_full GET "${_lossless}" full_bytes)
+  # cmake's math is integer: the ratio in thousandths.
+  math(EXPR _permille "${_pages} * 1000 / ${_lossless_pages}")
+  if(NOT _name STREQUAL "${_format}" OR NOT _lossless_name STREQUAL "lossless" OR _permille LESS 505
+     OR _permille GREATER 530 OR NOT _full EQUAL _lossless_full)
+    message(FATAL_ERROR "pagestash_size --compress ${_format}: ${_pages} pages (${_name}), lossless ${_lossless_pages} "
+                        "(${_lossless_name}): ${_permille}/1000, expected about 516; full bytes ${_full}, lossless "
+                        "${_lossless_full}")
+  endif()
+endforeach()
+message(STATUS "pagestash_size: bf16 deepseek-v3 compressed: ${_pages} pages, lossless ${_lossless_pages} "
+               "(${_permille}/1000)")
+
 # Bad input: exit 2 and a message naming it.
 set(_dir "${CMAKE_CURRENT_BINARY_DIR}")
 file(WRITE "${_dir}/counts_over.txt" "1 2 3 4 5 6 7 8\n3000 0 0 0 0 0 0 0\n")
@@ -60,6 +91,8 @@ refused("schedule '1f1b:4:': '' is not a number" --schedule 1f1b:4:)
 refused("list:0,0 holds no stash" --schedule list:0,0)
 refused("--correlation must be in [0, 1]" --correlation 1.5)
 refused("--shape: pagestash::sizing: unknown model shape 'gpt' (deepseek-v3, " --shape gpt)
+refused("unknown compression 'zstd' (known: lossless, mxfp8, mxfp8_e5m2, fp8_1x128)" --recipe bf16 --compress zstd)
+refused("compression 'mxfp8' needs a bf16 or fp16 recipe, not 'nvfp4/capacity/swizzled'" --recipe nvfp4 --compress mxfp8)
 refused("counts_over.txt:2: count 3000 of expert 0 exceeds the capacity" --counts "${_dir}/counts_over.txt")
 execute_process(COMMAND "${SIZER}" --samples 10 --counts "${_dir}/counts_over.txt" --cap-counts --layers 1 --microbatches 1
                 RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)

@@ -4,7 +4,8 @@
 //
 //   pagestash_size [--shape NAME] [--hidden N --experts N --top-k N --tokens N]
 //                  [--recipe NAME|FAMILY] [--placement capacity|packed|packed_padded]
-//                  [--scales swizzled|compact] [--ffn-hidden N] [--schedule lifo|1f1b:P[:V]|list:a,b,c]
+//                  [--scales swizzled|compact] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--ffn-hidden N]
+//                  [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
 //                  [--routing multinomial|per-token] [--capacity-factor 2] [--overflow 1e-3]
 //                  [--page-bytes 65536] [--host-pages 0] [--samples 20000] [--bootstrap 200] [--seed 1]
@@ -36,6 +37,12 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+std::string compression_list() {
+  std::string list;
+  for (const std::string& n : pagestash::compression_names()) list += (list.empty() ? "" : "|") + n;
+  return list;
+}
+
 const std::string usage =
     "usage: pagestash_size [options]\n"
     "  --shape " +
@@ -47,6 +54,10 @@ const std::string usage =
     "                                 or a family (bf16, fp16, fp32, mxfp8, mxfp8_e5m2, nvfp4; default mxfp8)\n"
     "  --placement capacity|packed|packed_padded   of a family (default capacity)\n"
     "  --scales swizzled|compact      block-scale arrangement of mxfp8/nvfp4 (default swizzled)\n"
+    "  --compress FORMAT              page a bf16/fp16 recipe's data compressed: " +
+    compression_list() +
+    "\n"
+    "                                 (default lossless; docs/layouts.md \"Compressed stash\")\n"
     "  --ffn-hidden N                 also save the second expert GEMM's input, of hidden N\n"
     "  --schedule lifo|1f1b:P[:V]|list:a,b,c   the step's order of stashes and reloads (default lifo)\n"
     "  --layers N --microbatches N    MoE layers on the rank, microbatches per step (default 4, 8)\n"
@@ -73,6 +84,7 @@ struct Options {
   std::int64_t hidden = 1024, tokens = 1024;
   std::int32_t experts = 8, top_k = 2;
   std::string recipe = "mxfp8", placement = "capacity", scales = "swizzled";
+  std::string compression = pagestash::Lossless::name;
   std::int64_t ffn_hidden = 0;
   std::string schedule = "lifo";
   std::int32_t layers = sizing::default_layers, microbatches = sizing::default_microbatches;
@@ -149,6 +161,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--recipe") o.recipe = value;
     else if (flag == "--placement") o.placement = value;
     else if (flag == "--scales") o.scales = value;
+    else if (flag == "--compress") o.compression = value;
     else if (flag == "--ffn-hidden") o.ffn_hidden = number<std::int64_t>(flag, value);
     else if (flag == "--schedule") o.schedule = value;
     else if (flag == "--layers") o.layers = at_least<std::int32_t>(flag, value, 1);
@@ -192,8 +205,9 @@ struct Report {
 void print_text(const Report& r) {
   const sizing::PoolSizing& p = r.sizing;
   const auto page = p.settings.page_bytes;
-  std::printf("layer: %s, %d experts, capacity %lld tokens per expert (count alignment %lld)\n", r.o.recipe.c_str(),
-              r.layer.experts(), (long long)r.layer.capacity(), (long long)r.layer.count_alignment());
+  std::printf("layer: %s (%s), %d experts, capacity %lld tokens per expert (count alignment %lld)\n",
+              r.o.recipe.c_str(), r.o.compression.c_str(), r.layer.experts(), (long long)r.layer.capacity(),
+              (long long)r.layer.count_alignment());
   for (const auto& t : r.layer.tensors())
     std::printf("  saves %s: hidden %lld, %.2f MiB at full shape\n", t.name().c_str(), (long long)t.hidden(),
                 mib(double(t.full_bytes())));
@@ -219,11 +233,18 @@ void print_text(const Report& r) {
   };
   std::printf("peak pages per step: min %lld, median %lld, p99 %lld, max %lld; mean %.1f\n", (long long)p.peaks.min(),
               at(0.5), at(0.99), (long long)p.peaks.max(), p.mean_pages);
+  // Compressed, the stream is codes and scales, smaller than the live bytes: its ratio, not a rounding.
+  char stream[96];
+  if (r.o.compression == pagestash::Lossless::name)
+    std::snprintf(stream, sizeof stream, "%.3f MiB to 16-byte segments", mib(p.segment_rounding_bytes()));
+  else
+    std::snprintf(stream, sizeof stream, "stream / live = %.3f (%s)",
+                  p.mean_live_bytes > 0 ? p.mean_stream_bytes / p.mean_live_bytes : 0.0, r.o.compression.c_str());
   std::printf(
-      "per step on average: live %.1f MiB, stream %.1f MiB, pages %.1f MiB; rounding: %.2f MiB to pages, "
-      "%.3f MiB to 16-byte segments; %.1f tokens dropped\n",
+      "per step on average: live %.1f MiB, stream %.1f MiB, pages %.1f MiB; rounding: %.2f MiB to pages, %s; "
+      "%.1f tokens dropped\n",
       mib(p.mean_live_bytes), mib(p.mean_stream_bytes), mib(p.mean_pages * double(page)), mib(p.page_rounding_bytes()),
-      mib(p.segment_rounding_bytes()), p.mean_dropped_tokens);
+      stream, p.mean_dropped_tokens);
   std::printf("without stashing: %.1f MiB at full shape; the pool saves %.1f MiB (%.1f%%) of device memory\n\n",
               mib(double(p.full_bytes)), mib(double(p.saved_bytes())), 100 * p.saved_fraction());
   std::printf("%10s %10s %12s %25s\n", "pool pages", "MiB", "P(overflow)", "CI");
@@ -255,10 +276,10 @@ std::string to_json(const Report& r) {
   std::ostringstream j;
   j.precision(10);
   j << "{\n  \"recipe\": " << json_string(r.o.recipe) << ", \"placement\": " << json_string(r.o.placement)
-    << ", \"scales\": " << json_string(r.o.scales) << ",\n  \"hidden\": " << r.o.hidden
-    << ", \"experts\": " << r.layer.experts() << ", \"top_k\": " << r.o.top_k << ", \"tokens\": " << r.o.tokens
-    << ", \"capacity\": " << r.layer.capacity() << ", \"count_alignment\": " << r.layer.count_alignment()
-    << ",\n  \"tensors\": [";
+    << ", \"scales\": " << json_string(r.o.scales) << ", \"compression\": " << json_string(r.o.compression)
+    << ",\n  \"hidden\": " << r.o.hidden << ", \"experts\": " << r.layer.experts() << ", \"top_k\": " << r.o.top_k
+    << ", \"tokens\": " << r.o.tokens << ", \"capacity\": " << r.layer.capacity()
+    << ", \"count_alignment\": " << r.layer.count_alignment() << ",\n  \"tensors\": [";
   for (std::size_t i = 0; i < r.layer.tensors().size(); ++i) {
     const auto& t = r.layer.tensors()[i];
     j << (i ? ", " : "") << "{\"name\": " << json_string(t.name()) << ", \"hidden\": " << t.hidden()
@@ -296,8 +317,8 @@ std::string to_json(const Report& r) {
 Report run(Options o) {
   o.recipe = pagestash::recipe_name(o.recipe, o.placement, o.scales);  // a family: its recipe's name
   pagestash::with_recipe(o.recipe, [&](auto r) { o.placement = r.placement, o.scales = r.scales; });  // "": none
-  const sizing::Layer layer =
-      sizing::recipe_layer(o.recipe, o.hidden, o.experts, o.tokens, o.top_k, o.capacity_factor, o.ffn_hidden);
+  const sizing::Layer layer = sizing::recipe_layer(o.recipe, o.hidden, o.experts, o.tokens, o.top_k, o.capacity_factor,
+                                                   o.ffn_hidden, o.compression);
   const sizing::Schedule schedule = sizing::Schedule::parse(o.schedule, o.layers, o.microbatches);
   std::unique_ptr<sizing::CountModel> counts;
   if (!o.counts_file.empty()) {

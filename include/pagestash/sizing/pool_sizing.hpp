@@ -157,7 +157,7 @@ struct PoolSizing {
     return full_bytes > 0 ? static_cast<double>(saved_bytes()) / static_cast<double>(full_bytes) : 0;
   }
   /// Rounding, per step at the peak on average: of streams to whole pages, and of live runs
-  /// to 16-byte stream segments.
+  /// to 16-byte stream segments (a compressed stash's stream is smaller than its live bytes: then negative).
   double page_rounding_bytes() const {
     return mean_pages * static_cast<double>(settings.page_bytes) - mean_stream_bytes;
   }

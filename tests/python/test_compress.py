@@ -332,3 +332,19 @@ def test_size_pool_sizes_the_compressed_stream():
         ps.size_pool([("fp32/capacity", shape, "fp8_1x128")], **kw)
     with pytest.raises(ValueError, match="hidden = 1000 must be a multiple of 128"):
         ps.size_pool([("bf16/capacity", ps.Shape(8, 256, 1000), "fp8_1x128")], **kw)
+
+
+def test_the_training_study_models_what_the_stash_reloads():
+    """docs/compression.md's figures come from scripts/compression_study.py's fake_compress: bit for bit the oracle
+    that every reload above matches, so the study measured what the stash does (bf16, its dtype)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "compression_study.py"
+    spec = importlib.util.spec_from_file_location("compression_study", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    x = special_rows(48, torch.bfloat16, torch.Generator().manual_seed(SEED))
+    for compression in LOSSY:
+        assert torch.equal(study.fake_compress(x, compression).view(torch.int16),
+                           round_trip(x, compression).view(torch.int16)), compression

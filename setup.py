@@ -166,13 +166,15 @@ if libcudart and not (cuda_lib / "libcudart.so").exists():  # PyPI ships only li
 else:
     link["libraries"] = ["cudart"]
 common = dict(include_dirs=[str(csrc), str(include), *map(str, cuda_includes)], **link)
-# PyTorch's own -std (C++20 for torch >= 2.10); pagestash needs C++17 or later.
+# PyTorch's own -std (C++20 for torch >= 2.10); pagestash needs C++17 or later. -g0 overrides
+# Python's -g: debug info for every recipe's instantiations would double the build.
+cxx = ["-O2", "-g0"]
 if with_cuda:
     extension = cpp_extension.CUDAExtension(
         "pagestash._C", sources, define_macros=[("PAGESTASH_TORCH_CUDA", "1")],
-        extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]}, **common)
+        extra_compile_args={"cxx": cxx, "nvcc": ["-O2"]}, **common)
 else:
-    extension = cpp_extension.CppExtension("pagestash._C", sources, extra_compile_args={"cxx": ["-O2"]}, **common)
+    extension = cpp_extension.CppExtension("pagestash._C", sources, extra_compile_args={"cxx": cxx}, **common)
 print(f"pagestash: building the host executor{' and the CUDA executor' if with_cuda else ' only (no nvcc)'}; "
       f"CUDA headers from {cuda_includes[0]}", file=sys.stderr)
 

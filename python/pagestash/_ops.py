@@ -10,7 +10,7 @@ its shape as [groups, tokens, hidden]; keyword arguments by these names work too
            scales=None, amax=None, zero_tail=False, poison=True, compression='lossless')
     discard(control, device_arena, host_arena, page_bytes, record, recipe, shape, compression='lossless')
 
-`compression` is the record's (PagePool.record's `compress`: 'lossless', or a lossy format of
+`compression` is the record's (PagePool.record's `compression`: 'lossless', or a lossy format of
 pagestash.COMPRESSIONS), the one it was made with.
     reset(control, device_arena, host_arena, page_bytes)
     end_step(control, device_arena, host_arena, page_bytes)

@@ -158,7 +158,7 @@ class _Group:
                                "stashed: the stash would page the rows the new counts say. Mark it once its counts "
                                "are final, or pass counts.clone() to mark()")
         with torch.no_grad():
-            self.record = self.pool.record(self.recipe, self.shape, compress=self.compression)
+            self.record = self.pool.record(self.recipe, self.shape, compression=self.compression)
             self.record.name = self.name
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
         self.buffers = None  # the pages hold them now: let the caller's tensors go
@@ -260,7 +260,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     at the first reload after a failure (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
 
-    `compress`: how marked tensors are paged unless their mark() says otherwise: None or
+    `compression`: how marked tensors are paged unless their mark() says otherwise: None or
     'lossless' (byte for byte), or a lossy format of pagestash.COMPRESSIONS ('mxfp8',
     'mxfp8_e5m2', 'fp8_1x128': bf16 and fp16 marks only, about half the pages; backward then
     sees dequantize(quantize(x)), so gradients are close to, not equal to, those without paging).
@@ -274,8 +274,8 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
 
     def __init__(self, pool: PagePool, *, zero_tail: bool = True, poison: bool = True,
                  strict: Optional[bool] = None, warn_unpaged: bool = True, prefetch: int = 0, skip_next: int = 0,
-                 compress: Optional[str] = None):
-        self.compress = compression_of(compress)  # an unknown name fails here, before anything runs
+                 compression: Optional[str] = None):
+        self.compression = compression_of(compression)  # an unknown name fails here, before anything runs
         for arg, value in (("prefetch", prefetch), ("skip_next", skip_next)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"paged_saved_tensors: {arg} must be an int >= 0 (marked tensors), not {value!r}")
@@ -323,14 +323,14 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     def mark(self, data: torch.Tensor, counts: torch.Tensor, *, recipe: Optional[str] = None,
              shape: Optional[Shape] = None, scales: Optional[torch.Tensor] = None,
              amax: Optional[torch.Tensor] = None, name: Optional[str] = None,
-             scale_layout: str = "swizzled", compress: Optional[str] = None) -> torch.Tensor:
+             scale_layout: str = "swizzled", compression: Optional[str] = None) -> torch.Tensor:
         """Marks `data` (with its `scales` and `amax`, for MXFP8 and NVFP4) as one grouped
         tensor whose live rows `counts` gives (int32, one per group, on the pool's device).
         `recipe` and `shape` are inferred from data where they can be (pagestash.infer);
         `name` names it in warnings and errors. Returns `data`. The buffers must be
         contiguous (ValueError) and are checked when stashed; the counts must not change in
-        place until then. `compress` pages this one compressed (or 'lossless': not), whatever
-        the context's `compress`; None: the context's. A compression the recipe or shape
+        place until then. `compression` pages this one compressed (or 'lossless': not), whatever
+        the context's `compression`; None: the context's. A compression the recipe or shape
         cannot take raises ValueError here. Only inside the with block: elsewhere (with grad on) it raises
         RuntimeError.
 
@@ -348,7 +348,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
                                "entered or after it exited) would page nothing: call it inside the block, before "
                                "the layer that saves the tensor")
         recipe, shape = infer(data, counts, recipe=recipe, shape=shape, scales=scale_layout)
-        compression = self.compress if compress is None else compression_of(compress)
+        compression = self.compression if compression is None else compression_of(compression)
         if compression != "lossless":
             recipe_info(recipe, shape, compression)  # refuses a recipe or shape it cannot take, now
         buffers = {"data": data}

@@ -181,12 +181,12 @@ class PagePool:
 
     def record(self, recipe: Optional[str] = None, shape: Optional[Shape] = None, *,
                like: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-               scales: str = "swizzled", compress: Optional[str] = None) -> "Record":
+               scales: str = "swizzled", compression: Optional[str] = None) -> "Record":
         """A record for one grouped tensor: of `recipe` and `shape`, or of the recipe and
         shape inferred from a tensor `like` its data (and `counts`, for a packed one; see
         pagestash.infer). Made once, outside any graph: it allocates.
 
-        `compress`: how its pages keep the data, one of pagestash.COMPRESSIONS. None or
+        `compression`: how its pages keep the data, one of pagestash.COMPRESSIONS. None or
         'lossless': byte for byte. 'mxfp8', 'mxfp8_e5m2', 'fp8_1x128': a bf16 or fp16 recipe's
         data paged as FP8 codes and block scales (about half the pages); the reload gives
         dequantize(quantize(x)), lossy (docs/python.md, "Compressed stash"). Raises ValueError
@@ -196,7 +196,7 @@ class PagePool:
             if like is None:
                 raise ValueError("pagestash: PagePool.record needs recipe= and shape=, or like= (a tensor to infer them from)")
             recipe, shape = infer(like, counts, recipe=recipe, shape=shape, scales=scales)
-        return Record(self, recipe, shape, compress)
+        return Record(self, recipe, shape, compression)
 
     def stats(self) -> dict:
         """Flags and counters, read back (synchronises the device for a CUDA pool); with the
@@ -446,14 +446,14 @@ class Record:
     the pool's device: the counts, page ids, work plan, kept buffers (NVFP4's amax), its
     state and the id of its pool (every op checks it). Make it with PagePool.record."""
 
-    def __init__(self, pool: PagePool, recipe: str, shape: Shape, compress: Optional[str] = None):
+    def __init__(self, pool: PagePool, recipe: str, shape: Shape, compression: Optional[str] = None):
         if not isinstance(shape, Shape):
             raise ValueError(f"pagestash: shape must be a pagestash.Shape(groups, tokens, hidden), not {shape!r}")
         self.pool = pool
         self.recipe = recipe
         self.shape = shape
-        #: How its pages keep the data: 'lossless', or a lossy format's name (PagePool.record's `compress`).
-        self.compression = compression_of(compress)
+        #: How its pages keep the data: 'lossless', or a lossy format's name (PagePool.record's `compression`).
+        self.compression = compression_of(compression)
         #: How errors name it (the hook names it after the marked tensor).
         lossy = "" if self.compression == "lossless" else f" ({self.compression})"
         self.name = f"a {recipe} record {tuple(shape)}{lossy}"

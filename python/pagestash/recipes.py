@@ -27,14 +27,14 @@ def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
 COMPRESSIONS = tuple(_C.compression_names())
 
 
-def compression_of(compress: Optional[str]) -> str:
-    """The compression named by a `compress=` argument: None is 'lossless'. Raises ValueError
+def compression_of(compression: Optional[str]) -> str:
+    """The compression named by a `compression=` argument: None is 'lossless'. Raises ValueError
     naming the known compressions for anything else."""
-    if compress is None:
+    if compression is None:
         return COMPRESSIONS[0]
-    if not isinstance(compress, str) or compress not in COMPRESSIONS:
-        raise ValueError(f"pagestash: unknown compression {compress!r} (known: {', '.join(COMPRESSIONS)})")
-    return compress
+    if not isinstance(compression, str) or compression not in COMPRESSIONS:
+        raise ValueError(f"pagestash: unknown compression {compression!r} (known: {', '.join(COMPRESSIONS)})")
+    return compression
 
 
 #: The number format of each recipe family, and the dtypes its data and scales may have
@@ -90,12 +90,12 @@ def _recipe_name(family: str, placement: str, scales: str) -> str:
                      f"(known: {', '.join(_C.recipes())})")
 
 
-def recipe_info(recipe: str, shape: Shape, compress: Optional[str] = None) -> dict:
+def recipe_info(recipe: str, shape: Shape, compression: Optional[str] = None) -> dict:
     """Each buffer's bytes for `shape` (data_bytes, scales_bytes, amax_bytes), the count
     alignment, the token granule `tokens` must be a multiple of, and how each buffer is
     handled (scales_paged, amax_kept). Raises ValueError for a shape the layout refuses, and
     for a compression the recipe or shape cannot take."""
-    return _C.recipe_info(recipe, list(shape), compression_of(compress))
+    return _C.recipe_info(recipe, list(shape), compression_of(compression))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

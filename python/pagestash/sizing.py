@@ -18,7 +18,7 @@ from .errors import PoolCostWarning
 from .pool import Device, PagePool
 from .recipes import Shape, compression_of
 
-#: (recipe, Shape), or (recipe, Shape, compress): one tensor a layer saves for backward.
+#: (recipe, Shape), or (recipe, Shape, compression): one tensor a layer saves for backward.
 Saved = Union[Tuple[str, Shape], Tuple[str, Shape, Optional[str]]]
 
 
@@ -103,7 +103,7 @@ def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Tuple[str, Shape, 
         if not (isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], str)
                 and isinstance(item[1], Shape)):
             raise ValueError(f"pagestash.size_pool: saved must be (recipe, pagestash.Shape) pairs (or (recipe, Shape, "
-                             f"compress) triples), not {item!r}")
+                             f"compression) triples), not {item!r}")
     return [(item[0], item[1], compression_of(item[2] if len(item) == 3 else None)) for item in out]
 
 
@@ -151,7 +151,7 @@ def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = DEFAULTS[
 
     - `saved`: what one MoE layer saves for backward, as (recipe, Shape) pairs, e.g.
       `[("bf16/capacity", Shape(experts, capacity, hidden)), ...]`, or (recipe, Shape,
-      compress) triples for tensors paged compressed (PagePool.record's `compress`). The tensors share the
+      compression) triples for tensors paged compressed (PagePool.record's `compression`). The tensors share the
       layer's routing (one count per expert) and must hold the same tokens per expert.
     - `schedule`: the order of a step's stashes and reloads: 'lifo' (every forward, then
       every backward), '1f1b:P' (P pipeline stages, Megatron-LM's order on the first stage),

@@ -1,6 +1,6 @@
-"""The compressed stash from Python (compress=): reloads bit for bit against a torch oracle written
+"""The compressed stash from Python (compression=): reloads bit for bit against a torch oracle written
 here from docs/layouts.md "Compressed stash", opcheck with a compression, the errors, and a module
-trained through the hook with compress="mxfp8" (close gradients) and "lossless" (identical ones)."""
+trained through the hook with compression="mxfp8" (close gradients) and "lossless" (identical ones)."""
 
 import pytest
 import torch
@@ -148,7 +148,7 @@ def test_reload_is_the_oracle_round_trip_bit_for_bit(recipe, compression):
     if "capacity" in recipe:
         data = data.view(shape.groups, shape.tokens, HIDDEN)
     pool = ps.PagePool(device_pages=64, page_bytes=4096, strict=False)
-    rec = pool.record(recipe, shape, compress=compression)
+    rec = pool.record(recipe, shape, compression=compression)
     assert rec.compression == compression
     rec.stash(data, counts)
     assert rec.status()["state"] == "stashed"
@@ -175,7 +175,7 @@ def test_compressed_record_pages_about_half(compression):
     pool = ps.PagePool(device_pages=1024, page_bytes=4096, strict=False)
     streams = {}
     for c in ("lossless", compression):
-        rec = pool.record("bf16/capacity", shape, compress=c)
+        rec = pool.record("bf16/capacity", shape, compression=c)
         rec.stash(data, counts)
         streams[c] = rec.status()
         rec.discard()
@@ -191,7 +191,7 @@ def opcheck_args(op, compression):
     recipe, shape = "bf16/capacity", ps.Shape(2, 32, 128)
     data = torch.randn(2, 32, 128).to(torch.bfloat16)
     counts = torch.tensor([20, 3], dtype=torch.int32)
-    rec = pool.record(recipe, shape, compress=compression)
+    rec = pool.record(recipe, shape, compression=compression)
     if op != "stash":
         rec.stash(data, counts)
     base = (*pool.state, rec.memory, recipe, list(shape))
@@ -220,9 +220,9 @@ def test_unknown_compression_names_the_known_ones():
     pool = ps.PagePool(device_pages=8, page_bytes=4096)
     known = r"\(known: lossless, mxfp8, mxfp8_e5m2, fp8_1x128\)"
     with pytest.raises(ValueError, match="unknown compression 'mxfp4' " + known):
-        pool.record("bf16/capacity", ps.Shape(2, 32, 128), compress="mxfp4")
+        pool.record("bf16/capacity", ps.Shape(2, 32, 128), compression="mxfp4")
     with pytest.raises(ValueError, match="unknown compression 'fp8' " + known):
-        ps.paged_saved_tensors(pool, compress="fp8")
+        ps.paged_saved_tensors(pool, compression="fp8")
     rec = pool.record("bf16/capacity", ps.Shape(2, 32, 128))
     with pytest.raises(ValueError, match="unknown compression 'MXFP8' " + known):  # the op's own check
         torch.ops.pagestash.discard(*rec._args(), compression="MXFP8")
@@ -234,7 +234,7 @@ def test_a_recipe_that_is_not_bf16_or_fp16_is_refused(recipe):
     pool = ps.PagePool(device_pages=8, page_bytes=4096)
     shape = ps.Shape(1, 256, 128)
     with pytest.raises(ValueError, match=f"compression 'mxfp8' needs a bf16 or fp16 recipe, not '{recipe}'"):
-        pool.record(recipe, shape, compress="mxfp8")
+        pool.record(recipe, shape, compression="mxfp8")
     assert pool.stats()["device_pages_free"] == pool.device_pages
 
 
@@ -244,21 +244,21 @@ def test_hidden_not_a_multiple_of_the_block_is_refused(compression, block):
     hidden = block + 8  # a multiple of bf16's 8
     with pytest.raises(ValueError, match=rf"shape\[2\] \(hidden\) = {hidden} must be a multiple of {block} \(the "
                                          rf"block of compression '{compression}'\): pad hidden to {2 * block}"):
-        pool.record("bf16/capacity", ps.Shape(2, 32, hidden), compress=compression)
+        pool.record("bf16/capacity", ps.Shape(2, 32, hidden), compression=compression)
     pool.record("bf16/capacity", ps.Shape(2, 32, hidden))  # lossless takes it
 
 
 def test_mark_refuses_what_its_compression_cannot_take():
     pool = ps.PagePool(device_pages=8, page_bytes=4096)
     counts = torch.tensor([1, 2], dtype=torch.int32)
-    with ps.paged_saved_tensors(pool, compress="mxfp8") as paging:
+    with ps.paged_saved_tensors(pool, compression="mxfp8") as paging:
         with pytest.raises(ValueError, match="compression 'mxfp8' needs a bf16 or fp16 recipe, not 'fp32/capacity'"):
             paging.mark(torch.zeros(2, 32, 64), counts)
         with pytest.raises(ValueError, match="must be a multiple of 128"):
-            paging.mark(torch.zeros(2, 32, 64, dtype=torch.bfloat16), counts, compress="fp8_1x128")
+            paging.mark(torch.zeros(2, 32, 64, dtype=torch.bfloat16), counts, compression="fp8_1x128")
         with pytest.raises(ValueError, match="unknown compression 'e4m3'"):
-            paging.mark(torch.zeros(2, 32, 64, dtype=torch.bfloat16), counts, compress="e4m3")
-        paging.mark(torch.zeros(2, 32, 64), counts, compress="lossless")  # per tensor, over the context's
+            paging.mark(torch.zeros(2, 32, 64, dtype=torch.bfloat16), counts, compression="e4m3")
+        paging.mark(torch.zeros(2, 32, 64), counts, compression="lossless")  # per tensor, over the context's
         paging.mark(torch.zeros(2, 32, 64, dtype=torch.bfloat16), counts)
     assert pool.stats()["device_pages_free"] == pool.device_pages
 
@@ -267,21 +267,21 @@ def test_mark_refuses_what_its_compression_cannot_take():
 
 E, H, F, TOKENS = 8, 128, 256, 192
 CAPACITY = 2 * TOKENS // E
-#: The largest relative error (Frobenius) of a weight gradient with compress="mxfp8" against the gradient without
+#: The largest relative error (Frobenius) of a weight gradient with compression="mxfp8" against the gradient without
 #: paging; measured 0.029 to 0.031 over these steps (docs/python.md says so).
 MXFP8_GRAD_ERROR = 0.04
 
 
-def grads(model, batch, compress):
-    """The weight gradients of one step of `model` on `batch`, paged with `compress` (None: not paged), and the
+def grads(model, batch, compression):
+    """The weight gradients of one step of `model` on `batch`, paged with `compression` (None: not paged), and the
     context's pages held."""
     x, target, expert = batch
     model.zero_grad()
     pool = ps.PagePool(device_pages=512, page_bytes=4096, strict=True)
-    if compress is None:
+    if compression is None:
         y = model(x, expert, CAPACITY)
     else:
-        with ps.paged_saved_tensors(pool, compress=compress) as paging:
+        with ps.paged_saved_tensors(pool, compression=compression) as paging:
             y = model(x, expert, CAPACITY, paging)
         assert paging.paged_tensors > 0
     pages = pool.pages_in_use()

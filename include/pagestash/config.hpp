@@ -20,10 +20,14 @@
 
 // Unrolls a loop over a layout's buffers on the device, so each buffer's block shape (granules, line counts) is a
 // constant there and no runtime division remains (a 64-bit one is a call, forcing values onto the stack).
+// PAGESTASH_NO_UNROLL keeps a loop rolled: a 1x128 block's batches, unrolled, held more than a lane's 64 registers
+// on sm_100 (a stack frame and spills).
 #if defined(__CUDA_ARCH__)
 #  define PAGESTASH_UNROLL _Pragma("unroll")
+#  define PAGESTASH_NO_UNROLL _Pragma("unroll 1")
 #else
 #  define PAGESTASH_UNROLL
+#  define PAGESTASH_NO_UNROLL
 #endif
 
 #define PAGESTASH_PP_CAT_(a, b) a##b

@@ -213,7 +213,7 @@ PAGESTASH_HOST_DEVICE void encode_block(const unsigned char* src, unsigned char*
     for (int k = 0; k < batch; ++k) m = max_magnitude(x[k], m);
   }
   const auto s = BlockScale<Format, T>::of((m & 0xFFFFu) > (m >> 16) ? m & 0xFFFFu : m >> 16);
-  PAGESTASH_UNROLL
+  PAGESTASH_NO_UNROLL
   for (int b = 0; b < vectors; b += batch) {
     if (vectors > batch) {
       PAGESTASH_UNROLL
@@ -246,7 +246,7 @@ PAGESTASH_HOST_DEVICE void decode_block(const unsigned char* codes, const unsign
   else stored = *scale;
   const float factor = BlockScale<Format, T>::decode(stored);
   constexpr int code_vectors = Format::block_size / 16, batch = 2;
-  PAGESTASH_UNROLL
+  PAGESTASH_NO_UNROLL
   for (int b = 0; b < code_vectors; b += batch) {
     Vector16 c[batch];
     PAGESTASH_UNROLL

@@ -167,7 +167,7 @@ else:
     link["libraries"] = ["cudart"]
 common = dict(include_dirs=[str(csrc), str(include), *map(str, cuda_includes)], **link)
 # PyTorch's own -std (C++20 for torch >= 2.10); pagestash needs C++17 or later. -g0 overrides
-# Python's -g: debug info for every recipe's instantiations would double the build.
+# Python's -g: debug info for every recipe's instantiations nearly doubles the compile.
 cxx = ["-O2", "-g0"]
 if with_cuda:
     extension = cpp_extension.CUDAExtension(

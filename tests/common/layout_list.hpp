@@ -110,14 +110,16 @@ using Fp16CapB128 = ps::CompressedTraits<ps::RowwiseUnquantized<ps::FP16, ps::Ca
     PAGESTASH_TEST_COMPRESSED_LAYOUT(X, pagestash_test::layouts::RuFp16Cap)
 #endif
 
+/// The buffer selections above (BufferSelection: some buffers not paged).
+#ifndef PAGESTASH_TEST_FEW_LAYOUTS
+#  define PAGESTASH_TEST_FOR_EACH_SELECTION_TRAITS(X) \
+    X(pagestash_test::traits::DataOnly)               \
+    X(pagestash_test::traits::ScalesOnly) X(pagestash_test::traits::NoAmax) X(pagestash_test::traits::MxScales)
+#else
+#  define PAGESTASH_TEST_FOR_EACH_SELECTION_TRAITS(X) X(pagestash_test::traits::ScalesOnly)
+#endif
+
 /// The non-default StashTraits above (the kernels are instantiated for these and for the
 /// default one of every layout).
-#ifndef PAGESTASH_TEST_FEW_LAYOUTS
-#  define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X) \
-    X(pagestash_test::traits::DataOnly)                 \
-    X(pagestash_test::traits::ScalesOnly)               \
-    X(pagestash_test::traits::NoAmax) X(pagestash_test::traits::MxScales) PAGESTASH_TEST_FOR_EACH_COMPRESSED_TRAITS(X)
-#else
-#  define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X) \
-    X(pagestash_test::traits::ScalesOnly) PAGESTASH_TEST_FOR_EACH_COMPRESSED_TRAITS(X)
-#endif
+#define PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(X) \
+  PAGESTASH_TEST_FOR_EACH_SELECTION_TRAITS(X) PAGESTASH_TEST_FOR_EACH_COMPRESSED_TRAITS(X)

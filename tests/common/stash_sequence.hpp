@@ -27,6 +27,7 @@
 #include <doctest/doctest.h>
 
 #include "host_tensor.hpp"
+#include "instances.hpp"  // extern where the target links the instances
 
 #include <algorithm>
 #include <array>

@@ -22,12 +22,14 @@ cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisa
 scripts/install-deps installs them) or the toolkit.
 """
 import argparse
+import concurrent.futures
 import glob
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "pagestash", "stash",
                       "policy.hpp")
@@ -175,16 +177,12 @@ def resident_blocks(registers, shared, arch):
     return min(by_regs, by_threads, by_shared, 32)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("library", help="libpagestash_instantiations.a (or any cubin container)")
-    args = parser.parse_args()
-    cuobjdump = find_tool("cuobjdump")
-    os.environ["PATH"] = os.path.dirname(find_tool("nvdisasm")) + os.pathsep + os.environ["PATH"]
+def analyse(cuobjdump, path):
+    """{(arch, mangled): shape} of the operation and reset kernels in one object or library."""
 
     def lines_of(option, header):
         """(arch, function, line) for each line of cuobjdump's output under a function header."""
-        text = subprocess.run([cuobjdump, option, args.library], capture_output=True, text=True, check=True).stdout
+        text = subprocess.run([cuobjdump, option, path], capture_output=True, text=True, check=True).stdout
         arch, name = "?", None
         for line in text.splitlines():
             m = re.search(r"arch = (sm_\d+a?)", line)
@@ -201,6 +199,8 @@ def main():
         m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
         if m and name and ("operation_kernel" in name or "reset_kernel" in name):
             kernels[(arch, name)] = dict(zip(("regs", "stack", "shared", "local"), map(int, m.groups())))
+    if not kernels:
+        return kernels  # nothing to disassemble (the format and layout kernels' objects)
     code = {}  # (arch, mangled) -> [(address, instruction)]
     for arch, name, line in lines_of("-sass", r"Function : (\S+)"):
         k = kernels.get((arch, name))
@@ -246,6 +246,28 @@ def main():
         k["cctl"] = len(invalidations)
         k["cctl_in_spin"] = sum(1 for c in invalidations if any(lo <= c <= hi for lo, hi in spin_loops))
         k["spin_loops"] = len(spin_loops)
+
+    return kernels
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("library", help="libpagestash_instantiations.a (or any cubin container)")
+    args = parser.parse_args()
+    cuobjdump = find_tool("cuobjdump")
+    os.environ["PATH"] = os.path.dirname(find_tool("nvdisasm")) + os.pathsep + os.environ["PATH"]
+
+    # An archive's objects are read and checked in parallel (one process each, as many at once
+    # as there are cores): the SASS of every kernel is millions of lines.
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = [args.library]
+        if args.library.endswith(".a"):
+            subprocess.run(["ar", "x", os.path.abspath(args.library)], cwd=scratch, check=True)
+            paths = sorted(glob.glob(os.path.join(scratch, "*")), key=os.path.getsize, reverse=True)
+        with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            kernels = {}
+            for found in pool.map(analyse, [cuobjdump] * len(paths), paths):
+                kernels.update(found)
 
     if not kernels:
         sys.exit(f"check_kernels: no operation kernels found in {args.library}")

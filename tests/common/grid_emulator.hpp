@@ -40,9 +40,9 @@
 #include <vector>
 
 #if defined(__linux__)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#  include <linux/futex.h>
+#  include <sys/syscall.h>
+#  include <unistd.h>
 #endif
 
 namespace pagestash_test {

@@ -1,5 +1,5 @@
 // The definitions behind stash_kernels.hpp; each stash_kernels_*.cu instantiates a share
-// of the traits (two files, so that nvcc builds them in parallel).
+// of the traits (several files, so that nvcc builds them in parallel).
 
 #include "stash_kernels.hpp"
 

@@ -1,5 +1,4 @@
-// Stash kernels for every recipe (pagestash/layouts/recipes.hpp), the tests' Plain layouts
-// and the non-default traits.
+// Stash kernels for every recipe (pagestash/layouts/recipes.hpp) and the tests' Plain layouts.
 #include "stash_kernels.inl"
 
 void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) {
@@ -20,4 +19,3 @@ void pagestash_test::launch_id_on(cudaStream_t stream, std::uint64_t* out) {
 
 PAGESTASH_FOR_EACH_RECIPE(PAGESTASH_INSTANTIATE_STASH)
 PAGESTASH_TEST_PLAIN_LAYOUTS(PAGESTASH_INSTANTIATE_STASH)
-PAGESTASH_TEST_FOR_EACH_NON_DEFAULT_TRAITS(PAGESTASH_INSTANTIATE_STASH_TRAITS)

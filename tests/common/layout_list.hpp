@@ -39,6 +39,12 @@ namespace ps = pagestash;
 #define PAGESTASH_TEST_COUNT_LAYOUT(L) +1
 /// How many layouts PAGESTASH_TEST_FOR_EACH_LAYOUT names (the tests that count per layout).
 inline constexpr int layout_count = 0 PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_TEST_COUNT_LAYOUT);
+/// One layout of each family only (-DPAGESTASH_TEST_FEW_LAYOUTS: scripts/test's ThreadSanitizer step and quick loop).
+#ifdef PAGESTASH_TEST_FEW_LAYOUTS
+inline constexpr bool few_layouts = true;
+#else
+inline constexpr bool few_layouts = false;
+#endif
 #undef PAGESTASH_TEST_COUNT_LAYOUT
 
 // Short names of the layouts single tests use.

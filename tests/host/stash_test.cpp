@@ -54,8 +54,10 @@ TEST_CASE("every layout: random stash / reload / discard sequences match a byte-
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_SEQUENCES)
 #undef PAGESTASH_SEQUENCES
-  // Every recipe of the registry is sequence-tested (adding one there is all it takes).
-  ps::for_each_recipe([&](auto r) { CHECK_MESSAGE(sequenced.count(decltype(r)::layout::name) == 1, r.name()); });
+  // Every recipe of the registry is sequence-tested (adding one there is all it takes), where
+  // the tests cover every layout.
+  if (!few_layouts)
+    ps::for_each_recipe([&](auto r) { CHECK_MESSAGE(sequenced.count(decltype(r)::layout::name) == 1, r.name()); });
   CHECK(sequenced.size() == static_cast<std::size_t>(layout_count));  // the names tell the layouts apart
   // At least 1,000 checked operations per layout family.
   CHECK(plain >= 1000);
@@ -78,7 +80,7 @@ TEST_CASE("compressed stash: random sequences reload the reference's dequantize(
   }
   PAGESTASH_TEST_FOR_EACH_COMPRESSED_LAYOUT(PAGESTASH_COMPRESSED_SEQUENCES)
 #undef PAGESTASH_COMPRESSED_SEQUENCES
-  CHECK(traits == 15);
+  CHECK(traits == (few_layouts ? 3 : 15));  // 16-bit layouts x 3 formats
   CHECK(checked == traits * 6 * 80);
 }
 
@@ -160,7 +162,8 @@ TEST_CASE("pools whose arenas start different agree on a stash's stream bytes, n
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_STREAM_BYTES)
 #undef PAGESTASH_STREAM_BYTES
-  CHECK(part_filled > 40);  // the whole-page comparison was shown to differ, often
+  CHECK(part_filled >
+        (few_layouts ? 8 : 40));  // the whole-page comparison was shown to differ, often (4 rounds a layout)
 }
 
 namespace {

@@ -22,9 +22,10 @@
 #  define PAGESTASH_TEST_FOR_EACH_LAYOUT(X) \
     PAGESTASH_FOR_EACH_RECIPE(X) PAGESTASH_TEST_PLAIN_LAYOUTS(X) PAGESTASH_TEST_ROWWISE_QUANTIZED_LAYOUTS(X)
 #else
-// One layout of each family, the partial-word ends among them: scripts/test's ThreadSanitizer
-// build (-DPAGESTASH_TEST_FEW_LAYOUTS), whose races are the pool's and the launch protocol's,
-// alike in every layout. The compressed and non-default lists below shrink with it.
+// One layout of each family, the partial-word ends among them (-DPAGESTASH_TEST_FEW_LAYOUTS):
+// scripts/test's ThreadSanitizer build, whose races are the pool's and the launch protocol's,
+// alike in every layout, and its quick loop. The compressed and non-default lists below
+// shrink with it.
 #  define PAGESTASH_TEST_FOR_EACH_LAYOUT(X)    \
     X((pagestash_test::layouts::Pbf16))        \
     X((pagestash_test::layouts::RuBf16))       \

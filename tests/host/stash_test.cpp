@@ -162,8 +162,8 @@ TEST_CASE("pools whose arenas start different agree on a stash's stream bytes, n
   }
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_STREAM_BYTES)
 #undef PAGESTASH_STREAM_BYTES
-  CHECK(part_filled >
-        (few_layouts ? 8 : 40));  // the whole-page comparison was shown to differ, often (4 rounds a layout)
+  // The whole-page comparison was shown to differ, often (4 rounds a layout).
+  CHECK(part_filled > (few_layouts ? 8 : 40));
 }
 
 namespace {

@@ -54,10 +54,13 @@ THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in 
 MAX_CCTL_IVALL = 12
 
 
+REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
+
+
 def registers(operand):
     """The registers an operand names: R4 -> [4], R4.64 (a pair, in an address) -> [4, 5]."""
     out = []
-    for m in re.finditer(r"\bR(\d+)(\.64)?\b", operand):
+    for m in REGISTER.finditer(operand):
         r = int(m.group(1))
         out += [r, r + 1] if m.group(2) else [r]
     return out
@@ -68,14 +71,20 @@ NO_DESTINATION = ("ST", "RED", "BRA", "BSSY", "BSYNC", "BAR", "EXIT", "CALL", "R
                   "NANOSLEEP", "YIELD", "NOP", "ERRBAR", "FENCE")
 
 
+PREDICATE = re.compile(r"@!?U?P\w+\s+")
+BRANCH = re.compile(r"BRA(?:\.\w+)* (?:!?U?P\w+, )?0x([0-9a-f]+)")
+CONDITIONAL_BRANCH = re.compile(r"BRA(?:\.\w+)* !?U?P")
+
+
 def parse(instructions):
     """(opcode, destination registers, source registers, branch target or None, taken always,
     predicated) for each instruction, in address order."""
     index = {a: i for i, (a, _) in enumerate(instructions)}
     out = []
     for _, ins in instructions:
-        predicated = re.match(r"@!?U?P\w+\s+", ins) is not None
-        ins = re.sub(r"^@!?U?P\w+\s+", "", ins)
+        p = PREDICATE.match(ins)
+        predicated = p is not None
+        ins = ins[p.end():] if p else ins
         opcode, _, rest = ins.partition(" ")
         operands = [o.strip() for o in rest.split(",")] if rest else []
         writes = not opcode.startswith(NO_DESTINATION) and operands
@@ -84,9 +93,9 @@ def parse(instructions):
             width = 4 if opcode.endswith(".128") else (2 if opcode.endswith(".64") else 1)
             dest = list(range(dest[0], dest[0] + width))
         sources = {r for o in (operands[1:] if writes else operands) for r in registers(o)}
-        b = re.match(r"BRA(?:\.\w+)* (?:!?U?P\w+, )?0x([0-9a-f]+)", ins)
+        b = BRANCH.match(ins)
         target = index.get(int(b.group(1), 16)) if b else None
-        always = target is not None and not predicated and not re.match(r"BRA(?:\.\w+)* !?U?P", ins)
+        always = target is not None and not predicated and not CONDITIONAL_BRANCH.match(ins)
         out.append((opcode, dest, sources, target, always, predicated))
     return out
 
@@ -97,27 +106,34 @@ def loads_in_flight(code, is_load, counts, steps=600):
     has in flight when it first waits on one. Along paths the code can run: from the start and from
     every branch target, `steps` instructions at most, falling through conditional branches,
     taking unconditional forward ones, ending at a backward branch or an EXIT."""
+    # What each step needs, once per instruction (the walks below visit each many times).
+    steps_of = []
+    for opcode, dest, sources, target, always, predicated in code:
+        # An unpredicated write of a load's register waits for the load too; a predicated
+        # one (a default where the load was predicated off) may not run: neither.
+        waited = frozenset(sources) if predicated else frozenset(sources) | frozenset(dest)
+        load = tuple(dest) if dest and is_load(opcode) else None
+        stop = opcode == "EXIT" or (target is not None and target <= len(steps_of) and always)
+        steps_of.append((waited, counts(opcode), load, stop, target if always else None))
     starts = {0} | {c[3] for c in code if c[3] is not None}
     best = 0
     for start in starts:
         pending = []  # the registers of each load issued, not yet read
         i = start
         for _ in range(steps):
-            if i >= len(code):
+            if i >= len(steps_of):
                 break
-            opcode, dest, sources, target, always, predicated = code[i]
-            # An unpredicated write of a load's register waits for the load too; a predicated
-            # one (a default where the load was predicated off) may not run: neither.
-            waited = sources | (set() if predicated else set(dest))
-            read = [p for p in pending if waited.intersection(p)]
-            if read and counts(opcode):
-                best = max(best, len(pending))
-            pending = [p for p in pending if p not in read]
-            if is_load(opcode) and dest:
-                pending.append(tuple(dest))
-            if opcode == "EXIT" or (target is not None and target <= i and always):
+            waited, counted, load, stop, jump = steps_of[i]
+            if pending:
+                kept = [p for p in pending if waited.isdisjoint(p)]
+                if counted and len(kept) < len(pending):
+                    best = max(best, len(pending))
+                pending = kept
+            if load:
+                pending.append(load)
+            if stop:
                 break
-            i = target if always and target > i else i + 1
+            i = jump if jump is not None and jump > i else i + 1
     return best
 
 
@@ -185,10 +201,10 @@ def analyse(cuobjdump, path):
         text = subprocess.run([cuobjdump, option, path], capture_output=True, text=True, check=True).stdout
         arch, name = "?", None
         for line in text.splitlines():
-            m = re.search(r"arch = (sm_\d+a?)", line)
+            m = "arch = " in line and re.search(r"arch = (sm_\d+a?)", line)
             if m:
                 arch = m.group(1)
-            m = re.search(header, line)
+            m = "Function" in line and re.search(header, line)
             if m:
                 name = m.group(1)
                 continue
@@ -209,9 +225,10 @@ def analyse(cuobjdump, path):
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
         if m:
             code.setdefault((arch, name), []).append((int(m.group(1), 16), m.group(2)))
-        k["spills"] = k.get("spills", 0) + len(re.findall(r"\b(?:STL|LDL)\b", line))
+        k["spills"] = k.get("spills", 0) + (len(re.findall(r"\b(?:STL|LDL)\b", line)) if "STL" in line or "LDL" in line else 0)
         # Cache hints show as modifiers: LDG.E.EF.128 (evict-first), STG.E.EF.128.
-        load, store = re.search(r"\bLDG\.E(?:\.[A-Z]+)*\.128\b", line), re.search(r"\bSTG\.E(?:\.[A-Z]+)*\.128\b", line)
+        load = "LDG" in line and re.search(r"\bLDG\.E(?:\.[A-Z]+)*\.128\b", line) or None
+        store = "STG" in line and re.search(r"\bSTG\.E(?:\.[A-Z]+)*\.128\b", line) or None
         k["ld128"] = k.get("ld128", False) or load is not None
         k["st128"] = k.get("st128", False) or store is not None
         # Loads in flight: the longest run of 128-bit loads before a store.

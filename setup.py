@@ -18,7 +18,9 @@ Environment:
     PAGESTASH_CUDA        1: build the CUDA executor (fails without nvcc), 0: host executor
                           only; default: 1 when nvcc is on PATH (or in $CUDA_HOME/bin) and
                           torch is a CUDA build.
-    TORCH_CUDA_ARCH_LIST  the GPUs to compile the kernels for; default "9.0" (H100/H200).
+    TORCH_CUDA_ARCH_LIST  the GPUs to compile the kernels for; default "9.0;10.0+PTX" (H100/H200,
+                          B200/GB200, and PTX that later GPUs compile when they load it;
+                          "9.0+PTX" with nvcc before 12.8, which has no sm_100).
     MAX_JOBS              parallel compile jobs.
 Build files go to build-python/ (setup.cfg), apart from the C++ build folders.
 """
@@ -28,6 +30,7 @@ import importlib.metadata
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -153,7 +156,11 @@ if with_cuda and nvcc is None:
     sys.exit("pagestash: PAGESTASH_CUDA=1 but nvcc is neither on PATH nor in $CUDA_HOME/bin")
 if with_cuda:
     os.environ.setdefault("CUDA_HOME", str(nvcc.parent.parent))
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    # sm_100 needs CUDA 12.8 or later: an older nvcc builds sm_90 and its PTX.
+    release = re.search(r"release (\d+)\.(\d+)", subprocess.run([str(nvcc), "--version"], capture_output=True,
+                                                              text=True).stdout)
+    blackwell = release is not None and (int(release[1]), int(release[2])) >= (12, 8)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0;10.0+PTX" if blackwell else "9.0+PTX")
 
 cuda_includes, cuda_lib = cuda_paths(with_cuda)
 csrc = root / "python" / "csrc"

@@ -175,11 +175,16 @@ inline void init_record(const std::string& recipe, const std::string& compressio
 
 enum class Op { stash, reload, discard };
 
-/// The record in `record`, of `shape` in pool `p`.
+/// The record in `record`, taken for one of `shape` in pool `p`. Memory made for another recipe, compression, shape
+/// or pool (its size may differ too) is refused in memory by the operation, as misuse (record_mismatch,
+/// foreign_record), before it reads more than the record's header: only a header's bytes are required here.
 template <class Traits>
 ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedView<typename Traits::layout>& shape,
                                       const RecordMemory& record) {
-  check_record_bytes<Traits>(p, shape, record);
+  if (record.bytes < static_cast<std::int64_t>(ps::StashRecord<Traits>::header_bytes))
+    throw std::invalid_argument("pagestash: the record has " + std::to_string(record.bytes) +
+                                " bytes, fewer than a record's header (" +
+                                std::to_string(ps::StashRecord<Traits>::header_bytes) + "): it is no record");
   return ps::StashRecord<Traits>::attach(p, shape, record.ptr);
 }
 

@@ -121,9 +121,12 @@ class _Group:
         self.pool, self.recipe, self.shape, self.zero_tail, self.name = pool, recipe, shape, zero_tail, name
         self.compression = compression
         self.poison = poison
-        self.counts = counts
-        # The stash refuses counts changed since mark() (an inference tensor has no version: it cannot change).
-        self.counts_version = None if counts.is_inference() else counts._version
+        # The counts as they were at mark(), copied in stream order (no sync): what the stash and
+        # its reload use, whatever happens to the caller's tensor later (.data writes included).
+        # The key (the caller's tensor, its version) groups a layer's marks for observe().
+        with torch.no_grad():
+            self.counts = counts.detach().clone()
+        self.counts_key = (counts, 0 if counts.is_inference() else counts._version)
         self.buffers = buffers  # role -> tensor, until stashed
         self.meta = {role: (t.shape, t.dtype, t.device) for role, t in buffers.items()}
         self.record = None
@@ -137,6 +140,8 @@ class _Group:
         # For the warning when it is never paged: a view over part of its bytes that autograd
         # saved instead, and the autocast dtype (autocast saves its own copy).
         self.saved_part = None
+        # Another saved-tensor hook inside this context when it was marked: it takes the saves.
+        self.inner_hook = None
         device = buffers["data"].device.type
         self.autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
@@ -152,17 +157,13 @@ class _Group:
             raise RuntimeError(f"pagestash: {self.name} was changed in place after autograd saved it and before it was "
                                "stashed (skip_next stashes a marked tensor once later ones are saved): autograd "
                                "needs the saved values. Change a clone of it, or pass skip_next=0")
-        if self.counts_version is not None and self.counts._version != self.counts_version:
-            raise RuntimeError(f"pagestash: the counts of {self.name} were modified by an inplace operation after "
-                               f"mark() (version {self.counts_version} -> {self.counts._version}), before it was "
-                               "stashed: the stash would page the rows the new counts say. Mark it once its counts "
-                               "are final, or pass counts.clone() to mark()")
         with torch.no_grad():
             self.record = self.pool.record(self.recipe, self.shape, compression=self.compression)
             self.record.name = self.name
-            self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False)
+            self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False,
+                              _counts_key=self.counts_key)
         self.buffers = None  # the pages hold them now: let the caller's tensors go
-        self.counts = None   # the record copied the counts
+        self.counts = self.counts_key = None  # the record copied the counts
 
     def issue(self, cuda_streams: Optional[_NoCudaStreams] = None) -> None:
         """Reloads the pages into new buffers (allocated on the current CUDA stream): here, or
@@ -219,10 +220,24 @@ class _Group:
                 pass
 
 
-def _unpaged_message(g: _Group) -> str:
-    """What happened to a mark that was never paged, and what to do."""
+def _hook_name(hook) -> str:
+    """A saved-tensor hook as a user would recognise it: its function's module and name."""
+    function = getattr(hook, "__func__", hook)
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+
+
+def _unpaged_message(g: _Group, saved: bool = True) -> str:
+    """What happened to a mark that was never paged (`saved`: whether autograd saved anything in
+    the context), and what to do."""
     dtype = g.meta["data"][1]
-    if g.saved_part is not None:
+    if g.inner_hook is not None or not saved:
+        inner = (f"the saved-tensor hook {g.inner_hook} (an inner context: torch.autograd.graph.save_on_cpu, "
+                 "another saved_tensors_hooks)" if g.inner_hook is not None else
+                 "an inner saved-tensor hook context (torch.autograd.graph.save_on_cpu, another saved_tensors_hooks); "
+                 "or the layer ran without grad, or in a torch.compile'd region, which saves its own tensors")
+        what = (f"autograd gave its saves to {inner}, not to this context: nothing of it was paged. The innermost "
+                "saved-tensor hook takes every save; mark tensors in a context with no other hook inside it")
+    elif g.saved_part is not None:
         what = (f"autograd saved only {g.saved_part}, never all of its bytes: nothing of it was paged (a marked "
                 "tensor is paged whole: itself, a reshape or a permutation of it). Mark the tensor the layer saves")
     elif g.autocast is not None and g.autocast != dtype:
@@ -299,8 +314,8 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self) -> "paged_saved_tensors":
+        self.pool._context_entered()  # before the hooks go on: it may refuse
         super().__enter__()
-        self.pool._contexts += 1
         self._active = True
         return self
 
@@ -313,11 +328,13 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             g.order = len(self._stashes)  # backward needs them first: their unpack prefetches the last stashes
             self.skipped_tensors += g.saves
         self._by_storage, self._groups, self._saved, self._active = {}, [], [], False
-        # Autograd saved nothing at all (torch.no_grad, inference_mode): nothing to page, nothing to say.
+        # A mark is made with grad on (under no_grad it returns at once): when autograd saved nothing
+        # at all in the context after it, another saved-tensor hook took the saves, or the layer ran
+        # without grad. Either way nothing of it was paged: say so.
         saved = self.paged_tensors + self.passed_tensors + self.skipped_tensors > 0
-        if self.warn_unpaged and exc[0] is None and saved:
+        if self.warn_unpaged and exc[0] is None:
             for g in unpaged:
-                warnings.warn(_unpaged_message(g), UnpagedWarning, stacklevel=2)
+                warnings.warn(_unpaged_message(g, saved), UnpagedWarning, stacklevel=2)
         return super().__exit__(*exc)
 
     def mark(self, data: torch.Tensor, counts: torch.Tensor, *, recipe: Optional[str] = None,
@@ -337,6 +354,11 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         Under no_grad or torch.utils.checkpoint it pages nothing and returns `data`:
         checkpoint saves the region's tensors itself (non-reentrant) or nothing (reentrant:
         no grad), and recomputes them in backward, where they are not paged either."""
+        for what, t in (("data", data), ("counts", counts)):
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"pagestash: mark(): {what} must be a tensor, not a {type(t).__name__}" +
+                                 (" (torch.tensor(counts, dtype=torch.int32, device=data.device))"
+                                  if what == "counts" else ""))
         if torch.compiler.is_compiling():
             warnings.warn("pagestash: mark() inside a torch.compile'd region pages nothing: mark the layer's input "
                           "outside it", UnpagedWarning, stacklevel=2)
@@ -347,6 +369,10 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             raise RuntimeError("pagestash: mark() outside its `with paged_saved_tensors(pool)` block (before it "
                                "entered or after it exited) would page nothing: call it inside the block, before "
                                "the layer that saves the tensor")
+        for what, t in (("data", data), ("counts", counts), ("scales", scales), ("amax", amax)):
+            if t is not None and t.device.type == "meta":
+                raise ValueError(f"pagestash: mark(): {what} is a meta tensor (it holds no data): nothing could be "
+                                 f"paged; pass it on the pool's device ({self.pool.device})")
         recipe, shape = infer(data, counts, recipe=recipe, shape=shape, scales=scale_layout)
         compression = self.compression if compression is None else compression_of(compression)
         if compression != "lossless":
@@ -363,6 +389,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
                 raise ValueError(f"pagestash: mark(): {role} of {name} is not contiguous (strides {list(t.stride())}): "
                                  f"mark {role}.contiguous() and give that to the layer")
         group = _Group(self.pool, recipe, shape, counts, buffers, self.zero_tail, name, self.poison, compression)
+        top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if top is not None and top[0] != self._pack:
+            group.inner_hook = _hook_name(top[0])
         self._groups.append(group)
         for role, t in buffers.items():
             geometry = (t.dtype, t.storage_offset(), t.numel())

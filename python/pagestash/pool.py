@@ -11,11 +11,9 @@ import copy
 import math
 import numbers
 import warnings
-import weakref
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _C
 from ._ops import ops
@@ -23,18 +21,6 @@ from .errors import FLAG_NAMES, OverflowRateWarning, PagingError, failed_flags
 from .recipes import Shape, compression_of, infer
 
 Device = Union[str, torch.device]
-
-
-#: Every pool, so that an optimizer's step can tell each that a new optimizer step begins.
-_POOLS: "weakref.WeakSet[PagePool]" = weakref.WeakSet()
-
-
-def _optimizer_stepped(optimizer, args, kwargs) -> None:
-    for pool in list(_POOLS):
-        pool._contexts, pool._contexts_kept = 0, None
-
-
-register_optimizer_step_post_hook(_optimizer_stepped)
 
 
 def _graph_break_for_check() -> None:
@@ -86,15 +72,24 @@ class PagePool:
         self.overflowed_steps = 0
         self.reruns = 0
         self._target(overflow_target)
+        # The step, as the user says it (docs/python.md, "What a step is"): from begin_step() to
+        # decide(); PagedStep and run_step begin and decide theirs. _step: the open PagedStep;
+        # _begun: a step begun and not yet decided; _decision: the step's decision once decided
+        # (until the next begin_step); _contexts: paged contexts since begin_step().
+        self._step = None
+        self._begun = False
+        self._decision: Optional[str] = None
+        self._contexts = 0
         self._allocate(int(device_pages), int(page_bytes), int(host_pages))
         self._observe_left = 0  # whole steps observe() still records
         self._observed: List[torch.Tensor] = []  # [stashes, experts] per closed step
-        self._step_counts: List[Tuple[torch.Tensor, int]] = []  # this step's counts, version (kept alive: ids stay theirs)
+        self._step_counts: List[tuple] = []  # this step's counts' keys (each holds its tensor: ids stay theirs)
         self._step_copies: List[torch.Tensor] = []
 
     def _allocate(self, device_pages: int, page_bytes: int, host_pages: int) -> None:
         """Fresh memory for the pool (a new pool id: records of the old memory are another pool's)."""
         self.page_bytes = page_bytes
+        self._memory = getattr(self, "_memory", 0) + 1  # records made before are another pool's
         control, device_arena, host_arena = _C.pool_bytes(page_bytes, device_pages, host_pages)
         cuda = self.device.type == "cuda"
         self.control = _aligned_bytes(control, self.device)
@@ -107,12 +102,6 @@ class PagePool:
         #: The flags where the ops write them: int32 words (FLAG_NAMES gives their order),
         #: each 0 or 1, sticky until reset. agree() all-reduces them with MAX.
         self.flags = self.control[:4 * len(FLAG_NAMES)].view(torch.int32)
-        # Host-side step bookkeeping: the open PagedStep, the paged contexts since the last
-        # optimizer step, and how many of those a decide() had already kept in it.
-        self._step = None
-        self._contexts = 0
-        self._contexts_kept: Optional[int] = None
-        _POOLS.add(self)
         # Which operation first raised a failure flag (the flags are sticky: a later
         # operation's check sees them too). _first: that operation once found, until
         # reset; _unread: (first, last, count) of the operations run since the flags were
@@ -126,10 +115,19 @@ class PagePool:
         byte copy would share the id, and each pool would take the other's records)."""
         return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict)
 
+    def __reduce_ex__(self, protocol):
+        """Refused: a pickled pool (torch.save too) would come back with this pool's id, and each
+        pool would take the other's records and pages."""
+        raise TypeError(f"pagestash: a PagePool ({self.device_pages} device pages of {self.page_bytes} bytes on "
+                        f"{self.device}) cannot be pickled or saved: the copy would keep its id, and take its records. "
+                        "Save its config (pool.config) and make a new pool from it, or copy.deepcopy(pool) for an "
+                        "empty pool with its own id")
+
     def _ran(self, operation: str) -> None:
         """Notes that `operation` (e.g. 'the stash of a bf16/capacity record (2, 32, 64)')
-        was enqueued on the pool, for PagingError's `first`."""
-        if self._first is not None:
+        was enqueued on the pool, for PagingError's `first`. Not inside torch.compile: traced
+        code may not change Python state (a higher-order op, as autograd.Function, refuses it)."""
+        if self._first is not None or torch.compiler.is_compiling():
             return
         first, _, count = self._unread or (operation, operation, 0)
         self._unread = (first, operation, count + 1)
@@ -248,8 +246,8 @@ class PagePool:
         """Replaces the pool's memory by a pool of `sizing`'s size (a PoolSizing: its device_pages,
         host_pages and page_bytes), between steps, and checks the overflow rate against the
         sizing's target from here on. The cumulative counters and an observation go on; the old
-        memory goes back to PyTorch's allocator. Records made before are another pool's (an op
-        on one raises ValueError for a CPU pool, the `foreign_record` flag for a CUDA one): the
+        memory goes back to PyTorch's allocator. Records made before are another pool's (a
+        Record's op raises ValueError; a raw op raises the `foreign_record` flag): the
         hook makes its records per stash, so none survives a finished step. Reads the counters
         (synchronises); raises ValueError while records hold pages."""
         from .sizing import PoolSizing  # sizing.py imports this module
@@ -281,14 +279,16 @@ class PagePool:
         """Whole steps observe() still records (0: not recording)."""
         return self._observe_left
 
-    def _observe_stash(self, counts: torch.Tensor) -> None:
-        if not self._observe_left:
+    def _observe_stash(self, counts: torch.Tensor, key: Optional[tuple] = None) -> None:
+        """`key`: (tensor, version) of the counts as the caller had them (the hook's marks copy
+        theirs); stashes of one key are one (layer, microbatch) stash."""
+        if not self._observe_left or torch.compiler.is_compiling():
             return
-        seen = (counts, counts._version)  # a counts buffer rewritten in place is another stash's
-        if any(c.data_ptr() == counts.data_ptr() and c.shape == counts.shape and v == seen[1]
+        key = key or (counts, counts._version)  # a counts buffer rewritten in place is another stash's
+        if any(c.data_ptr() == key[0].data_ptr() and c.shape == key[0].shape and v == key[1]
                for c, v in self._step_counts):
             return  # another tensor of the same (layer, microbatch)
-        self._step_counts.append(seen)
+        self._step_counts.append(key)
         self._step_copies.append(counts.detach().clone())
 
     def _close_observed_step(self) -> None:
@@ -333,6 +333,29 @@ class PagePool:
         ops.reset(*self.state)
         self._first, self._unread = None, None
 
+    def begin_step(self) -> None:
+        """Begins a step: every microbatch of one optimizer step (forward and backward) runs
+        after it, and decide() ends it, once, after its last backward. run_step and PagedStep
+        call it; a loop of one's own calls it before each step's first microbatch (and before a
+        paged rerun of a whole step). Host bookkeeping only: nothing runs on the device.
+        Raises RuntimeError inside an open PagedStep."""
+        self._not_in_step("begin_step")
+        self._begin()
+
+    def _begin(self) -> None:
+        self._begun, self._decision, self._contexts = True, None, 0
+
+    def _context_entered(self) -> None:
+        """A paged context begins (paged_saved_tensors.__enter__): refused once the step is
+        decided, as its failure would go undecided or its rerun would miss microbatches."""
+        if self._decision is not None:
+            raise RuntimeError(
+                "pagestash: a paged context after this step's decide(): deciding per microbatch is refused, as a "
+                "rerun of one microbatch drops the gradients of those before it (zero_grad) or counts them twice. "
+                "Decide once per step, after its last backward, and begin each step with pool.begin_step() "
+                "(pagestash.run_step does both); to rerun a whole step paged, begin it again")
+        self._contexts += 1
+
     def _not_in_step(self, what: str) -> None:
         if self._step is not None:
             raise RuntimeError(f"pagestash: pool.{what}() inside an open step (PagedStep, run_step): the step's "
@@ -369,33 +392,34 @@ class PagePool:
 
     def decide(self) -> str:
         """'keep', 'rerun_without_paging' or 'report_error', from the flags (reads them back:
-        synchronises). After agree(), every rank decides the same. Call it once per
-        optimizer step, after the step's last backward: it counts the step and its outcome
-        (`totals`), and warns (OverflowRateWarning) when the steps overflow far more often
-        than `overflow_target`.
+        synchronises): the decision of the step begin_step() began, after its last backward
+        (end_step() first). After agree(), every rank decides the same. It counts the step and
+        its outcome (`totals`), and warns (OverflowRateWarning) when the steps overflow far
+        more often than `overflow_target`. Deciding again with no paged context between (after
+        agree() brought other ranks' flags) decides the same step anew, counted once.
 
-        A decision to rerun after an earlier decide() of the same optimizer step kept
-        microbatches that ran paged, and more ran paged since, raises PagingError: their
-        gradients are accumulated, and a rerun of the failed microbatch alone would drop them
-        (zero_grad) or count them twice; rerun the whole step (run_step)."""
+        Raises RuntimeError after paged contexts (paged_saved_tensors) outside a step (no
+        begin_step() before them): the pool cannot tell which microbatches a rerun must repeat.
+        Without paged contexts (records used directly) a decide() is a step of its own."""
         self._not_in_step("decide")
+        if not self._begun and self._decision is None and self._contexts:
+            raise RuntimeError(
+                "pagestash: pool.decide() outside a step: a step is what lies between pool.begin_step() and "
+                "decide(), which ends it once, after its last backward. Call pool.begin_step() before each "
+                "optimizer step's first microbatch, or use pagestash.run_step / PagedStep, which do")
         flags = list(self.flag_dict().values())
-        decision = _C.decide(flags)
-        if decision == "keep":
-            self._contexts_kept = self._contexts
-        elif self._contexts_kept and self._contexts > self._contexts_kept:  # paged again since it kept
-            raise PagingError(failed_flags(dict(zip(FLAG_NAMES, flags))), decision,
-                              f"in an optimizer step whose first {self._contexts_kept} paged context(s) an earlier "
-                              "decide() kept: their gradients are accumulated, so rerunning only what failed drops "
-                              "them or counts them twice. Decide once per optimizer step and rerun the whole step "
-                              "(pagestash.run_step)")
-        self._count_step(decision)
-        return decision
+        self._decided(_C.decide(flags))
+        return self._decision
 
-    def _count_step(self, decision: str) -> None:
-        """A step decided (by decide(), or by run_step from a strict-mode PagingError)."""
-        self.steps += 1
+    def _decided(self, decision: str) -> None:
+        """The step's decision (by decide(), or by run_step from a strict-mode PagingError),
+        counted once per step."""
+        if self._decision is None:
+            self.steps += 1
+        else:
+            self.overflowed_steps -= self._decision != "keep"
         self.overflowed_steps += decision != "keep"
+        self._begun, self._decision = False, decision
         self._check_overflow_rate()
 
     def check(self, where: str = "") -> None:
@@ -409,13 +433,13 @@ class PagePool:
                               *self._advice())
 
     def _advice(self) -> Tuple[str, ...]:
-        """What to do when a check fails in the middle of an optimizer step: the gradients
-        hold part of it."""
+        """What to do when a check fails in the middle of a step: the gradients hold part of it."""
         if not self._contexts:
             return ()
-        return (f"{self._contexts} paged context(s) ran since the last optimizer step, and the gradients hold the "
-                "backward of every microbatch that finished and part of this one's: zero them, reset the pool and "
-                "rerun the whole step without paging (pagestash.run_step does)",)
+        since = "in this step" if self._begun else "since the pool was made or last began a step"
+        return (f"{self._contexts} paged context(s) ran {since}, and the gradients hold the backward of every "
+                "microbatch that finished and part of this one's: zero them, reset the pool and rerun the whole step "
+                "without paging (pagestash.run_step does)",)
 
     def agree(self, group=None) -> None:
         """All-reduces the flags with MAX over `group` (torch.distributed; the default
@@ -457,6 +481,7 @@ class Record:
         #: How errors name it (the hook names it after the marked tensor).
         lossy = "" if self.compression == "lossless" else f" ({self.compression})"
         self.name = f"a {recipe} record {tuple(shape)}{lossy}"
+        self._memory = pool._memory  # the pool's memory it was made for (resize() replaces it)
         nbytes = _C.record_bytes(*pool.state, recipe, list(shape), self.compression)
         self.memory = _aligned_bytes(nbytes, pool.device)
         _C.init_record(*pool.state, self.memory, recipe, list(shape), self.compression)
@@ -467,6 +492,9 @@ class Record:
         return Record(copy.deepcopy(self.pool, memo), self.recipe, self.shape, self.compression)
 
     def _args(self):
+        if self._memory != self.pool._memory:
+            raise ValueError(f"pagestash: {self.name} is another pool's: it was made before pool.resize() replaced "
+                             "the pool's memory. Make a new record (pool.record(...)) after resizing")
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
 
     def _checked(self, check: Optional[bool], op: str) -> None:
@@ -477,13 +505,13 @@ class Record:
             self.pool.check(f"at the {op} of {self.name}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,
-              amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None) -> None:
+              amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None, _counts_key=None) -> None:
         """Moves the live bytes of (data, scales) into pages and keeps amax; `counts` (int32,
         one per group, on the pool's device) is read where the op runs, never on the host.
         With `check` (default: the pool's strict), raises PagingError when the pool's flags
         say the step failed."""
         ops.stash(*self._args(), data, counts, scales, amax, compression=self.compression)
-        self.pool._observe_stash(counts)
+        self.pool._observe_stash(counts, _counts_key)
         self._checked(check, "stash")
 
     def reload(self, data: torch.Tensor, scales: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None,
@@ -506,4 +534,4 @@ class Record:
         'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group, generation,
         pages, device_pages, stream_bytes, live_bytes, host_pages, refused_blocks,
         launch_in_flight (synchronises)."""
-        return _C.record_status(*self.pool.state, self.memory, self.recipe, list(self.shape), self.compression)
+        return _C.record_status(*self._args(), self.compression)

@@ -47,20 +47,24 @@ class PagedStep:
     when `paged` is False); backward runs as usual. After the step's last backward,
     `finish()` ends the step on the pool (end_step), agrees the flags over `group` and
     decides: 'keep', or 'rerun_without_paging' / 'report_error', when the whole step must
-    run again without paging from zeroed gradients. While a step is open, the pool's own
-    decide() and reset() raise: they would cut the step in two. Prefer `run_step`, which
-    does all of it."""
+    run again without paging from zeroed gradients. A paged step is the pool's step (it
+    begins it, as pool.begin_step() does, and its finish() decides it); while it is open, the
+    pool's own begin_step(), decide() and reset() raise: they would cut the step in two. An
+    unpaged one (`paged=False`) leaves the pool alone and needs no finish(): the rerun by hand
+    is `pool.reset()`, the gradients zeroed, then `microbatches(PagedStep(pool, paged=False))`.
+    Prefer `run_step`, which does all of it."""
 
     def __init__(self, pool: Optional[PagePool], *, paged: bool = True, **hook_options):
         if pool is None and paged:
             raise ValueError("pagestash: a paged step needs a pool (PagedStep(None) only with paged=False)")
-        if pool is not None and pool._step is not None:
+        if paged and pool._step is not None:
             raise RuntimeError("pagestash: this pool already has an open step (PagedStep): finish() it first")
         self.pool, self.paged, self.hook_options = pool, paged, hook_options
         self.microbatches = 0
         self.reload_cuda_streams: list = []  # the side streams its contexts prefetch on: end_step joins them
         self.decision: Optional[str] = None
-        if pool is not None:
+        if paged:  # the pool's step: an unpaged one (a rerun) pages nothing and decides nothing
+            pool._begin()
             pool._step = self
 
     def paging(self, **hook_options):
@@ -95,6 +99,17 @@ class PagedStep:
         if self.pool is not None and self.pool._step is self:
             self.pool._step = None
 
+    def join_cuda_streams(self, cuda_streams: Sequence["torch.cuda.Stream"] = ()) -> None:
+        """Makes the current CUDA stream wait for `cuda_streams` and the side streams the step's
+        contexts prefetched on (no host sync): before a reset, no reload of the step may still
+        run there."""
+        if self.pool is None or self.pool.device.type != "cuda":
+            return
+        current = torch.cuda.current_stream(self.pool.device)
+        for s in [*cuda_streams, *self.reload_cuda_streams]:
+            if s != current:
+                current.wait_stream(s)
+
     @property
     def must_rerun(self) -> bool:
         return self.decision is not None and self.decision != "keep"
@@ -118,7 +133,9 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     paging. Returns 'paged' or 'rerun'; without a pool (None), runs the step unpaged and
     returns 'eager'.
 
-    `zero_grad`: the optimizer or module whose gradients the step accumulates (its
+    The step is run_step's: it begins the pool's step and decides it once (no optimizer
+    hook is involved: a skipped optimizer step, a hand-written update or several optimizers
+    change nothing). `zero_grad`: the optimizer or module whose gradients the step accumulates (its
     zero_grad(set_to_none=True) runs before the step and before a rerun), or a callable.
     The gradients start from zero: accumulate across run_step calls by summing yourself.
     `group`, `cuda_streams`: as for PagedStep.finish. `hook_options` go to every
@@ -145,7 +162,8 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
         decision = step.finish(group, cuda_streams)
     else:
         decision = failure[1]
-        pool._count_step(decision)
+        pool._decided(decision)
+        step.join_cuda_streams(cuda_streams)  # a prefetched reload may still run on a side stream
     if decision == "keep":
         return "paged"
     if decision == "report_error":

@@ -573,4 +573,72 @@ void foreign_record_refused(Refuse&& refuse) {
   CHECK(pool_a.stats().flags.error == 0);
 }
 
+/// A record used as what it was not made for: with other traits of the same bytes (FP16 for a BF16 record), with a
+/// compression it was made without, with another shape (half the hidden). Each stash, reload and discard, past the
+/// host checks (the record attached as that kind, as Python's raw ops attach per call), is refused in memory as
+/// record_mismatch: counted, the record as it was, the refused reload's destination poisoned; and the record still
+/// reloads as its own kind.
+template <class Backend>
+void mismatched_record_refused() {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  auto shape = sequence_shape<L>(false);
+  shape.hidden = 256;  // a multiple of every compression's block
+  const ps::PoolConfig cfg = room_for_two<Tr>(shape);
+  ps::PagePool pool(cfg, Backend::space);
+  auto rec = ps::make_record<Tr>(pool, shape);
+  std::mt19937 rng(73);
+  Tensor<L, Backend> src(shape), dst(shape);
+  const std::vector<std::int32_t> counts = random_counts(shape, rng);
+  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
+  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
+  src.set(BufferRole::data, source);
+  src.set_counts(counts);
+  Backend::stash(pool, src.view, rec);
+  REQUIRE(rec.status().state == ps::RecordState::stashed);
+  const std::vector<std::int32_t> held = rec.page_ids();
+  const std::int64_t free_before = pool.stats().device_pages_free;
+
+  int refused = 0;
+  const auto as = [&](auto traits, auto as_shape) {
+    using Tr2 = decltype(traits);
+    using L2 = typename Tr2::layout;
+    ps::GroupedView<L2> shape2;
+    shape2.groups = as_shape.groups;
+    shape2.max_tokens = as_shape.max_tokens;
+    shape2.hidden = as_shape.hidden;
+    auto other = ps::StashRecord<Tr2>::attach(pool, shape2, rec.ref().header);
+    Tensor<L2, Backend> src2(shape2), dst2(shape2);
+    src2.set_counts(counts);
+    const std::vector<std::uint8_t> poisoned = random_bytes(static_cast<std::size_t>(shape2.buffer_bytes(BufferRole::data)), rng);
+    dst2.set(BufferRole::data, poisoned);
+    Backend::stash(pool, src2.view, other);
+    Backend::reload(pool, other, dst2.view, false);
+    Backend::discard(pool, other);
+    refused += 3;
+    CHECK(dst2.bytes(BufferRole::data) == expected_unrestored<Tr2>(BufferRole::data, poisoned));
+    CHECK(rec.status().error == ps::Flag::record_mismatch);
+  };
+  SUBCASE("as FP16 (the same bytes)") { as(ps::StashTraits<RuFp16>{}, shape); }
+  SUBCASE("compressed") { as(ps::CompressedTraits<L, ps::MXFP8_E4M3>{}, shape); }
+  SUBCASE("half the hidden") {
+    auto half = shape;
+    half.hidden /= 2;
+    as(Tr{}, half);
+  }
+  const ps::PoolStats s = pool.stats();
+  CHECK(s.flags.record_mismatch == 1);
+  CHECK(s.flags.error == 1);
+  CHECK(s.errors == refused);
+  CHECK(s.stashes == 1);
+  CHECK(s.reloads == 0);
+  CHECK(s.device_pages_free == free_before);
+  CHECK(rec.status().state == ps::RecordState::stashed);
+  CHECK(rec.page_ids() == held);
+  Backend::reload(pool, rec, dst.view, false);
+  const std::vector<std::uint8_t> before = dst.bytes(BufferRole::data);
+  CHECK(before == expected_reload<Tr>(shape, BufferRole::data, counts, source, before, false));
+  CHECK(rec.status().state == ps::RecordState::reloaded);
+}
+
 }  // namespace pagestash_test::suite

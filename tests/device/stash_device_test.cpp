@@ -199,6 +199,10 @@ TEST_CASE("bad input is rejected on the host before any launch") {
   });
 }
 
+TEST_CASE("the kernels refuse a record used as another recipe, compression or shape") {
+  suite::mismatched_record_refused<DeviceBackend>();
+}
+
 TEST_CASE("attached device objects: the host knows no ids, and the kernels refuse a record of another pool") {
   suite::foreign_record_refused<DeviceBackend>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;

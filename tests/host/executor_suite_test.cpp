@@ -70,6 +70,10 @@ TEST_CASE("executor suite, host executor: the steps refuse a record of another p
   });
 }
 
+TEST_CASE("executor suite, host executor: a record used as another recipe, compression or shape is refused") {
+  suite::mismatched_record_refused<Host>();
+}
+
 // ---- The grid emulator ------------------------------------------------------------------
 // Emulated launches are dear (host threads, and TSan runs these): the bodies run for one
 // layout of each family here; emulator_test.cpp runs every layout through the emulator.
@@ -135,6 +139,10 @@ TEST_CASE(
 TEST_CASE(
     "emulated grid: executor suite, end_step, a clean step is balanced, a record left stashed raises unbalanced") {
   suite::end_step_balance<Emulated>();
+}
+
+TEST_CASE("emulated grid: executor suite, a record used as another recipe, compression or shape is refused") {
+  suite::mismatched_record_refused<Emulated>();
 }
 
 TEST_CASE("emulated grid: executor suite, the kernels refuse a record of another pool where the host cannot tell") {

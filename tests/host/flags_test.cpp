@@ -669,7 +669,8 @@ TEST_CASE("foreign record: pool A's record over pool B's memory is refused by ev
   shape.groups = 4;
   CHECK(offsetof(ps::PoolFlags, foreign_record) == 32);
   CHECK(std::string(ps::flag_names[8]) == "foreign_record");
-  CHECK(std::string(ps::flag_names[9]) == "unbalanced");
+  CHECK(std::string(ps::flag_names[9]) == "record_mismatch");
+  CHECK(std::string(ps::flag_names[10]) == "unbalanced");
   const std::int64_t full = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, 256);
   for (bool emulated : {false, true}) {
     for (bool smaller : {false, true}) {  // B smaller: A's page ids are beyond B's

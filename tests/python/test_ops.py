@@ -187,7 +187,7 @@ def test_pool_and_record_as_docs_python_md_shows_them():
     rec.stash(x, counts)  # x: [experts, capacity, hidden]; counts: int32, on x's device
     out = torch.empty_like(x)
     rec.reload(out, zero_tail=True)  # the live rows back, the rest zeroed; the pages returned
-    assert pool.decide() == "keep"
+    assert pool.check() is None  # raises PagingError when the flags say the step failed
     # [pool_and_record]
     mask = (torch.arange(capacity)[None, :] < counts[:, None]).unsqueeze(-1)
     assert torch.equal(out, torch.where(mask, x, torch.zeros_like(x)))

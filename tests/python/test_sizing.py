@@ -327,6 +327,7 @@ def train_step(model, opt, batch, capacity, pool):
     observed one), decide() counts it, count_rerun() counts a rerun."""
     # [sized_step]
     opt.zero_grad(set_to_none=True)
+    pool.begin_step()  # the step begins: decide() ends it
     with ps.paged_saved_tensors(pool) as paging:
         loss = moe.loss_of(model, batch, capacity, paging)
     loss.backward()

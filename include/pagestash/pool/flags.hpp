@@ -33,6 +33,8 @@ PAGESTASH_NAMESPACE_BEGIN
   X(stale, misuse, "a reload of a record stashed before the pool's reset")                                         \
   X(refused_launch, misuse, "a launch on a record while another launch on it was in flight")                       \
   X(foreign_record, misuse, "an operation with a record made for another pool")                                    \
+  X(record_mismatch, misuse,                                                                                       \
+    "an operation whose layout, buffer handling, compression or shape is not the one its record was made for")     \
   X(unbalanced, misuse,                                                                                            \
     "at the step's end (end_step) pages were still held: a record was neither reloaded nor discarded (a leak)")
 

@@ -81,6 +81,40 @@ static_assert(sizeof(LaunchWords) == 128);
 inline constexpr cuda::std::uint64_t launch_held = 1, launch_refused = 2;
 inline constexpr int launch_id_shift = 2;
 
+/// FNV-1a over a string and its terminator, and over a word's bytes.
+PAGESTASH_HOST_DEVICE constexpr cuda::std::uint64_t fnv1a(cuda::std::uint64_t h, const char* s) {
+  for (;; ++s) {
+    h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+    if (*s == '\0') return h;
+  }
+}
+PAGESTASH_HOST_DEVICE constexpr cuda::std::uint64_t fnv1a(cuda::std::uint64_t h, cuda::std::uint64_t word) {
+  for (int i = 0; i < 8; ++i) h = (h ^ ((word >> (8 * i)) & 0xff)) * 1099511628211ull;
+  return h;
+}
+
+template <class Traits>
+inline constexpr cuda::std::uint64_t traits_hash =
+    fnv1a(fnv1a(fnv1a(fnv1a(fnv1a(14695981039346656037ull, Traits::layout::name), compression_of<Traits>::name),
+                      static_cast<cuda::std::uint64_t>(Traits::data)),
+                static_cast<cuda::std::uint64_t>(Traits::scales)),
+          static_cast<cuda::std::uint64_t>(Traits::amax));
+}  // namespace detail
+
+/// What a record made for Traits and `shape`'s shape is, as one word: a hash of its traits (its layout's name, each
+/// buffer's handling, its compression) and its shape. The record keeps it, and every operation compares its handle's
+/// with it before it touches anything else, so that a record reached with another recipe, compression or shape (raw
+/// memory: Python's ops take all three per call) is refused as misuse (Flag::record_mismatch), never read as what it
+/// is not.
+template <class Traits>
+PAGESTASH_HOST_DEVICE constexpr cuda::std::uint64_t record_kind(const GroupedView<typename Traits::layout>& shape) {
+  using detail::fnv1a;
+  return fnv1a(fnv1a(fnv1a(detail::traits_hash<Traits>, static_cast<cuda::std::uint64_t>(shape.groups)),
+                     static_cast<cuda::std::uint64_t>(shape.max_tokens)),
+               static_cast<cuda::std::uint64_t>(shape.hidden));
+}
+
+namespace detail {
 /// The record's header in the pool's memory space.
 struct RecordHeader {
   RecordSummary summary;
@@ -88,7 +122,8 @@ struct RecordHeader {
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
   cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (detail::PoolState::id)
-  unsigned char padding[56];      ///< the launch words at offset 128
+  cuda::std::uint64_t made_for;   ///< what it was made for (record_kind): every operation compares
+  unsigned char padding[48];      ///< the launch words at offset 128
   LaunchWords launch;
 };
 static_assert(offsetof(RecordHeader, launch) == 128);
@@ -101,6 +136,7 @@ struct RecordRef {
   WorkItem* items = nullptr;
   cuda::std::int32_t* page_ids = nullptr;
   unsigned char* kept = nullptr;  ///< kept buffers, in role order, each 16-byte aligned
+  cuda::std::uint64_t kind = 0;   ///< what the handle takes the memory for (record_kind; the parts follow from it)
 };
 
 /// What a record holds, read back on the host: the summary, then these fields.
@@ -183,6 +219,9 @@ class StashRecord {
     const WorkBounds most = work_bounds<Traits>(shape, pool.ref().page_shift);
     return parts_of(shape, pages_for(most.stream_bytes, pool.config().page_bytes)).total;
   }
+
+  /// The bytes of a record's header: an operation on memory made for another kind of record reads these alone.
+  static constexpr std::size_t header_bytes = sizeof(detail::RecordHeader);
 
   StashRecord(StashRecord&&) noexcept = default;
   StashRecord& operator=(StashRecord&&) noexcept = default;
@@ -293,6 +332,7 @@ class StashRecord {
     ref_.items = reinterpret_cast<WorkItem*>(base + parts.items_at);
     ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
     ref_.kept = base + parts.kept_at;
+    ref_.kind = record_kind<Traits>(shape);
     if (how == Memory::attached) {
       if (space_ == MemorySpace::host) pool_id_ = ref_.header->pool_id;  // host memory: read at no cost
       return;
@@ -302,6 +342,7 @@ class StashRecord {
     if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().state->id, sizeof(pool_id_), true);
     detail::RecordHeader empty{};
     empty.pool_id = pool_id_;
+    empty.made_for = ref_.kind;
     detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }
 

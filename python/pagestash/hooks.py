@@ -231,12 +231,15 @@ def _unpaged_message(g: _Group, saved: bool = True) -> str:
     the context), and what to do."""
     dtype = g.meta["data"][1]
     if g.inner_hook is not None or not saved:
-        inner = (f"the saved-tensor hook {g.inner_hook} (an inner context: torch.autograd.graph.save_on_cpu, "
-                 "another saved_tensors_hooks)" if g.inner_hook is not None else
-                 "an inner saved-tensor hook context (torch.autograd.graph.save_on_cpu, another saved_tensors_hooks); "
-                 "or the layer ran without grad, or in a torch.compile'd region, which saves its own tensors")
-        what = (f"autograd gave its saves to {inner}, not to this context: nothing of it was paged. The innermost "
-                "saved-tensor hook takes every save; mark tensors in a context with no other hook inside it")
+        if g.inner_hook is not None:
+            what = (f"autograd gave its saves to the saved-tensor hook {g.inner_hook}, an inner context "
+                    "(torch.autograd.graph.save_on_cpu, another saved_tensors_hooks), not to this one")
+        else:
+            what = ("autograd saved nothing at all in this context after it: an inner saved-tensor hook context "
+                    "(torch.autograd.graph.save_on_cpu, another saved_tensors_hooks) took the saves, or no layer "
+                    "saved anything with grad on (a torch.compile'd region saves its own tensors)")
+        what += (": nothing of it was paged. The innermost saved-tensor hook takes every save: mark tensors in a "
+                 "context with no other hook inside it")
     elif g.saved_part is not None:
         what = (f"autograd saved only {g.saved_part}, never all of its bytes: nothing of it was paged (a marked "
                 "tensor is paged whole: itself, a reshape or a permutation of it). Mark the tensor the layer saves")

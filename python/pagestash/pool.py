@@ -115,6 +115,12 @@ class PagePool:
         byte copy would share the id, and each pool would take the other's records)."""
         return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict)
 
+    def __copy__(self) -> "PagePool":
+        """The same pool (its memory shared): it takes the original's records."""
+        alias = object.__new__(PagePool)
+        alias.__dict__.update(self.__dict__)
+        return alias
+
     def __reduce_ex__(self, protocol):
         """Refused: a pickled pool (torch.save too) would come back with this pool's id, and each
         pool would take the other's records and pages."""
@@ -407,19 +413,22 @@ class PagePool:
                 "pagestash: pool.decide() outside a step: a step is what lies between pool.begin_step() and "
                 "decide(), which ends it once, after its last backward. Call pool.begin_step() before each "
                 "optimizer step's first microbatch, or use pagestash.run_step / PagedStep, which do")
-        flags = list(self.flag_dict().values())
-        self._decided(_C.decide(flags))
-        return self._decision
+        decision = _C.decide(list(self.flag_dict().values()))
+        self._decided(decision)
+        return decision
 
     def _decided(self, decision: str) -> None:
-        """The step's decision (by decide(), or by run_step from a strict-mode PagingError),
-        counted once per step."""
-        if self._decision is None:
-            self.steps += 1
-        else:
+        """A decision (by decide(), or by run_step from a strict-mode PagingError), counted once
+        per step: a begun step's, a step of records alone, or a begun step's again (replaced)."""
+        again = not self._begun and self._decision is not None
+        if again:
             self.overflowed_steps -= self._decision != "keep"
+        else:
+            self.steps += 1
         self.overflowed_steps += decision != "keep"
-        self._begun, self._decision = False, decision
+        if self._begun or again:
+            self._decision = decision  # paged contexts are refused until the next begin_step()
+        self._begun = False
         self._check_overflow_rate()
 
     def check(self, where: str = "") -> None:

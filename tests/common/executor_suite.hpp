@@ -524,6 +524,22 @@ void refused_before_launch(More&& more) {
   CHECK(pool.stats().errors == 0);
 }
 
+/// Random counts and data bytes in `src`, stashed into `rec`: (counts, data bytes).
+template <class Backend, class L, class Tr>
+std::pair<std::vector<std::int32_t>, std::vector<std::uint8_t>> stash_random(ps::PagePool& pool,
+                                                                             Tensor<L, Backend>& src,
+                                                                             ps::StashRecord<Tr>& rec,
+                                                                             std::mt19937& rng) {
+  std::vector<std::int32_t> counts = random_counts(src.view, rng);
+  std::vector<std::uint8_t> source =
+      random_bytes(static_cast<std::size_t>(src.view.buffer_bytes(BufferRole::data)), rng);
+  src.set(BufferRole::data, source);
+  src.set_counts(counts);
+  Backend::stash(pool, src.view, rec);
+  REQUIRE(rec.status().state == ps::RecordState::stashed);
+  return {std::move(counts), std::move(source)};
+}
+
 /// Pool A's record used with pool B where the host cannot tell (attached device objects
 /// carry no ids): `refuse(pool_b, src, dst, rec_a)` runs a stash, a reload (zero_tail) and a
 /// discard of A's record on B past the host checks. The steps refuse it in memory: B
@@ -540,15 +556,11 @@ void foreign_record_refused(Refuse&& refuse) {
   auto rec_a = ps::make_record<Tr>(pool_a, shape);
   std::mt19937 rng(71);
   Tensor<L, Backend> src(shape), dst(shape);
-  const std::vector<std::int32_t> counts = random_counts(shape, rng);
-  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
-  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
+  const auto stashed = stash_random<Backend>(pool_a, src, rec_a, rng);
+  const std::vector<std::int32_t>& counts = stashed.first;
+  const std::vector<std::uint8_t>& source = stashed.second;
   const std::vector<std::uint8_t> poisoned = random_bytes(source.size(), rng);
-  src.set(BufferRole::data, source);
   dst.set(BufferRole::data, poisoned);
-  src.set_counts(counts);
-  Backend::stash(pool_a, src.view, rec_a);
-  REQUIRE(rec_a.status().state == ps::RecordState::stashed);
   const std::vector<std::int32_t> held = rec_a.page_ids();
 
   refuse(pool_b, src.view, dst.view, rec_a);
@@ -589,13 +601,9 @@ void mismatched_record_refused() {
   auto rec = ps::make_record<Tr>(pool, shape);
   std::mt19937 rng(73);
   Tensor<L, Backend> src(shape), dst(shape);
-  const std::vector<std::int32_t> counts = random_counts(shape, rng);
-  const auto data_bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
-  const std::vector<std::uint8_t> source = random_bytes(data_bytes, rng);
-  src.set(BufferRole::data, source);
-  src.set_counts(counts);
-  Backend::stash(pool, src.view, rec);
-  REQUIRE(rec.status().state == ps::RecordState::stashed);
+  const auto stashed = stash_random<Backend>(pool, src, rec, rng);  // (lambdas capture no structured bindings)
+  const std::vector<std::int32_t>& counts = stashed.first;
+  const std::vector<std::uint8_t>& source = stashed.second;
   const std::vector<std::int32_t> held = rec.page_ids();
   const std::int64_t free_before = pool.stats().device_pages_free;
 
@@ -610,7 +618,8 @@ void mismatched_record_refused() {
     auto other = ps::StashRecord<Tr2>::attach(pool, shape2, rec.ref().header);
     Tensor<L2, Backend> src2(shape2), dst2(shape2);
     src2.set_counts(counts);
-    const std::vector<std::uint8_t> poisoned = random_bytes(static_cast<std::size_t>(shape2.buffer_bytes(BufferRole::data)), rng);
+    const std::vector<std::uint8_t> poisoned =
+        random_bytes(static_cast<std::size_t>(shape2.buffer_bytes(BufferRole::data)), rng);
     dst2.set(BufferRole::data, poisoned);
     Backend::stash(pool, src2.view, other);
     Backend::reload(pool, other, dst2.view, false);

@@ -78,7 +78,7 @@ def paged_bmm(rec, shape):
         @staticmethod
         def backward(ctx, grad):
             (w,) = ctx.saved_tensors
-            x = torch.zeros(shape, dtype=grad.dtype)
+            x = torch.zeros(tuple(shape), dtype=grad.dtype)
             rec.reload(x, check=False)
             return torch.bmm(grad, w.transpose(1, 2)), torch.bmm(x.transpose(1, 2), grad), None
 

@@ -58,6 +58,7 @@ def test_cuda_a_reload_that_does_not_restore_poisons_its_destination_in_the_laun
 
 def test_cuda_not_strict_without_decide_gives_nan_gradients():
     pool = ps.PagePool(device_pages=1, page_bytes=4096, device="cuda")  # not strict: CUDA's default
+    pool.begin_step()
     gen = torch.Generator().manual_seed(8)
     w = torch.randn(2, 64, 64, generator=gen).to(torch.bfloat16).cuda().requires_grad_()
     x = torch.randn(2, 32, 64, generator=gen).to(torch.bfloat16).cuda()

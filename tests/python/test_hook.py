@@ -333,6 +333,7 @@ class TestStrict:
         """A failed reload poisons what backward reads: every gradient that depends on it is
         NaN, so a loop that forgets decide() cannot go on with plausible wrong gradients."""
         pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)
+        pool.begin_step()
         gen = torch.Generator().manual_seed(8)
         w = torch.randn(self.E, self.H, self.H, generator=gen).to(torch.bfloat16).requires_grad_()
         x = torch.randn(self.E, self.C, self.H, generator=gen).to(torch.bfloat16)
@@ -350,6 +351,7 @@ class TestStrict:
 
     def test_not_strict_leaves_it_to_the_loop(self):
         pool = ps.PagePool(device_pages=1, page_bytes=4096, strict=False)
+        pool.begin_step()
         self.forward(pool, torch.tensor([32, 32], dtype=torch.int32)).backward()  # no exception: sync-free
         assert pool.decide() == "rerun_without_paging"
         with pytest.raises(ps.PagingError, match="overflow"):

@@ -317,6 +317,7 @@ def test_strict_and_sync_free_as_for_in_order_reloads():
             train("lifo", pool, prefetch, skip_next=1)
         raised.append(str(e.value))
         pool = ps.PagePool(device_pages=12, page_bytes=4096, strict=False)
+        pool.begin_step()
         train("lifo", pool, prefetch, skip_next=1)
         assert pool.decide() == "rerun_without_paging"
     assert raised[0] == raised[1] == raised[2] and "at the reload of h2" in raised[0]

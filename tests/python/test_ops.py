@@ -267,7 +267,8 @@ def test_end_step_balances_a_clean_step_and_flags_a_leaked_record():
 
 
 def test_flag_names_and_meanings_are_the_librarys_one_table():
-    assert ps.FLAG_NAMES[:3] == ("overflow", "error", "host_spill") and len(set(ps.FLAG_NAMES)) == 10
+    assert ps.FLAG_NAMES[:3] == ("overflow", "error", "host_spill") and len(set(ps.FLAG_NAMES)) == 11
+    assert ps.FLAG_CATEGORIES["record_mismatch"] == "misuse"
     assert tuple(ps.FLAG_MEANINGS) == ps.FLAG_NAMES and all(len(m) > 10 for m in ps.FLAG_MEANINGS.values())
     assert "no room" in ps.FLAG_MEANINGS["overflow"]
     err = ps.PagingError(["stale"], "report_error")
@@ -349,9 +350,11 @@ class TestErrors:
 
     def test_record_of_another_shape(self):
         other = self.pool.record("bf16/capacity", ps.Shape(2, 1024, 64))
-        other.shape = self.shape  # its memory is for the larger shape
-        with pytest.raises(ValueError, match="the record has"):
-            other.stash(self.x, self.counts)
+        other.shape = self.shape  # its memory is for the larger shape: refused in memory, as misuse
+        other.stash(self.x, self.counts)
+        assert self.pool.flag_dict()["record_mismatch"] == 1 and other.status()["state"] == "empty"
+        with pytest.raises(ValueError, match="fewer than a record's header"):
+            ps.ops.stash(*self.pool.state, other.memory[:64], other.recipe, list(self.shape), self.x, self.counts)
 
     def test_bad_counts_are_reported_by_the_op(self):
         # A count beyond the capacity is only visible where the counts are (the device):

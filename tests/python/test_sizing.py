@@ -193,6 +193,7 @@ def test_observe_with_the_hook_gives_one_vector_per_layer_and_eager_bytes_match_
     pool.observe(steps=4)
     paged = []
     for batch in batches:
+        pool.begin_step()
         with ps.paged_saved_tensors(pool) as paging:
             loss = moe.loss_of(model, batch, capacity, paging)
         loss.backward()

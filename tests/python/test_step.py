@@ -105,43 +105,17 @@ def test_an_overflow_in_the_second_microbatch_reruns_the_whole_step_bit_identica
         assert torch.equal(a, p.grad)
 
 
-def test_deciding_per_microbatch_and_rerunning_one_is_refused():
-    """The misuse that silently dropped earlier microbatches' gradients: decide() after each
-    microbatch, then zero_grad and rerun only the failed one."""
-    batch = microbatches()
-    pool = ps.PagePool(device_pages=pages_of(batch, 0), page_bytes=4096, strict=False)
-    model = Experts()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt.zero_grad(set_to_none=True)
-    with ps.paged_saved_tensors(pool) as paging:
-        loss = model(*batch[0], paging=paging)
-    loss.backward()
-    assert pool.decide() == "keep"
-    with ps.paged_saved_tensors(pool) as paging:
-        loss = model(*batch[1], paging=paging)
-    loss.backward()
-    with pytest.raises(ps.PagingError, match=r"an earlier decide\(\) kept: their gradients are accumulated") as e:
-        pool.decide()
-    assert e.value.flags == ["overflow"] and e.value.decision == "rerun_without_paging"
-    # An optimizer step begins a new step: deciding again is the plain loop.
-    pool.reset()
-    opt.step()
-    with ps.paged_saved_tensors(pool) as paging:
-        loss = model(*batch[1], paging=paging)
-    loss.backward()
-    assert pool.decide() == "rerun_without_paging"
-
-
 def test_strict_mode_says_what_the_gradients_hold_when_it_raises():
     batch = microbatches()
     pool = ps.PagePool(device_pages=pages_of(batch, 0), page_bytes=4096)
     model = Experts()
+    pool.begin_step()
     for i in (0, 1):
         with ps.paged_saved_tensors(pool) as paging:
             loss = model(*batch[i], paging=paging)
         if i == 0:
             loss.backward()
-    with pytest.raises(ps.PagingError, match=r"2 paged context\(s\) ran since the last optimizer step, and the gradients "
+    with pytest.raises(ps.PagingError, match=r"2 paged context\(s\) ran in this step, and the gradients "
                                              r"hold the backward of every microbatch that finished .*run_step"):
         loss.backward()
 
@@ -231,6 +205,7 @@ def test_deciding_alone_then_agreed_is_not_a_misuse():
     batch = microbatches()
     pool = ps.PagePool(device_pages=pages_of(batch, 0), page_bytes=4096, strict=False)
     model = Experts()
+    pool.begin_step()
     with ps.paged_saved_tensors(pool) as paging:
         loss = model(*batch[0], paging=paging)
     loss.backward()

@@ -54,8 +54,8 @@ PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const R
 
 /// Whether the record is not what the handle takes it for: made for another pool (its memory attached to this one's:
 /// its page ids, counts and plan are not this pool's), or for other traits or another shape than the handle's
-/// (RecordRef::kind, a hash of both: where its parts are follows from them). Every step checks it first, on the leader, before it reads
-/// or writes anything else of the record, the pool or the pages.
+/// (RecordRef::kind, a hash of both: where its parts are follows from them). Every step checks it first, on the leader,
+/// before it reads or writes anything else of the record, the pool or the pages.
 PAGESTASH_HOST_DEVICE inline Flag check_made_for(const PoolRef& pool, const RecordRef& rec) {
   const RecordHeader& h = *rec.header;
   if (h.pool_id != pool.state->id) return Flag::foreign_record;
@@ -133,8 +133,8 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
     error = mismatch != Flag::none ? mismatch : check_holds_pages(pool, h);
     // A record whose stash overflowed or failed already raised its flag: reloading it (as a
     // captured step does) is no new misuse, and its error keeps the first cause.
-    const bool stash_failed = mismatch == Flag::none && (h.summary.state == RecordState::overflowed ||
-                                                         h.summary.state == RecordState::failed);
+    const bool stash_failed = mismatch == Flag::none &&
+                              (h.summary.state == RecordState::overflowed || h.summary.state == RecordState::failed);
     if (error != Flag::none && !stash_failed) refuse(pool, h, error);
     if (error == Flag::none) h.summary.error = error;
   }

@@ -175,12 +175,14 @@ inline void init_record(const std::string& recipe, const std::string& compressio
 
 enum class Op { stash, reload, discard };
 
-/// The record in `record`, taken for one of `shape` in pool `p`. Memory made for another recipe, compression, shape
-/// or pool (its size may differ too) is refused in memory by the operation, as misuse (record_mismatch,
-/// foreign_record), before it reads more than the record's header: only a header's bytes are required here.
+/// The record in `record`, taken for one of `shape` in pool `p`. A reload or discard of memory made for another
+/// recipe, compression, shape or pool (its size may differ too) is refused in memory, as misuse (record_mismatch,
+/// foreign_record), before it reads more than the record's header: only a header's bytes are required for them. A
+/// stash (`writes`) needs the bytes of its own kind, so that its writes stay in the memory.
 template <class Traits>
 ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedView<typename Traits::layout>& shape,
-                                      const RecordMemory& record) {
+                                      const RecordMemory& record, bool writes = false) {
+  if (writes) check_record_bytes<Traits>(p, shape, record);
   if (record.bytes < static_cast<std::int64_t>(ps::StashRecord<Traits>::header_bytes))
     throw std::invalid_argument("pagestash: the record has " + std::to_string(record.bytes) +
                                 " bytes, fewer than a record's header (" +
@@ -197,7 +199,7 @@ void run(const Exec& exec, Op op, const std::string& recipe, const std::string& 
   with_recipe(recipe, compression, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     using Tr = traits_of<decltype(tag), decltype(c)>;
-    auto rec = attach_record<Tr>(p, view_of<L>(s), record);
+    auto rec = attach_record<Tr>(p, view_of<L>(s), record, op == Op::stash);
     switch (op) {
       case Op::stash: ps::stash(exec, p, view_of<L>(s, buffers), rec); break;
       case Op::reload: ps::reload(exec, p, rec, view_of<L>(s, buffers), options); break;

@@ -586,10 +586,10 @@ void foreign_record_refused(Refuse&& refuse) {
 }
 
 /// A record used as what it was not made for: with other traits of the same bytes (FP16 for a BF16 record), with a
-/// compression it was made without, with another shape (half the hidden). Each stash, reload and discard, past the
-/// host checks (the record attached as that kind, as Python's raw ops attach per call), is refused in memory as
-/// record_mismatch: counted, the record as it was, the refused reload's destination poisoned; and the record still
-/// reloads as its own kind.
+/// compression it was made without, with another shape (half the hidden). A reload and a discard of a stashed one,
+/// past the host checks (attached as that kind, as Python's raw ops attach), are refused as record_mismatch:
+/// counted, the record as it was, the refused reload's destination poisoned; and the record still reloads as its own
+/// kind. A stash into a host record of another kind is refused by the host before it runs.
 template <class Backend>
 void mismatched_record_refused() {
   using L = RuBf16;
@@ -616,15 +616,21 @@ void mismatched_record_refused() {
     shape2.max_tokens = as_shape.max_tokens;
     shape2.hidden = as_shape.hidden;
     auto other = ps::StashRecord<Tr2>::attach(pool, shape2, rec.ref().header);
+    auto empty = ps::make_record<Tr>(pool, shape);
+    auto other_empty = ps::StashRecord<Tr2>::attach(pool, shape2, empty.ref().header);
     Tensor<L2, Backend> src2(shape2), dst2(shape2);
     src2.set_counts(counts);
     const std::vector<std::uint8_t> poisoned =
         random_bytes(static_cast<std::size_t>(shape2.buffer_bytes(BufferRole::data)), rng);
     dst2.set(BufferRole::data, poisoned);
-    Backend::stash(pool, src2.view, other);
+    if constexpr (Backend::space == ps::MemorySpace::host) {  // the host reads a host record's kind before a stash
+      CHECK_THROWS_WITH_AS(Backend::stash(pool, src2.view, other_empty), doctest::Contains("made for another kind"),
+                           std::invalid_argument);
+      CHECK(empty.status().state == ps::RecordState::empty);
+    }
     Backend::reload(pool, other, dst2.view, false);
     Backend::discard(pool, other);
-    refused += 3;
+    refused += 2;
     CHECK(dst2.bytes(BufferRole::data) == expected_unrestored<Tr2>(BufferRole::data, poisoned));
     CHECK(rec.status().error == ps::Flag::record_mismatch);
   };

@@ -66,7 +66,7 @@ TEST_CASE("executor suite, host executor: the steps refuse a record of another p
     // Past the host checks, as on the device with attached objects (no ids on the host).
     ps::stash_on_host<Tr>(ps::host, pool_b.ref(), src, rec_a.ref());
     ps::reload_on_host<Tr>(ps::host, pool_b.ref(), rec_a.ref(), dst, ps::ReloadOptions{true});
-    ps::discard_pages(ps::SerialTeam{}, pool_b.ref(), rec_a.ref());
+    ps::discard_pages(ps::SerialTeam{}, pool_b.ref(), rec_a.ref(), ps::record_kind<Tr>(rec_a.shape()));
   });
 }
 

@@ -99,7 +99,7 @@ struct Ops {
   }
   void unchecked_discard(const ps::PoolRef& pool, const ps::GroupedView<L>& shape, const ps::RecordRef& rec) const {
     if (emulated) Emulator{}.launch<Tr, ps::Operation::discard>(pool, shape, rec, {});
-    else ps::discard_pages(ps::SerialTeam{}, pool, rec);
+    else ps::discard_pages(ps::SerialTeam{}, pool, rec, ps::record_kind<Tr>(shape));
   }
 };
 

@@ -87,7 +87,7 @@ void reload(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec,
 template <class Traits>
 void discard(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
   check_pool_and_record("discard", ex.memory, pool, rec);
-  discard_pages(SerialTeam{}, pool.ref(), rec.ref());
+  discard_pages(SerialTeam{}, pool.ref(), rec.ref(), record_kind<Traits>(rec.shape()));
 }
 
 /// Writes the pool's flags and counters into *dst (see PoolStats). Synchronous, like every

@@ -151,7 +151,7 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec, tile_shift);
     if constexpr (Op == Operation::reload)
       copy = begin_reload<Traits>(team, pool, view, rec, options.zero_tail, tile_shift);
-    if constexpr (Op == Operation::discard) discard_pages(team, pool, rec);
+    if constexpr (Op == Operation::discard) discard_pages(team, pool, rec, record_kind<Traits>(view));
     verdict = copy ? verdict_copy : verdict_skip;
     team.publish();  // the header and plan, by every thread, before the verdict
     if (team.leader()) device_atomic<cuda::std::int32_t>(words.verdict).store(verdict, cuda::std::memory_order_release);

@@ -26,6 +26,11 @@ void check_stash(MemorySpace executor, const PagePool& pool, const GroupedView<t
                  const StashRecord<Traits>& rec) {
   check_pool_and_record("stash", executor, pool, rec);
   validate<Traits>(v);
+  // A host record's kind is read for free; a device record's is checked by its reloads and discards.
+  if (rec.space() == MemorySpace::host && !(rec.ref().header->made_for == record_kind<Traits>(rec.shape())))
+    detail::throw_invalid("pagestash::stash",
+                          "the record was made for another kind (layout, buffer handling, "
+                          "compression or shape) than this stash's");
   if (v.max_tokens != rec.max_tokens() || v.hidden != rec.hidden() || v.groups != rec.groups())
     detail::throw_invalid("pagestash::stash",
                           "the view's shape (max_tokens " + std::to_string(v.max_tokens) + ", hidden " +

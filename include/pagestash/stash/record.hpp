@@ -101,17 +101,28 @@ inline constexpr cuda::std::uint64_t traits_hash =
           static_cast<cuda::std::uint64_t>(Traits::amax));
 }  // namespace detail
 
-/// What a record made for Traits and `shape`'s shape is, as one word: a hash of its traits (its layout's name, each
-/// buffer's handling, its compression) and its shape. The record keeps it, and every operation compares its handle's
-/// with it before it touches anything else, so that a record reached with another recipe, compression or shape (raw
-/// memory: Python's ops take all three per call) is refused as misuse (Flag::record_mismatch), never read as what it
-/// is not.
+/// What a record was made for: a hash of its traits (its layout's name, each buffer's handling, its compression) and
+/// its shape. The record keeps it in its header; a reload and a discard compare their own (their traits' hash, a
+/// constant of the kernel, and their view's shape) with it before they touch anything else, and the host a host
+/// record's before a stash (checks.hpp), so that a record reached as another recipe, compression or shape (raw memory:
+/// Python's ops take all three per call) is refused as misuse (Flag::record_mismatch), never read as what it is not. A
+/// reload may write into a taller destination.
+struct RecordKind {
+  cuda::std::uint64_t traits;
+  cuda::std::int64_t max_tokens;
+  cuda::std::int64_t hidden;
+  cuda::std::int32_t groups;
+  cuda::std::int32_t unused;
+};
+
+PAGESTASH_HOST_DEVICE constexpr bool operator==(const RecordKind& a, const RecordKind& b) {
+  return a.traits == b.traits && a.max_tokens == b.max_tokens && a.hidden == b.hidden && a.groups == b.groups;
+}
+
+/// The kind of a record made for Traits and `shape`'s shape.
 template <class Traits>
-PAGESTASH_HOST_DEVICE constexpr cuda::std::uint64_t record_kind(const GroupedView<typename Traits::layout>& shape) {
-  using detail::fnv1a;
-  return fnv1a(fnv1a(fnv1a(detail::traits_hash<Traits>, static_cast<cuda::std::uint64_t>(shape.groups)),
-                     static_cast<cuda::std::uint64_t>(shape.max_tokens)),
-               static_cast<cuda::std::uint64_t>(shape.hidden));
+PAGESTASH_HOST_DEVICE constexpr RecordKind record_kind(const GroupedView<typename Traits::layout>& shape) {
+  return RecordKind{detail::traits_hash<Traits>, shape.max_tokens, shape.hidden, shape.groups, 0};
 }
 
 namespace detail {
@@ -122,8 +133,8 @@ struct RecordHeader {
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
   cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (detail::PoolState::id)
-  cuda::std::uint64_t made_for;   ///< what it was made for (record_kind): every operation compares
-  unsigned char padding[48];      ///< the launch words at offset 128
+  RecordKind made_for;            ///< what it was made for: every operation compares
+  unsigned char padding[24];      ///< the launch words at offset 128
   LaunchWords launch;
 };
 static_assert(offsetof(RecordHeader, launch) == 128);
@@ -136,7 +147,6 @@ struct RecordRef {
   WorkItem* items = nullptr;
   cuda::std::int32_t* page_ids = nullptr;
   unsigned char* kept = nullptr;  ///< kept buffers, in role order, each 16-byte aligned
-  cuda::std::uint64_t kind = 0;   ///< what the handle takes the memory for (record_kind; the parts follow from it)
 };
 
 /// What a record holds, read back on the host: the summary, then these fields.
@@ -302,13 +312,15 @@ class StashRecord {
     offset += round16(static_cast<std::size_t>(shape.groups) * sizeof(cuda::std::int32_t));
     p.items_at = offset;
     offset += round16(static_cast<std::size_t>(max_work_items(shape.groups)) * sizeof(WorkItem));
-    p.ids_at = offset;
-    offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
+    // The kept buffers before the page ids, whose count grows with max_tokens: a reload into a taller destination
+    // (Python's ops attach the record as the destination's shape) finds them where they were stashed.
     p.kept_at = offset;
     for_each_role([&](BufferRole role) {
       if (handling_of<Traits>(role) == Handling::kept)
         offset += round16(static_cast<std::size_t>(shape.buffer_bytes(role)));
     });
+    p.ids_at = offset;
+    offset += round16(static_cast<std::size_t>(max_pages) * sizeof(cuda::std::int32_t));
     p.total = offset;
     return p;
   }
@@ -332,7 +344,6 @@ class StashRecord {
     ref_.items = reinterpret_cast<WorkItem*>(base + parts.items_at);
     ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
     ref_.kept = base + parts.kept_at;
-    ref_.kind = record_kind<Traits>(shape);
     if (how == Memory::attached) {
       if (space_ == MemorySpace::host) pool_id_ = ref_.header->pool_id;  // host memory: read at no cost
       return;
@@ -342,7 +353,7 @@ class StashRecord {
     if (pool_id_ == 0) detail::copy_bytes(space_, &pool_id_, &pool.ref().state->id, sizeof(pool_id_), true);
     detail::RecordHeader empty{};
     empty.pool_id = pool_id_;
-    empty.made_for = ref_.kind;
+    empty.made_for = record_kind<Traits>(shape);
     detail::copy_bytes(space_, ref_.header, &empty, sizeof(empty), false);
   }
 

@@ -52,14 +52,23 @@ PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const R
   return h.summary.generation == generation ? Flag::none : Flag::stale;
 }
 
-/// Whether the record is not what the handle takes it for: made for another pool (its memory attached to this one's:
-/// its page ids, counts and plan are not this pool's), or for other traits or another shape than the handle's
-/// (RecordRef::kind, a hash of both: where its parts are follows from them). Every step checks it first, on the leader,
+/// Whether the record was made for another pool (its memory attached to this one's): its
+/// page ids, counts and plan are not this pool's. Every step checks it first, on the leader,
 /// before it reads or writes anything else of the record, the pool or the pages.
-PAGESTASH_HOST_DEVICE inline Flag check_made_for(const PoolRef& pool, const RecordRef& rec) {
-  const RecordHeader& h = *rec.header;
-  if (h.pool_id != pool.state->id) return Flag::foreign_record;
-  return h.made_for == rec.kind ? Flag::none : Flag::record_mismatch;
+PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHeader& h) {
+  return h.pool_id != pool.state->id;
+}
+
+/// Whether the record was made for another kind than `kind` (the operation's: its traits' hash, a constant of the
+/// kernel, and its view's shape; a reload may write into a taller destination): read as what it is not, its parts are
+/// elsewhere. Reloads and discards check it right after is_foreign, before anything else of the record is read or
+/// written, and raise a flag constant at the call. A stash does not (it cost the stash kernels, at 64 registers on
+/// sm_100, a spilled register): the host checks a host record's kind (check_stash), and a stash's writes stay in a
+/// record of its own size.
+PAGESTASH_HOST_DEVICE inline bool is_other_kind(const RecordHeader& h, const RecordKind& kind, bool taller_ok = false) {
+  const RecordKind& made = h.made_for;
+  const bool tokens = taller_ok ? made.max_tokens <= kind.max_tokens : made.max_tokens == kind.max_tokens;
+  return made.traits != kind.traits || !tokens || made.hidden != kind.hidden || made.groups != kind.groups;
 }
 
 /// The leader refuses the operation as misuse: the record says why, the pool raises its kind.
@@ -75,10 +84,10 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
                                        const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
                                        int tile_shift) {
   RecordHeader& h = *rec.header;
-  Flag refused = Flag::none;  // another pool's record or another kind's, or one that would lose its pages
+  Flag refused = Flag::none;  // another pool's record, or one that would lose its pages
   if (team.leader()) {
-    refused = check_made_for(pool, rec);
-    if (refused == Flag::none && check_holds_pages(pool, h) == Flag::none) refused = Flag::still_stashed;
+    if (is_foreign(pool, h)) refused = Flag::foreign_record;
+    else if (check_holds_pages(pool, h) == Flag::none) refused = Flag::still_stashed;
     if (refused != Flag::none) refuse(pool, h, refused);
   }
   if (team.share(refused) != Flag::none) return false;
@@ -129,12 +138,13 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
   RecordHeader& h = *rec.header;
   Flag error = Flag::none;
   if (team.leader()) {
-    const Flag mismatch = check_made_for(pool, rec);
-    error = mismatch != Flag::none ? mismatch : check_holds_pages(pool, h);
+    const bool foreign = is_foreign(pool, h);
+    const bool other = !foreign && is_other_kind(h, record_kind<Traits>(dest), /*taller_ok=*/true);
+    error = foreign ? Flag::foreign_record : (other ? Flag::record_mismatch : check_holds_pages(pool, h));
     // A record whose stash overflowed or failed already raised its flag: reloading it (as a
     // captured step does) is no new misuse, and its error keeps the first cause.
-    const bool stash_failed = mismatch == Flag::none &&
-                              (h.summary.state == RecordState::overflowed || h.summary.state == RecordState::failed);
+    const bool stash_failed =
+        !foreign && !other && (h.summary.state == RecordState::overflowed || h.summary.state == RecordState::failed);
     if (error != Flag::none && !stash_failed) refuse(pool, h, error);
     if (error == Flag::none) h.summary.error = error;
   }
@@ -186,17 +196,24 @@ PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<
 }  // namespace detail
 
 /// Discard: return the pages without copying. A record that holds none is left alone and the reason recorded; no flag
-/// is raised, as nothing was lost (but for another pool's record, or one of another kind: misuse).
+/// is raised, as nothing was lost (but for another pool's record, or one that holds another kind than `kind`, the
+/// caller's: misuse).
 template <class Team>
-PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec) {
+PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, const RecordRef& rec,
+                                         const RecordKind& kind) {
   using namespace detail;  // the record's steps
   RecordHeader& h = *rec.header;
   Flag error = Flag::none;
   if (team.leader()) {
-    const Flag mismatch = check_made_for(pool, rec);
-    error = mismatch != Flag::none ? mismatch : check_holds_pages(pool, h);
-    if (mismatch != Flag::none) refuse(pool, h, error);
-    else h.summary.error = error;
+    error = is_foreign(pool, h) ? Flag::foreign_record : check_holds_pages(pool, h);
+    if (error == Flag::foreign_record) {
+      refuse(pool, h, error);
+    } else if (is_other_kind(h, kind)) {
+      error = Flag::record_mismatch;
+      refuse(pool, h, Flag::record_mismatch);
+    } else {
+      h.summary.error = error;
+    }
   }
   if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
 }

@@ -133,7 +133,7 @@ struct RecordHeader {
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
   cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (detail::PoolState::id)
-  RecordKind made_for;            ///< what it was made for: every operation compares
+  RecordKind made_for;            ///< what it was made for: reloads and discards compare
   unsigned char padding[24];      ///< the launch words at offset 128
   LaunchWords launch;
 };

@@ -62,9 +62,9 @@ PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHe
 /// Whether the record was made for another kind than `kind` (the operation's: its traits' hash, a constant of the
 /// kernel, and its view's shape; a reload may write into a taller destination): read as what it is not, its parts are
 /// elsewhere. Reloads and discards check it right after is_foreign, before anything else of the record is read or
-/// written, and raise a flag constant at the call. A stash does not (it cost the stash kernels, at 64 registers on
-/// sm_100, a spilled register): the host checks a host record's kind (check_stash), and a stash's writes stay in a
-/// record of its own size.
+/// written. A stash does not (every form of the check cost some stash kernel, at 64 registers on sm_100, a spilled
+/// register): the host checks a host record's kind (check_stash), and a stash's writes stay in a record of its own
+/// size.
 PAGESTASH_HOST_DEVICE inline bool is_other_kind(const RecordHeader& h, const RecordKind& kind, bool taller_ok = false) {
   const RecordKind& made = h.made_for;
   const bool tokens = taller_ok ? made.max_tokens <= kind.max_tokens : made.max_tokens == kind.max_tokens;

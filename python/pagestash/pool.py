@@ -286,16 +286,18 @@ class PagePool:
         return self._observe_left
 
     def _observe_stash(self, counts: torch.Tensor, key: Optional[tuple] = None) -> None:
-        """`key`: (tensor, version) of the counts as the caller had them (the hook's marks copy
-        theirs); stashes of one key are one (layer, microbatch) stash."""
+        """`key`: (tensor, version) of the counts as the caller had them, when `counts` is already
+        a private copy of them (the hook's, made at mark()): kept as it is, not copied again.
+        Stashes of one key are one (layer, microbatch) stash."""
         if not self._observe_left or torch.compiler.is_compiling():
             return
+        copied = key is not None
         key = key or (counts, counts._version)  # a counts buffer rewritten in place is another stash's
         if any(c.data_ptr() == key[0].data_ptr() and c.shape == key[0].shape and v == key[1]
                for c, v in self._step_counts):
             return  # another tensor of the same (layer, microbatch)
         self._step_counts.append(key)
-        self._step_copies.append(counts.detach().clone())
+        self._step_copies.append(counts if copied else counts.detach().clone())
 
     def _close_observed_step(self) -> None:
         if not self._observe_left or not self._step_copies:

@@ -7,6 +7,7 @@
 #include "recipes.hpp"
 
 #include <torch/extension.h>
+#include <ATen/Parallel.h>
 
 #ifdef PAGESTASH_TORCH_CUDA
 #  include <c10/cuda/CUDAStream.h>
@@ -214,6 +215,15 @@ void on_executor(const at::Tensor& control, const OnHost& on_host, const OnCuda&
   else checked(on_host);
 }
 
+/// The host executor of a CPU pool's ops: PyTorch's intra-op threads (torch.get_num_threads()), as its own CPU ops,
+/// a thread for each MiB of the stream at most (a compressed stash codes every value).
+ps::HostExecutor host_executor() {
+  ps::HostExecutor ex;
+  ex.threads = static_cast<unsigned>(std::max(1, at::get_num_threads()));
+  ex.bytes_per_thread = std::int64_t{1} << 20;
+  return ex;
+}
+
 /// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
             std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const std::string& compression,
@@ -221,7 +231,7 @@ void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   on_executor(
-      control, [&] { run(ps::host, op, recipe, compression, pool, s, rec, buffers, options); },
+      control, [&] { run(host_executor(), op, recipe, compression, pool, s, rec, buffers, options); },
       [&](cudaStream_t stream) { run_cuda(stream, op, recipe, compression, pool, s, rec, buffers, options); });
 }
 

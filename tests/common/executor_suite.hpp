@@ -585,6 +585,29 @@ void foreign_record_refused(Refuse&& refuse) {
   CHECK(pool_a.stats().flags.error == 0);
 }
 
+/// A view of layout L2 with `s`'s shape (a record used as another kind).
+template <class L2, class Shape>
+ps::GroupedView<L2> shape_as(const Shape& s) {
+  ps::GroupedView<L2> v;
+  v.groups = s.groups;
+  v.max_tokens = s.max_tokens;
+  v.hidden = s.hidden;
+  return v;
+}
+
+/// The kinds a RuBf16 record of `shape` is used as, each a subcase calling as(traits, shape): FP16 (the same bytes),
+/// compressed, half the hidden.
+template <class As>
+void as_each_other_kind(const As& as, const ps::GroupedView<RuBf16>& shape) {
+  SUBCASE("as FP16 (the same bytes)") { as(ps::StashTraits<RuFp16>{}, shape); }
+  SUBCASE("compressed") { as(ps::CompressedTraits<RuBf16, ps::MXFP8_E4M3>{}, shape); }
+  SUBCASE("half the hidden") {
+    auto half = shape;
+    half.hidden /= 2;
+    as(ps::StashTraits<RuBf16>{}, half);
+  }
+}
+
 /// A record used as what it was not made for: with other traits of the same bytes (FP16 for a BF16 record), with a
 /// compression it was made without, with another shape (half the hidden). A reload and a discard of a stashed one,
 /// past the host checks (attached as that kind, as Python's raw ops attach), are refused as record_mismatch:
@@ -611,10 +634,7 @@ void mismatched_record_refused() {
   const auto as = [&](auto traits, auto as_shape) {
     using Tr2 = decltype(traits);
     using L2 = typename Tr2::layout;
-    ps::GroupedView<L2> shape2;
-    shape2.groups = as_shape.groups;
-    shape2.max_tokens = as_shape.max_tokens;
-    shape2.hidden = as_shape.hidden;
+    const auto shape2 = shape_as<L2>(as_shape);
     auto other = ps::StashRecord<Tr2>::attach(pool, shape2, rec.ref().header);
     auto empty = ps::make_record<Tr>(pool, shape);
     auto other_empty = ps::StashRecord<Tr2>::attach(pool, shape2, empty.ref().header);
@@ -634,13 +654,7 @@ void mismatched_record_refused() {
     CHECK(dst2.bytes(BufferRole::data) == expected_unrestored<Tr2>(BufferRole::data, poisoned));
     CHECK(rec.status().error == ps::Flag::record_mismatch);
   };
-  SUBCASE("as FP16 (the same bytes)") { as(ps::StashTraits<RuFp16>{}, shape); }
-  SUBCASE("compressed") { as(ps::CompressedTraits<L, ps::MXFP8_E4M3>{}, shape); }
-  SUBCASE("half the hidden") {
-    auto half = shape;
-    half.hidden /= 2;
-    as(Tr{}, half);
-  }
+  as_each_other_kind(as, shape);
   const ps::PoolStats s = pool.stats();
   CHECK(s.flags.record_mismatch == 1);
   CHECK(s.flags.error == 1);
@@ -654,6 +668,55 @@ void mismatched_record_refused() {
   const std::vector<std::uint8_t> before = dst.bytes(BufferRole::data);
   CHECK(before == expected_reload<Tr>(shape, BufferRole::data, counts, source, before, false));
   CHECK(rec.status().state == ps::RecordState::reloaded);
+}
+
+/// A stash as another kind than its record was made for, where the host does not read the record's kind (a device
+/// record; here `stash_unchecked(pool, view, rec)` runs one past the host checks) into memory of a size that holds it:
+/// the stash writes its own kind into the header, so the record is of a piece. A reload as the record's first kind is
+/// refused as misuse (record_mismatch, its destination poisoned); one as the stash's kind restores what was stashed.
+template <class Backend, class StashUnchecked>
+void stash_as_other_kind_is_stamped(StashUnchecked&& stash_unchecked) {
+  using L = RuBf16;
+  using Tr = ps::StashTraits<L>;
+  auto shape = sequence_shape<L>(false);
+  shape.hidden = 256;  // a multiple of every compression's block
+  std::mt19937 rng(79);
+  const auto as = [&](auto traits, auto as_shape) {
+    using Tr2 = decltype(traits);
+    using L2 = typename Tr2::layout;
+    const auto shape2 = shape_as<L2>(as_shape);
+    ps::PagePool pool(room_for_two<Tr>(shape), Backend::space);
+    auto rec = ps::make_record<Tr>(pool, shape);
+    REQUIRE(ps::StashRecord<Tr2>::bytes_needed(pool, shape2) <= rec.bytes());
+    auto other = ps::StashRecord<Tr2>::attach(pool, shape2, rec.ref().header);
+    Tensor<L2, Backend> src2(shape2), dst2(shape2);
+    const std::vector<std::int32_t> counts = random_counts(src2.view, rng);
+    const std::vector<std::uint8_t> source =
+        random_bytes(static_cast<std::size_t>(shape2.buffer_bytes(BufferRole::data)), rng);
+    src2.set(BufferRole::data, source);
+    src2.set_counts(counts);
+    stash_unchecked(pool, src2.view, other);
+    REQUIRE(rec.status().state == ps::RecordState::stashed);
+    CHECK(pool.stats().flags.error == 0);
+
+    Tensor<L, Backend> dst(shape);
+    const std::vector<std::uint8_t> poisoned =
+        random_bytes(static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data)), rng);
+    dst.set(BufferRole::data, poisoned);
+    dst.set_counts(counts);
+    Backend::reload(pool, rec, dst.view, false);
+    CHECK(dst.bytes(BufferRole::data) == expected_unrestored<Tr>(BufferRole::data, poisoned));
+    CHECK(rec.status().error == ps::Flag::record_mismatch);
+    CHECK(rec.status().state == ps::RecordState::stashed);
+    CHECK(pool.stats().flags.record_mismatch == 1);
+
+    Backend::reload(pool, other, dst2.view, false);
+    const std::vector<std::uint8_t> back = dst2.bytes(BufferRole::data);
+    CHECK(back == expected_reload<Tr2>(shape2, BufferRole::data, counts, source, back, false));
+    CHECK(other.status().state == ps::RecordState::reloaded);
+    CHECK(pool.stats().device_pages_free == pool.config().device_pages);
+  };
+  as_each_other_kind(as, shape);
 }
 
 }  // namespace pagestash_test::suite

@@ -203,6 +203,11 @@ TEST_CASE("the kernels refuse a record used as another recipe, compression or sh
   suite::mismatched_record_refused<DeviceBackend>();
 }
 
+TEST_CASE("a stash as another kind (the kernels do not compare it) writes its own kind: reloads compare with it") {
+  suite::stash_as_other_kind_is_stamped<DeviceBackend>(
+      [](ps::PagePool& pool, const auto& view, auto& rec) { DeviceBackend::stash(pool, view, rec); });
+}
+
 TEST_CASE("attached device objects: the host knows no ids, and the kernels refuse a record of another pool") {
   suite::foreign_record_refused<DeviceBackend>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;

@@ -60,6 +60,13 @@ TEST_CASE("executor suite, host executor: bad input is rejected before anything 
   suite::refused_before_launch<Host>([](ps::PagePool&, const auto&, auto&) {});
 }
 
+TEST_CASE("executor suite, host executor: a stash as another kind where the host cannot tell writes its own kind") {
+  suite::stash_as_other_kind_is_stamped<Host>([](ps::PagePool& pool, const auto& view, auto& rec) {
+    using Tr = typename std::remove_reference_t<decltype(rec)>::traits;
+    ps::stash_on_host<Tr>(ps::host, pool.ref(), view, rec.ref());  // past the host checks, as on the device
+  });
+}
+
 TEST_CASE("executor suite, host executor: the steps refuse a record of another pool where the host cannot tell") {
   suite::foreign_record_refused<Host>([](ps::PagePool& pool_b, const auto& src, const auto& dst, auto& rec_a) {
     using Tr = typename std::remove_reference_t<decltype(rec_a)>::traits;
@@ -143,6 +150,13 @@ TEST_CASE(
 
 TEST_CASE("emulated grid: executor suite, a record used as another recipe, compression or shape is refused") {
   suite::mismatched_record_refused<Emulated>();
+}
+
+TEST_CASE("emulated grid: executor suite, a stash as another kind where the host cannot tell writes its own kind") {
+  suite::stash_as_other_kind_is_stamped<Emulated>([](ps::PagePool& pool, const auto& view, auto& rec) {
+    using Tr = typename std::remove_reference_t<decltype(rec)>::traits;
+    Emulated::emulator().launch<Tr, ps::Operation::stash>(pool.ref(), view, rec.ref(), {});
+  });
 }
 
 TEST_CASE("emulated grid: executor suite, the kernels refuse a record of another pool where the host cannot tell") {

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -161,6 +162,27 @@ TEST_CASE("encode FP8 E5M2 from random FP32 agrees with CUDA") {
   const auto ties = midpoints<ps::E5M2>(0x7C);
   inputs.insert(inputs.end(), ties.begin(), ties.end());
   check_encode<ps::E5M2>(inputs, cuda_encode_e5m2);
+}
+
+TEST_CASE("encode: every float's top 16 bits, with and without bits below, agrees with CUDA") {
+  // The codec rounds in one add for normals and one IEEE addition for subnormals, without branches: every
+  // sign/exponent/top-mantissa pattern with no bits below, the lowest, ties and their neighbours (FP16's at bit 12,
+  // the others' at bit 15 or above), all of them and a random pattern, in every format.
+  std::mt19937 rng(7);
+  std::vector<float> inputs;
+  for (std::uint32_t top = 0; top < (1u << 16); ++top)
+    for (std::uint32_t low : {0u, 1u, 0x0FFFu, 0x1000u, 0x1001u, 0x3000u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu,
+                              static_cast<std::uint32_t>(rng()) & 0xFFFFu}) {
+      const std::uint32_t bits = top << 16 | low;
+      float x;
+      std::memcpy(&x, &bits, 4);
+      inputs.push_back(x);
+    }
+  check_encode<ps::BF16>(inputs, cuda_encode_bf16);
+  check_encode<ps::FP16>(inputs, cuda_encode_fp16);
+  check_encode<ps::E4M3>(inputs, cuda_encode_e4m3);
+  check_encode<ps::E5M2>(inputs, cuda_encode_e5m2);
+  check_encode<ps::E2M1>(inputs, cuda_encode_e2m1);
 }
 
 TEST_CASE("encode FP4 E2M1 from random FP32 agrees with CUDA") {

@@ -166,6 +166,39 @@ def test_reload_is_the_oracle_round_trip_bit_for_bit(recipe, compression):
     assert not torch.equal(got[~nan], data.reshape(-1, HIDDEN)[live][~nan])  # lossy indeed
 
 
+@pytest.mark.parametrize("compression", ["lossless"] + LOSSY)
+def test_a_cpu_stash_of_several_mib_on_several_threads_is_the_one_thread_stash(compression):
+    """A CPU pool's ops take a thread for each MiB of the stream (up to torch.get_num_threads()): a
+    stash of 6 MiB of random bf16 values on 3 threads writes the pages and the reload of one
+    thread, byte for byte, and the reload is the oracle's round trip."""
+    gen = torch.Generator().manual_seed(SEED + 7)
+    shape = ps.Shape(4, 512, 2048)  # 4 experts, capacity 512, hidden 2048: 8 MiB, 6 of them live
+    counts = torch.tensor([512, 384, 256, 384], dtype=torch.int32)
+    data = torch.randn(shape.groups, shape.tokens, shape.hidden, generator=gen).to(torch.bfloat16)
+    threads = torch.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            pool = ps.PagePool(device_pages=128, strict=True)
+            pool.state[1].zero_()  # the pages no stash writes: equal too
+            rec = pool.record("bf16/capacity", shape, compression=compression)
+            rec.stash(data, counts)
+            pages = pool.state[1].clone()
+            out = torch.full_like(data, 7.0)
+            rec.reload(out, zero_tail=True)
+            runs.append((pages, out))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert torch.equal(runs[0][1].view(torch.int16), runs[1][1].view(torch.int16))
+    live = (torch.arange(shape.tokens)[None, :] < counts[:, None])
+    got = runs[1][1][live]
+    want = data[live] if compression == "lossless" else round_trip(data[live], compression)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert (runs[1][1][~live] == 0).all()
+
+
 @pytest.mark.parametrize("compression", LOSSY)
 def test_compressed_record_pages_about_half(compression):
     """The record's stream (and so its pages) is the compressed one: about 0.52 of the lossless stream."""

@@ -90,6 +90,42 @@ def test_a_raw_op_with_another_recipe_compression_or_shape_raises_record_mismatc
         assert torch.equal(out[0], torch.where(live, data, torch.zeros_like(data)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_a_raw_stash_as_another_kind_is_refused_or_writes_its_kind(case, device):
+    """A raw stash as another kind into a record's memory: of another size, ValueError before it
+    runs; of the same size, ValueError on a CPU pool (the host reads the header), and on a CUDA
+    pool the stash writes its own kind with what it stashes: a reload as the record's earlier
+    kind raises record_mismatch and poisons its destination, one as the stash's kind restores
+    what it stashed."""
+    (recipe, compression, shape), (op_recipe, op_compression, op_shape) = MISMATCHES[case]
+    gen = torch.Generator().manual_seed(SEED + 1)
+    pool = ps.PagePool(device_pages=256, page_bytes=4096, device=device, strict=False)
+    rec = pool.record(recipe, shape, compression=compression)
+    data, scales, amax, counts = op_buffers(op_recipe, op_compression, op_shape, gen, device)
+    as_other = (*pool.state, rec.memory, op_recipe, list(op_shape))
+    same_size = pool.record(op_recipe, op_shape, compression=op_compression).memory.numel() == rec.memory.numel()
+    if device == "cpu" or not same_size:
+        with pytest.raises(ValueError, match="made for another kind" if same_size else "the record has"):
+            ps.ops.stash(*as_other, data, counts, scales, amax, compression=op_compression)
+        assert rec.status()["state"] == "empty" and pool.flag_dict()["error"] == 0
+        return
+    ps.ops.stash(*as_other, data, counts, scales, amax, compression=op_compression)
+    assert pool.flag_dict()["error"] == 0
+    own, own_scales, own_amax, _ = op_buffers(recipe, compression, shape, gen, device)
+    ps.ops.reload(*pool.state, rec.memory, recipe, list(shape), own, own_scales, own_amax, compression=compression)
+    flags = pool.flag_dict()
+    assert flags["record_mismatch"] == 1 and flags["error"] == 1, flags
+    assert bool((own.cpu().view(torch.uint8) == 0xFF).all())
+    out = [torch.zeros_like(data), None if scales is None else torch.zeros_like(scales),
+           None if amax is None else torch.zeros_like(amax)]
+    ps.ops.reload(*as_other, *out, compression=op_compression, zero_tail=True)
+    assert pool.pages_in_use() == 0 and pool.stats()["reloads"] == 1
+    if op_compression == "lossless" and scales is None:
+        live = (torch.arange(op_shape.tokens, device=device)[None, :] < counts[:, None]).reshape(-1, 1)
+        assert torch.equal(out[0], torch.where(live, data, torch.zeros_like(data)))
+
+
 def test_counts_changed_through_data_after_mark_do_not_reach_the_stash():
     """mark() copies the counts: a write through .data afterwards (no version bump) changes
     nothing of what is paged, and backward matches eager on the counts marked."""

@@ -24,6 +24,14 @@ struct minifloat_codec {
   static constexpr cuda::std::uint32_t sign_bit = cuda::std::uint32_t{1} << (E + M);
   static constexpr cuda::std::uint32_t magnitude_mask = sign_bit - 1;
   static constexpr cuda::std::uint32_t infinity_code = ((cuda::std::uint32_t{1} << E) - 1) << M;
+  static constexpr bool same_exponent_as_binary32 = E == 8 && Spec::bias == 127;
+  static_assert(same_exponent_as_binary32 || min_normal_exp - M >= -126, "subnormals must be binary32 normals");
+
+  /// a if c else b, as arithmetic: a float operation feeding a conditional would stop the host's vectorizer (it may
+  /// trap, so the compiler does not speculate it and keeps a branch).
+  PAGESTASH_HOST_DEVICE static cuda::std::uint32_t blend(bool c, cuda::std::uint32_t a, cuda::std::uint32_t b) {
+    return b ^ ((a ^ b) & (0u - static_cast<cuda::std::uint32_t>(c)));
+  }
 
   PAGESTASH_HOST_DEVICE static bool is_nan_code(cuda::std::uint32_t code) {
     const cuda::std::uint32_t mag = code & magnitude_mask;
@@ -37,57 +45,61 @@ struct minifloat_codec {
     else return false;
   }
 
-  /// Magnitude code of |x| rounded to nearest even, before any overflow handling: the
-  /// result may exceed Spec::max_finite. `abs_bits` is a finite binary32 magnitude.
+  /// Magnitude code of |x| rounded to nearest even, before any overflow handling: the result may exceed
+  /// Spec::max_finite (infinity's bits give such a code). `abs_bits` is a binary32 magnitude, not NaN.
+  ///
+  /// Branch-free, so the host's loops over many values vectorize (the compressed stash's host path codes every value).
   PAGESTASH_HOST_DEVICE static cuda::std::uint32_t round_magnitude(cuda::std::uint32_t abs_bits) {
-    if (abs_bits == 0) return 0;
-    const int biased = static_cast<int>(abs_bits >> 23);
-    // |x| = significand * 2^scale, significand < 2^24.
-    const cuda::std::uint64_t significand = (abs_bits & 0x7FFFFFu) | (biased != 0 ? 0x800000u : 0u);
-    const int scale = (biased != 0 ? biased : 1) - 150;
-    const int exponent = scale + static_cast<int>(cuda::std::bit_width(significand)) - 1;
-    // Quantum of the target format at this magnitude (subnormals share the lowest one).
-    const int binade = exponent > min_normal_exp ? exponent : min_normal_exp;
-    const int shift = binade - M - scale;
-
-    cuda::std::uint64_t rounded;
-    if (shift <= 0) {
-      rounded = significand << (-shift);
-    } else if (shift > 40) {
-      rounded = 0;  // far below half a quantum
+    // A normal of the format: the bits below its mantissa rounded off in one add (a carry out of the mantissa moves
+    // into the exponent by itself), the exponent rebiased.
+    constexpr int shift = 23 - M;
+    const cuda::std::uint32_t normal =
+        ((abs_bits + ((cuda::std::uint32_t{1} << (shift - 1)) - 1) + ((abs_bits >> shift) & 1u)) >> shift) -
+        (static_cast<cuda::std::uint32_t>(127 - Spec::bias) << M);
+    if constexpr (same_exponent_as_binary32) {
+      return normal;  // binary32's own exponent: its subnormals are the format's, the same formula
     } else {
-      rounded = significand >> shift;
-      const cuda::std::uint64_t rest = significand & ((cuda::std::uint64_t{1} << shift) - 1);
-      const cuda::std::uint64_t half = cuda::std::uint64_t{1} << (shift - 1);
-      if (rest > half || (rest == half && (rounded & 1))) ++rounded;
+      // Below the smallest normal: adding 2^(min_normal_exp - M + 23), whose ulp is the format's subnormal step,
+      // rounds |x| to nearest even in IEEE addition and leaves the step count in the sum's low bits. The addend is
+      // |x| clamped in integers: a product that made x (the quantizer's value times its scale) is not fused into the
+      // addition (-ffp-contract=fast, on by default with FMA), which would round once where the format rounds twice.
+      // A binary32 subnormal, flushed or not, rounds to 0.
+      constexpr cuda::std::uint32_t smallest_normal = static_cast<cuda::std::uint32_t>(127 + min_normal_exp) << 23;
+      const float magic = float_from_bits(static_cast<cuda::std::uint32_t>(127 + min_normal_exp - M + 23) << 23);
+      const float below = float_from_bits(abs_bits < smallest_normal ? abs_bits : smallest_normal);
+#if defined(__CUDA_ARCH__)
+      const float sum = __fadd_rn(below, magic);  // never contracted
+#else
+      const float sum = below + magic;
+#endif
+      return blend(abs_bits < smallest_normal, float_bits(sum) - float_bits(magic), normal);
     }
-    // A carry out of the mantissa moves into the exponent field by itself.
-    return static_cast<cuda::std::uint32_t>(rounded) + (static_cast<cuda::std::uint32_t>(binade - min_normal_exp) << M);
   }
 
   PAGESTASH_HOST_DEVICE static cuda::std::uint32_t encode(float x) {
     const cuda::std::uint32_t bits = float_bits(x);
-    const cuda::std::uint32_t sign = (bits >> 31) ? sign_bit : 0u;
     const cuda::std::uint32_t abs_bits = bits & 0x7FFFFFFFu;
-    if (abs_bits > 0x7F800000u) return Spec::nan_code;
     constexpr cuda::std::uint32_t overflow_code =
         Spec::on_overflow == overflow_rule::to_infinity ? infinity_code : Spec::max_finite;
-    if (abs_bits == 0x7F800000u) return sign | overflow_code;
     const cuda::std::uint32_t mag = round_magnitude(abs_bits);
-    return sign | (mag > Spec::max_finite ? overflow_code : mag);
+    const cuda::std::uint32_t code = (bits >> 31) << (E + M) | (mag > Spec::max_finite ? overflow_code : mag);
+    return blend(abs_bits > 0x7F800000u, Spec::nan_code, code);
   }
 
   PAGESTASH_HOST_DEVICE static float decode(cuda::std::uint32_t code) {
-    const float sign = (code & sign_bit) ? -1.0f : 1.0f;
-    if (is_nan_code(code)) return quiet_nan();
-    if (is_inf_code(code)) return sign * cuda::std::numeric_limits<float>::infinity();
     const cuda::std::uint32_t mag = code & magnitude_mask;
-    const cuda::std::uint32_t exp_field = mag >> M;
-    const cuda::std::uint32_t mantissa = mag & ((cuda::std::uint32_t{1} << M) - 1);
-    // Every value of these formats is exact in binary32, so this product is exact.
-    if (exp_field == 0) return sign * static_cast<float>(mantissa) * exact_pow2(min_normal_exp - M);
-    const float significand = static_cast<float>(mantissa | (cuda::std::uint32_t{1} << M));
-    return sign * significand * exact_pow2(static_cast<int>(exp_field) - 1 + min_normal_exp - M);
+    // A normal's binary32 bits: the exponent rebiased, the mantissa widened (binary32's own exponent: every code).
+    const cuda::std::uint32_t normal = (mag << (23 - M)) + (static_cast<cuda::std::uint32_t>(127 - Spec::bias) << 23);
+    cuda::std::uint32_t value = normal;
+    if constexpr (!same_exponent_as_binary32) {
+      // A subnormal: an exact product (the format's subnormals are binary32 normals).
+      const float subnormal = static_cast<float>(mag & ((cuda::std::uint32_t{1} << M) - 1)) *
+                              float_from_bits(static_cast<cuda::std::uint32_t>(127 + min_normal_exp - M) << 23);
+      value = blend((mag >> M) == 0, float_bits(subnormal), value);
+    }
+    if constexpr (Spec::specials == special_codes::ieee) value = blend(mag == infinity_code, 0x7F800000u, value);
+    value |= (code & sign_bit) << (31 - E - M);
+    return float_from_bits(blend(is_nan_code(code), 0x7FC00000u, value));
   }
 };
 

@@ -27,7 +27,9 @@ struct ReloadOptions {
 
 struct HostExecutor {
   static constexpr MemorySpace memory = MemorySpace::host;
-  unsigned threads = 1;  ///< CPU threads that copy tiles (the plan is made on the caller's)
+  unsigned threads = 1;  ///< CPU threads that copy tiles, at most (the plan is made on the caller's)
+  /// A thread more for each this many bytes of the stream (a thread costs its start): 0, every thread.
+  cuda::std::int64_t bytes_per_thread = 0;
 };
 inline constexpr HostExecutor host{};
 

@@ -21,7 +21,11 @@ inline int tile_shift_on_host(const PoolRef& pool) { return tile_shift_for(pool.
 /// time (copy_tile_pieces); a compressed stash's tiles are coded as on the device, by a team of one.
 template <class Traits>
 void run_tiles_on_host(const HostExecutor& ex, const TileWork& work, cuda::std::int64_t tiles) {
-  const auto threads = static_cast<cuda::std::int64_t>(ex.threads > 1 ? ex.threads : 1);
+  auto threads = static_cast<cuda::std::int64_t>(ex.threads > 1 ? ex.threads : 1);
+  if (ex.bytes_per_thread > 0) {
+    const cuda::std::int64_t by_bytes = (tiles << work.tile_shift) / ex.bytes_per_thread;
+    threads = by_bytes < 1 ? 1 : (by_bytes < threads ? by_bytes : threads);
+  }
   auto run_share = [&](cuda::std::int64_t k) {
     ItemCursor cursor;
     for (auto t = static_cast<cuda::std::int32_t>(tiles * k / threads); t < tiles * (k + 1) / threads; ++t) {

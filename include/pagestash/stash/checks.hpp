@@ -26,7 +26,7 @@ void check_stash(MemorySpace executor, const PagePool& pool, const GroupedView<t
                  const StashRecord<Traits>& rec) {
   check_pool_and_record("stash", executor, pool, rec);
   validate<Traits>(v);
-  // A host record's kind is read for free; a device record's is checked by its reloads and discards.
+  // A host record's kind is read for free; a device record's stash writes its own, which its reloads compare.
   if (rec.space() == MemorySpace::host && !(rec.ref().header->made_for == record_kind<Traits>(rec.shape())))
     detail::throw_invalid("pagestash::stash",
                           "the record was made for another kind (layout, buffer handling, "

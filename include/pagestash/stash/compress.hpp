@@ -82,11 +82,11 @@ struct Source16 {
     return static_cast<int>(cuda::std::bit_width(magnitude)) - 1 - (bias - 1 + mantissa_bits);
   }
   PAGESTASH_HOST_DEVICE static float to_float(cuda::std::uint32_t bits) {
+    if constexpr (cuda::std::is_same_v<T, BF16>) return float_from_bits(bits << 16);  // BF16: binary32's top half
 #if defined(__CUDA_ARCH__)
-    if constexpr (cuda::std::is_same_v<T, BF16>) return __uint_as_float(bits << 16);
     else return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 #else
-    return T::from_bits(static_cast<cuda::std::uint16_t>(bits)).to_float();
+    else return T::from_bits(static_cast<cuda::std::uint16_t>(bits)).to_float();
 #endif
   }
   PAGESTASH_HOST_DEVICE static cuda::std::uint32_t from_float(float x) {
@@ -98,46 +98,6 @@ struct Source16 {
 #endif
   }
 };
-
-/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not
-/// finite.
-PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t max_magnitude(const Vector16& x, cuda::std::uint32_t m) {
-  PAGESTASH_UNROLL
-  for (int k = 0; k < 4; ++k) {
-#if defined(__CUDA_ARCH__)
-    m = __vmaxu2(m, x.w[k] & 0x7FFF7FFFu);
-#else
-    const cuda::std::uint32_t lo = x.w[k] & 0x7FFFu, hi = (x.w[k] >> 16) & 0x7FFFu;
-    const cuda::std::uint32_t m_lo = m & 0xFFFFu, m_hi = m >> 16;
-    m = (lo > m_lo ? lo : m_lo) | (hi > m_hi ? hi : m_hi) << 16;
-#endif
-  }
-  return m;
-}
-
-/// Two floats as two FP8 codes (Element E4M3 or E5M2), round to nearest even, saturating: code a in the low byte.
-template <class Element>
-PAGESTASH_HOST_DEVICE cuda::std::uint32_t fp8_pair(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
-#else
-  return Element::from_float(a).bits | cuda::std::uint32_t{Element::from_float(b).bits} << 8;
-#endif
-}
-
-/// Two FP8 codes (the low 16 bits of `pair`) as floats.
-template <class Element>
-PAGESTASH_HOST_DEVICE void fp8_unpair(cuda::std::uint32_t pair, float& a, float& b) {
-#if defined(__CUDA_ARCH__)
-  constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
-  const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), kind)));
-  a = f.x, b = f.y;
-#else
-  a = Element::from_bits(static_cast<cuda::std::uint8_t>(pair)).to_float();
-  b = Element::from_bits(static_cast<cuda::std::uint8_t>(pair >> 8)).to_float();
-#endif
-}
 
 /// A block's scale, from its largest magnitude: what the codes are multiplied by (`encode`) and the stored bits.
 template <class Format, class T>
@@ -166,6 +126,30 @@ struct BlockScale {
     else return stored == 0xFFu ? quiet_nan() : exact_pow2(static_cast<int>(stored) - 127);
   }
 };
+
+#if defined(__CUDA_ARCH__)
+/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not
+/// finite.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t max_magnitude(const Vector16& x, cuda::std::uint32_t m) {
+  PAGESTASH_UNROLL
+  for (int k = 0; k < 4; ++k) { m = __vmaxu2(m, x.w[k] & 0x7FFF7FFFu); }
+  return m;
+}
+
+/// Two floats as two FP8 codes (Element E4M3 or E5M2), round to nearest even, saturating: code a in the low byte.
+template <class Element>
+PAGESTASH_HOST_DEVICE cuda::std::uint32_t fp8_pair(float a, float b) {
+  constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
+}
+
+/// Two FP8 codes (the low 16 bits of `pair`) as floats.
+template <class Element>
+PAGESTASH_HOST_DEVICE void fp8_unpair(cuda::std::uint32_t pair, float& a, float& b) {
+  constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
+  const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), kind)));
+  a = f.x, b = f.y;
+}
 
 /// 16 bytes of source values (8) as 8 codes, in two words.
 template <class Format, class T>
@@ -228,11 +212,7 @@ PAGESTASH_HOST_DEVICE void encode_block(const unsigned char* src, unsigned char*
     }
   }
   if constexpr (cuda::std::is_same_v<Format, FP8Block128>) {
-#if defined(__CUDA_ARCH__)
     *reinterpret_cast<cuda::std::uint32_t*>(scale) = s.stored;
-#else
-    std::memcpy(scale, &s.stored, 4);
-#endif
   } else {
     *scale = static_cast<unsigned char>(s.stored);
   }
@@ -259,22 +239,96 @@ PAGESTASH_HOST_DEVICE void decode_block(const unsigned char* codes, const unsign
   }
 }
 
+#else
+// GCC on x86-64 with glibc builds the host's coding loops for AVX2 and AVX-512 too, and the program takes the widest
+// its CPU runs when it starts (an ifunc): the same code, as wide as the CPU allows. Not under a sanitizer, whose
+// runtime is not up when the choice is made, nor with clang (no clones of templates).
+#  if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
+      !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#    define PAGESTASH_DETAIL_HOST_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
+#  else
+#    define PAGESTASH_DETAIL_HOST_CLONES
+#  endif
+
+/// The host's quantizer: the same bytes read and written as the device's, in loops over the block's values that the
+/// compiler vectorizes (the codec is branch-free).
+template <class Format, class T>
+PAGESTASH_DETAIL_HOST_CLONES void encode_block(const unsigned char* src, unsigned char* codes, unsigned char* scale) {
+  using S = Source16<T>;
+  using Element = typename Format::element_type;
+  constexpr int n = Format::block_size;
+  cuda::std::uint16_t x[n];
+  std::memcpy(x, src, sizeof x);
+  cuda::std::uint32_t m = 0;
+  for (int i = 0; i < n; ++i) m = (x[i] & 0x7FFFu) > m ? x[i] & 0x7FFFu : m;
+  const auto s = BlockScale<Format, T>::of(m);
+  cuda::std::uint8_t out[n];
+  for (int i = 0; i < n; ++i)
+    out[i] = static_cast<cuda::std::uint8_t>(Element::codec::encode(S::to_float(x[i]) * s.encode));
+  if (!s.finite) std::memset(out, 0x7F, sizeof out);  // NaN codes for a block that is not finite
+  std::memcpy(codes, out, sizeof out);
+  if constexpr (cuda::std::is_same_v<Format, FP8Block128>) std::memcpy(scale, &s.stored, 4);
+  else *scale = static_cast<unsigned char>(s.stored);
+}
+
+/// The host's dequantizer, as encode_block.
+template <class Format, class T>
+PAGESTASH_DETAIL_HOST_CLONES void decode_block(const unsigned char* codes, const unsigned char* scale,
+                                               unsigned char* dst) {
+  using S = Source16<T>;
+  using Element = typename Format::element_type;
+  constexpr int n = Format::block_size;
+  cuda::std::uint32_t stored;
+  if constexpr (cuda::std::is_same_v<Format, FP8Block128>) std::memcpy(&stored, scale, 4);
+  else stored = *scale;
+  const float factor = BlockScale<Format, T>::decode(stored);
+  cuda::std::uint8_t c[n];
+  std::memcpy(c, codes, sizeof c);
+  cuda::std::uint16_t y[n];
+  for (int i = 0; i < n; ++i)
+    y[i] = static_cast<cuda::std::uint16_t>(S::from_float(Element::codec::decode(c[i]) * factor));
+  std::memcpy(dst, y, sizeof y);
+}
+#endif
+
+/// Block k of a coded tile, its values at `values`: quantized into the pages (stash) or dequantized from them.
+template <class Compression, class T>
+PAGESTASH_HOST_DEVICE void code_block(const TileWork& w, const CodedTile& c, cuda::std::uint32_t k,
+                                      unsigned char* values) {
+  using Format = typename Compression::format;
+  const cuda::std::int64_t v = c.first + cuda::std::int64_t{Compression::block} * k;
+  unsigned char* codes = c.codes + cuda::std::int64_t{Compression::block} * k;
+  unsigned char* scale = stream_byte(w, c.scales + v / Compression::block * Compression::scale_bytes);
+  if (w.to_pages) encode_block<Format, T>(values, codes, scale);
+  else decode_block<Format, T>(codes, scale, values);
+}
+
+#if !defined(__CUDA_ARCH__)
+/// The host executor's one thread codes a tile: the blocks in order, the line carried from block to block (no
+/// division).
+template <class Compression, class T>
+void code_tile_serially(const TileWork& w, const CodedTile& c) {
+  cuda::std::int64_t line = 0, col = c.first;
+  if (c.segment.lines > 1) line = c.first / c.per_line, col = c.first % c.per_line;
+  for (cuda::std::uint32_t k = 0; k < c.blocks; ++k, col += Compression::block) {
+    for (; c.segment.lines > 1 && col >= c.per_line; col -= c.per_line) ++line;
+    code_block<Compression, T>(w, c, k, c.buffer + c.segment.line_offset(line) + 2 * col);
+  }
+}
+#endif
+
 }  // namespace detail
 
 /// The lanes of a team quantize (stash) or dequantize (reload) the blocks of a compressed tile.
 template <class Compression, class T, class Lanes>
 PAGESTASH_HOST_DEVICE void code_tile(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
-  using Format = typename Compression::format;
-  constexpr int block = Compression::block;
+#if !defined(__CUDA_ARCH__)
+  if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) return detail::code_tile_serially<Compression, T>(w, c);
+#endif
   for (auto k = static_cast<cuda::std::uint32_t>(lanes.rank()); k < c.blocks;
-       k += static_cast<cuda::std::uint32_t>(lanes.size())) {
-    const cuda::std::int64_t v = c.first + cuda::std::int64_t{block} * k;
-    unsigned char* values = detail::value_at(c, v);
-    unsigned char* codes = c.codes + cuda::std::int64_t{block} * k;
-    unsigned char* scale = detail::stream_byte(w, c.scales + v / block * Compression::scale_bytes);
-    if (w.to_pages) detail::encode_block<Format, T>(values, codes, scale);
-    else detail::decode_block<Format, T>(codes, scale, values);
-  }
+       k += static_cast<cuda::std::uint32_t>(lanes.size()))
+    detail::code_block<Compression, T>(w, c, k,
+                                       detail::value_at(c, c.first + cuda::std::int64_t{Compression::block} * k));
 }
 
 /// Moves one tile with the lanes of a warp (or the one host thread): a compressed copy item's by code_tile, any other

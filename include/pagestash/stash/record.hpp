@@ -106,7 +106,8 @@ inline constexpr cuda::std::uint64_t traits_hash =
 /// constant of the kernel, and their view's shape) with it before they touch anything else, and the host a host
 /// record's before a stash (checks.hpp), so that a record reached as another recipe, compression or shape (raw memory:
 /// Python's ops take all three per call) is refused as misuse (Flag::record_mismatch), never read as what it is not. A
-/// reload may write into a taller destination.
+/// reload may write into a taller destination. A stash writes its own kind (a device record's is not compared first):
+/// what the record holds and its kind are one.
 struct RecordKind {
   cuda::std::uint64_t traits;
   cuda::std::int64_t max_tokens;
@@ -133,7 +134,7 @@ struct RecordHeader {
   cuda::std::int32_t items;
   cuda::std::int32_t tile_shift;  ///< log2 of the plan's tile size
   cuda::std::uint64_t pool_id;    ///< the id of the pool the record was made for (detail::PoolState::id)
-  RecordKind made_for;            ///< what it was made for: reloads and discards compare
+  RecordKind made_for;            ///< what it was made for, then stashed as: reloads and discards compare
   unsigned char padding[24];      ///< the launch words at offset 128
   LaunchWords launch;
 };

@@ -62,9 +62,10 @@ PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHe
 /// Whether the record was made for another kind than `kind` (the operation's: its traits' hash, a constant of the
 /// kernel, and its view's shape; a reload may write into a taller destination): read as what it is not, its parts are
 /// elsewhere. Reloads and discards check it right after is_foreign, before anything else of the record is read or
-/// written. A stash does not (every form of the check cost some stash kernel, at 64 registers on sm_100, a spilled
-/// register): the host checks a host record's kind (check_stash), and a stash's writes stay in a record of its own
-/// size.
+/// written. A stash does not compare (every form of the check cost some stash kernel, at 64 registers on sm_100, a
+/// spilled register) but writes its own kind, with what it stashes: the record is of a piece, and a reload as its
+/// earlier kind is refused. The host checks a host record's kind before a stash (check_stash), and a stash's writes
+/// stay in memory of its own size (Python's ops attach a stash only to that).
 PAGESTASH_HOST_DEVICE inline bool is_other_kind(const RecordHeader& h, const RecordKind& kind, bool taller_ok = false) {
   const RecordKind& made = h.made_for;
   const bool tokens = taller_ok ? made.max_tokens <= kind.max_tokens : made.max_tokens == kind.max_tokens;
@@ -89,6 +90,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     if (is_foreign(pool, h)) refused = Flag::foreign_record;
     else if (check_holds_pages(pool, h) == Flag::none) refused = Flag::still_stashed;
     if (refused != Flag::none) refuse(pool, h, refused);
+    else h.made_for = record_kind<Traits>(v);  // what the record holds from now on: its reloads and discards compare
   }
   if (team.share(refused) != Flag::none) return false;
   for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) rec.counts[g] = v.counts[g];

@@ -16,6 +16,7 @@
 #include "../common/stash_sequence.hpp"
 #include "../common/suite_backends.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -696,6 +697,44 @@ TEST_CASE("emulated grid: a launch straddling another (refused blocks first, lat
     Emulator{}.reload(pool, rec, back.view, true);
     CHECK(rec.status().refused_blocks == 4);
     CHECK(rec.status().state == ps::RecordState::reloaded);
+    const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);
+    CHECK(back.bytes[0] == expected_reload<Traits>(d.shape, BufferRole::data, d.x.counts, d.x.bytes[0], zeros, true));
+    CHECK(pool.stats().device_pages_free == cfg.device_pages);
+  }
+}
+
+TEST_CASE("emulated grid: launch ids at the top of the 64-bit range: every block of a launch joins its owner") {
+  // %gridid is 64 bits; the launch words keep 62 of them. Ids whose top bits are set (and one whose low 62 bits are 0)
+  // must still make one launch of all its blocks: a block comparing a kept id with a full one would wait for ever,
+  // so each launch runs under a deadline.
+  using L = RuBf16Cap;
+  using Traits = ps::StashTraits<L>;
+  std::mt19937 rng(91);
+  const OverlapData<L> d(sequence_shape<L>(false), rng);
+  const ps::PoolConfig cfg = room_for<Traits>(d.shape, 256, 2);
+  for (const std::uint64_t id : {0x4000000000000005ull, 0x8000000000000001ull, 0xC000000000000000ull, ~0ull}) {
+    CAPTURE(id);
+    ps::PagePool pool(cfg, ps::MemorySpace::host);
+    auto rec = ps::make_record<Traits>(pool, d.shape);
+    Buffers<L> back = d.poison;
+    LaunchShape shape;
+    shape.blocks = 4;
+    shape.slots = 2;
+    shape.launch = id;
+    auto done = std::async(std::launch::async, [&] {
+      Emulator{shape}.stash(pool, d.x.view, rec);
+      shape.launch = id ^ 0x10;  // the reload: another launch, top bits as set
+      Emulator{shape}.reload(pool, rec, back.view, true);
+    });
+    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "launch id %llx: a block never joined its launch (hung)\n",
+                   static_cast<unsigned long long>(id));
+      std::_Exit(1);  // the hung blocks cannot be joined
+    }
+    done.get();
+    CHECK(rec.status().state == ps::RecordState::reloaded);
+    CHECK(rec.status().refused_blocks == 0);
+    CHECK(pool.stats().flags.error == 0);
     const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);
     CHECK(back.bytes[0] == expected_reload<Traits>(d.shape, BufferRole::data, d.x.counts, d.x.bytes[0], zeros, true));
     CHECK(pool.stats().device_pages_free == cfg.device_pages);

@@ -15,7 +15,8 @@
 //            launches remembered before it (counted in `refused`; the error flag raised,
 //            the pool's error count once per launch). So a launch is done or refused as a
 //            whole under every block order, never a hang, never a mix of two. Launch ids
-//            need only be unique (GridContext::launch), not ordered.
+//            need only be unique (GridContext::launch), not ordered; the words keep each
+//            one reduced once to 62 bits (kept_launch_id), the same in every word.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
 //            runs begin_* and publishes copy / skip; the others wait for `owner`, then
 //            poll for the verdict (relaxed loads, one acquire fence after each wait).
@@ -78,11 +79,19 @@ PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint
   return found;
 }
 
+/// A launch's id as the launch words keep it, in `arrival`, `owner` and the remembered launches alike: its low 62 bits
+/// (`arrival`'s other two are its state), never 0. %gridid counts a context's launches, so two launches that may
+/// overlap on a record are far closer than 2^62 apart and keep distinct ids.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint64_t kept_launch_id(cuda::std::uint64_t id) {
+  const cuda::std::uint64_t low = id & (~cuda::std::uint64_t{0} >> launch_id_shift);
+  return low != 0 ? low : 1;
+}
+
 /// A block's leader takes part in the launch on `words` (see the top of this file).
 template <class Context>
 PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, LaunchWords& words) {
   using u64 = cuda::std::uint64_t;
-  const u64 me = ctx.launch;
+  const u64 me = kept_launch_id(ctx.launch);
   const device_atomic<u64> arrival(words.arrival), owner(words.owner);
   const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.state->counters.generation);
   u64 w = arrival.load(poll_order);

@@ -2,7 +2,8 @@
 // Reference quantizers, for tests and examples, and the oracle of the compressed stash: one block, and
 // a row-major [M, K] matrix in compact storage. Correctness first, speed does not matter.
 //
-// A block holding NaN or infinity gets a NaN scale (MXFP8) and NaN/saturated elements.
+// A block holding NaN or infinity gets a NaN scale; its codes are NaN where the element format has a NaN (FP8) and
+// what rounding NaN gives where it has none (E2M1 saturates it to 6).
 //
 //   rowwise      blocks run along K (one scale per row and block of K)
 //   columnwise   blocks run along M (one scale per column and block of M)
@@ -211,7 +212,7 @@ PAGESTASH_HOST_DEVICE void dequantize_matrix_block(const QuantizedMatrix<Format>
 
 /// What a compressed stash and its reload make of n consecutive values of T (n a multiple of Format's block):
 /// dequantize(quantize(x)) block by block, rounded back to T. The oracle of the compressed stash
-/// (stash/compression.hpp).
+/// (stash/compress.hpp).
 template <class Format, class T>
 PAGESTASH_HOST_DEVICE void round_trip_blocks(const T* source, cuda::std::int64_t n, T* out) {
   constexpr int b = Format::block_size;

@@ -1,7 +1,9 @@
 #pragma once
 // StashRecord<Traits>: what one stashed grouped tensor keeps, in the pool's memory space, allocated once when the
 // record is made (size from the view's shape): the counts the stash saw, the page ids, the work plan, the kept small
-// buffers, and a state. The state makes a double reload, or a reload of a stash that overflowed, a reported no-op.
+// buffers, and a state. The state makes a double reload, or a reload of a stash that overflowed, a refused reload:
+// reported (the record's error, the pool's flag) and, with ReloadOptions::poison (the default), its destination
+// written with NaN, never a silent stale copy.
 
 #include <pagestash/pool/page_pool.hpp>
 #include <pagestash/stash/work.hpp>

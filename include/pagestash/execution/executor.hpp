@@ -11,6 +11,8 @@
 #include <pagestash/detail/errors.hpp>
 #include <pagestash/pool/memory_space.hpp>
 
+#include <cuda/std/cstdint>
+
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>

@@ -23,6 +23,7 @@ enum class AtomicAccess : int {
   store,  ///< an atomic store
   rmw,    ///< a read-modify-write: fetch_add, exchange, compare-exchange
   fence,  ///< a fence (address null)
+  pause,  ///< a spin-wait's pause (address null): the thread waits for another's write
 };
 
 #if !defined(__CUDA_ARCH__)
@@ -114,6 +115,7 @@ PAGESTASH_HOST_DEVICE inline void spin_pause() {
 #if defined(__CUDA_ARCH__)
   __nanosleep(64);
 #else
+  observe_atomic(nullptr, AtomicAccess::pause);
   std::this_thread::yield();
 #endif
 }

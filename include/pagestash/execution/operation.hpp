@@ -12,9 +12,13 @@
 //            refused. Every later block of the launch finds that decision, whatever
 //            happened in between: it joins when its launch holds the record (`owner`), and
 //            refuses when its launch is the refused one in `arrival` or among the refused
-//            launches remembered before it (counted in `refused`; the error flag raised,
-//            the pool's error count once per launch). So a launch is done or refused as a
-//            whole under every block order, never a hang, never a mix of two. Launch ids
+//            launches remembered (counted in `refused`; the error flag raised, the pool's
+//            error count once per launch). The block that refuses its launch remembers it,
+//            once, in the next of LaunchWords::remembered_launches slots, and the word moves
+//            off a refused launch only once it is remembered. So a launch is done or refused
+//            as a whole under every block order, never a hang, never a mix of two, as long
+//            as fewer than remembered_launches other launches on the record are refused
+//            between its first block's arrival and its last's (docs/design.md). Launch ids
 //            need only be unique (GridContext::launch), not ordered; the words keep each
 //            one reduced once to 62 bits (kept_launch_id), the same in every word.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
@@ -75,7 +79,7 @@ PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint
   PAGESTASH_UNROLL
   for (int k = 0; k < LaunchWords::remembered_launches; ++k)
     found =
-        found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(cuda::std::memory_order_relaxed) == id;
+        found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(poll_order) == id;
   return found;
 }
 
@@ -108,19 +112,27 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
     if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
+    if (refused && !remembered(words, newest)) {
+      // The word names a refused launch whose deciding block has not remembered it yet (it does right after naming
+      // it): the word moves on only once it has, so that the launch's later blocks find it refused.
+      const u64 seen = w;
+      while (!remembered(words, newest) && (w = arrival.load(poll_order)) == seen) spin_pause();
+      continue;
+    }
     // This launch's fate is not decided yet: take the record if nothing holds it (or a launch from before a pool
-    // reset), else refuse the launch. The word then names this launch; the refused launch it named is remembered first.
+    // reset), else refuse the launch. The word then names this launch.
     const bool take =
         !held || generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
-    if (refused) {
+    const u64 decided = me << launch_id_shift | launch_held | (take ? u64{0} : launch_refused);
+    if (!arrival.compare_exchange_strong(w, decided, cuda::std::memory_order_acq_rel, poll_order)) continue;
+    if (!take) {
+      // Remembered once, by the block that decided: one slot per refused launch, whatever its blocks do.
       const cuda::std::uint32_t slot =
           device_atomic<cuda::std::uint32_t>(words.next_remembered).fetch_add(1, cuda::std::memory_order_relaxed);
       device_atomic<u64>(words.remembered[slot % LaunchWords::remembered_launches])
-          .store(newest, cuda::std::memory_order_relaxed);
+          .store(me, cuda::std::memory_order_release);
+      return refuse_block(pool, words, true);
     }
-    const u64 decided = me << launch_id_shift | launch_held | (take ? u64{0} : launch_refused);
-    if (!arrival.compare_exchange_strong(w, decided, cuda::std::memory_order_acq_rel, poll_order)) continue;
-    if (!take) return refuse_block(pool, words, true);
     // Taken: the previous holder released the record (or a reset left it held). Atomic, as all launch-word accesses.
     device_atomic<cuda::std::int32_t>(words.verdict).store(verdict_pending, cuda::std::memory_order_relaxed);
     device_atomic<cuda::std::int32_t>(words.finished).store(0, cuda::std::memory_order_relaxed);

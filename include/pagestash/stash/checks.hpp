@@ -26,8 +26,9 @@ void check_stash(MemorySpace executor, const PagePool& pool, const GroupedView<t
                  const StashRecord<Traits>& rec) {
   check_pool_and_record("stash", executor, pool, rec);
   validate<Traits>(v);
-  // A host record's kind is read for free; a device record's stash writes its own, which its reloads compare.
-  if (rec.space() == MemorySpace::host && !(rec.ref().header->made_for == record_kind<Traits>(rec.shape())))
+  // A host record's kind is read for free, when it is attached; a device record's stash writes its own, which its
+  // reloads compare.
+  if (!rec.stashable())
     detail::throw_invalid("pagestash::stash",
                           "the record was made for another kind (layout, buffer handling, "
                           "compression or shape) than this stash's");

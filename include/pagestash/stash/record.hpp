@@ -64,8 +64,14 @@ namespace detail {
 /// and it does nothing (a reload poisons its destination: ReloadOptions::poison), so that an overlapping or
 /// never-finished launch is reported, never a hang. Padded rather than over-aligned: caller memory need only be 16-byte
 /// aligned (the words are on their own line when it is 128-byte aligned).
+#ifndef PAGESTASH_REMEMBERED_LAUNCHES
+/// The refused launches a record remembers: 8 (at most). The launch protocol's exhaustive test builds with fewer, so
+/// that small configurations reach the bound (tests/explorer).
+#  define PAGESTASH_REMEMBERED_LAUNCHES 8
+#endif
 struct LaunchWords {
-  static constexpr int remembered_launches = 8;
+  static constexpr int remembered_launches = PAGESTASH_REMEMBERED_LAUNCHES;
+  static_assert(remembered_launches >= 1 && remembered_launches <= 8, "PAGESTASH_REMEMBERED_LAUNCHES: 1 to 8");
   cuda::std::uint64_t arrival;   ///< newest launch id << 2 | refused (2) | held (1)
   cuda::std::uint64_t owner;     ///< the id of the launch that holds (or last held) the record
   cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
@@ -75,7 +81,7 @@ struct LaunchWords {
   cuda::std::int32_t generation;  ///< the pool's generation when `owner` took the record
   cuda::std::uint32_t next_remembered;
   cuda::std::uint32_t unused;
-  cuda::std::uint64_t remembered[remembered_launches];  ///< ids of launches refused before the newest
+  cuda::std::uint64_t remembered[8];  ///< ids of the last remembered_launches refused launches
   unsigned char padding[16];
 };
 static_assert(sizeof(LaunchWords) == 128);
@@ -291,6 +297,9 @@ class StashRecord {
 
   /// Whether the record may be of `pool`, as far as the host knows: false only when both ids
   /// are known and differ (the steps compare the ids in memory anyway).
+  /// Whether a stash of this record's kind may write into its memory (false: a host record attached to memory that was
+  /// made for another kind; check_stash refuses it).
+  bool stashable() const { return stashable_; }
   bool same_pool(const PagePool& pool) const { return pool_id_ == 0 || pool.id() == 0 || pool_id_ == pool.id(); }
 
   /// The page ids the record holds (empty unless stashed). Same synchronisation as status().
@@ -348,7 +357,10 @@ class StashRecord {
     ref_.page_ids = reinterpret_cast<cuda::std::int32_t*>(base + parts.ids_at);
     ref_.kept = base + parts.kept_at;
     if (how == Memory::attached) {
-      if (space_ == MemorySpace::host) pool_id_ = ref_.header->pool_id;  // host memory: read at no cost
+      if (space_ == MemorySpace::host) {  // host memory: read at no cost, once, before any operation of this record's
+        pool_id_ = ref_.header->pool_id;
+        stashable_ = ref_.header->made_for == record_kind<Traits>(shape);
+      }
       return;
     }
     // A pool attached to device memory does not know its id on the host: read it once (the
@@ -361,6 +373,9 @@ class StashRecord {
   }
 
   std::uint64_t pool_id_;
+  /// Whether a stash may write a kind of this record's into the memory: made for it, or last stashed as it, when the
+  /// record was made or attached (a host record's, read then: a stash's write of its kind races with no host read).
+  bool stashable_ = true;
   MemorySpace space_;
   GroupedView<layout> shape_;
   cuda::std::int64_t page_bytes_;

@@ -111,18 +111,39 @@ struct Bytes {
   }
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;
-  void fill_random(std::uint32_t seed) {  // non-zero bytes (xorshift: hundreds of MiB in the fine-grained table)
-    std::vector<unsigned char> h(n);
-    std::uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
-    for (std::size_t i = 0; i < n; i += 8) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      std::uint64_t w = x | 0x0101010101010101ull;
-      std::memcpy(h.data() + i, &w, std::min<std::size_t>(8, n - i));
-    }
-    if (device) upload(p, h.data(), n);
-    else std::memcpy(p, h.data(), n);
-  }
+  void fill_random(std::uint32_t seed);
 };
+
+/// Non-zero random bytes: word k of the buffer seeded `seed` (splitmix64), the same on the host and the device.
+__host__ __device__ inline std::uint64_t random_word(std::uint32_t seed, std::uint64_t k) {
+  std::uint64_t z = (std::uint64_t{seed} << 40 ^ k) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) | 0x0101010101010101ull;
+}
+
+__global__ void fill_random_kernel(unsigned char* p, std::size_t n, std::uint32_t seed) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  for (std::size_t k = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; k * 8 < n; k += stride) {
+    const std::uint64_t w = random_word(seed, k);
+    for (std::size_t b = 0; b < 8 && k * 8 + b < n; ++b) p[k * 8 + b] = static_cast<unsigned char>(w >> (8 * b));
+  }
+}
+
+// Filled where the bytes live: the GPU's rotations are hundreds of MiB per benchmark, which a host loop and an upload
+// took seconds each to make.
+void Bytes::fill_random(std::uint32_t seed) {
+  if (device) {
+    fill_random_kernel<<<1024, 256>>>(p, n, seed);
+    PAGESTASH_CUDA_TRY(cudaGetLastError());
+    PAGESTASH_CUDA_TRY(cudaDeviceSynchronize());
+    return;
+  }
+  for (std::size_t k = 0; k * 8 < n; ++k) {
+    const std::uint64_t w = random_word(seed, k);
+    std::memcpy(p + k * 8, &w, std::min<std::size_t>(8, n - k * 8));
+  }
+}
 
 /// One grouped tensor's buffers (and counts), in host or device memory.
 template <class L>

@@ -158,6 +158,7 @@ class CostCounter {
       case ps::AtomicAccess::load: ++self->totals_.loads; break;
       case ps::AtomicAccess::store: ++self->totals_.stores; break;
       case ps::AtomicAccess::fence: ++self->totals_.fences; break;
+      case ps::AtomicAccess::pause: break;  // not an access
       case ps::AtomicAccess::rmw:
         ++self->totals_.rmw;
         ++self->line_rmw_[reinterpret_cast<std::uintptr_t>(address) / 128];

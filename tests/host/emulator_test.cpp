@@ -13,6 +13,7 @@
 
 #include "../common/grid_emulator.hpp"
 #include "../common/layout_list.hpp"
+#include "../common/overlap.hpp"
 #include "../common/stash_sequence.hpp"
 #include "../common/suite_backends.hpp"
 
@@ -28,16 +29,6 @@ namespace {
 using namespace pagestash_test;
 
 using FourByTwoWarps = EmulatorBackend<4, 64, 2>;
-
-/// A host pool with room for `stashes` of the largest stash of `shape`.
-template <class Traits>
-ps::PoolConfig room_for(const ps::GroupedView<typename Traits::layout>& shape, std::int64_t page_bytes,
-                        std::int64_t stashes) {
-  ps::PoolConfig cfg;
-  cfg.page_bytes = page_bytes;
-  cfg.device_pages = stashes * ps::pages_for(ps::work_bounds<Traits>(shape).stream_bytes, page_bytes);
-  return cfg;
-}
 
 /// A launch of 4 blocks x 64 threads, one resident at a time, whose second block starts only
 /// once `release` is set: the first block runs alone, and the launch stays in flight.
@@ -68,32 +59,6 @@ void same_arenas(const ps::PoolConfig& cfg, std::initializer_list<ps::PagePool*>
   for (ps::PagePool* pool : pools)
     std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
 }
-
-/// Host memory of one buffer-set, filled with random bytes; a view of it with counts.
-template <class L>
-struct Buffers {
-  std::array<std::vector<std::uint8_t>, 3> bytes;
-  std::vector<std::int32_t> counts;
-  ps::GroupedView<L> view;
-  Buffers(const ps::GroupedView<L>& shape, std::mt19937& rng) : view(shape) {
-    for (BufferRole role : all_roles)
-      bytes[static_cast<std::size_t>(role)] = random_bytes(static_cast<std::size_t>(shape.buffer_bytes(role)), rng);
-    counts = random_counts(shape, rng);
-    point();
-  }
-  /// A copy of the bytes and counts, its view on the copy.
-  Buffers(const Buffers& other) : bytes(other.bytes), counts(other.counts), view(other.view) { point(); }
-  Buffers& operator=(const Buffers&) = delete;
-
- private:
-  void point() {
-    view.data = reinterpret_cast<typename L::data_type*>(bytes[0].data());
-    if constexpr (!std::is_void_v<typename L::scale_type>)
-      view.scales = reinterpret_cast<typename L::scale_type*>(bytes[1].data());
-    view.amax = L::has(BufferRole::amax) ? reinterpret_cast<float*>(bytes[2].data()) : nullptr;
-    view.counts = counts.data();
-  }
-};
 
 /// The same stashes through the host executor and the emulator, into two pools: the same
 /// page ids, the same page bytes, the same bytes reloaded.
@@ -431,129 +396,45 @@ TEST_CASE("emulated grid: two overlapping launches with the same arguments on on
 
 namespace {
 
-/// What a launch on the record does.
-enum class LaunchOp { stash_first, stash_second, reload, discard };
-
-const char* name_of(LaunchOp op) {
-  switch (op) {
-    case LaunchOp::stash_first: return "stash(x)";
-    case LaunchOp::stash_second: return "stash(y)";
-    case LaunchOp::reload: return "reload";
-    case LaunchOp::discard: return "discard";
-  }
-  return "?";
-}
-
 /// Two launches on one record, and how their blocks are scheduled.
 struct OverlapCase {
   bool stashed_before = false;  ///< the record holds a stash of `before` when they start
-  LaunchOp op[2] = {LaunchOp::stash_first, LaunchOp::reload};
-  bool zero_tail[2] = {false, false};
-  LaunchShape shape[2];
+  std::vector<OverlapLaunch> launches = std::vector<OverlapLaunch>(2);
   /// Blocks (by start, k) of launch 1 that start only once launch 0 has finished: a launch
   /// that straddles another one.
   std::vector<bool> held_back;
 };
 
-/// What the two launches left: the record, the pool, each reload's destination, and what a
-/// reload of the record gives after them.
-template <class L>
-struct Outcome {
-  ps::RecordState state{};
-  std::int64_t pages = 0;
-  std::vector<std::int32_t> page_ids;
-  std::int64_t device_pages_free = 0;
-  std::array<std::array<std::vector<std::uint8_t>, 3>, 2> reloaded;
-  std::array<std::vector<std::uint8_t>, 3> restored;
-  bool operator==(const Outcome& o) const {
-    return state == o.state && pages == o.pages && page_ids == o.page_ids && device_pages_free == o.device_pages_free &&
-           reloaded == o.reloaded && restored == o.restored;
-  }
-};
-
-/// The data of one case: the stash before, the two stashes' inputs, two poisoned destinations.
-template <class L>
-struct OverlapData {
-  ps::GroupedView<L> shape;
-  Buffers<L> before, x, y, out0, out1, poison;
-  OverlapData(const ps::GroupedView<L>& s, std::mt19937& rng)
-      : shape(s), before(s, rng), x(s, rng), y(s, rng), out0(s, rng), out1(s, rng), poison(s, rng) {}
-};
-
-/// Runs the case's launches in `order` (0, 1, or both) through `run(launch, op, dest)`; returns
-/// what they left. Each call makes its own pool, record and destinations.
-template <class Traits, class Run>
-Outcome<typename Traits::layout> play(const OverlapCase& c, const OverlapData<typename Traits::layout>& d,
-                                      const ps::PoolConfig& cfg, const Run& run) {
-  using L = typename Traits::layout;
-  ps::PagePool pool(cfg, ps::MemorySpace::host);
-  std::memset(pool.ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
-  auto rec = ps::make_record<Traits>(pool, d.shape);
-  if (c.stashed_before) {
-    ps::stash(ps::host, pool, d.before.view, rec);
-    REQUIRE(rec.status().state == ps::RecordState::stashed);
-  }
-  Buffers<L> out[2] = {d.out0, d.out1};
-  run(pool, rec, out);
-  Outcome<L> o;
-  const ps::RecordStatus st = rec.status();
-  o.state = st.state;
-  o.pages = st.pages;
-  o.device_pages_free = pool.stats().device_pages_free;
-  if (st.state == ps::RecordState::stashed) {
-    o.page_ids = rec.page_ids();
-    Buffers<L> back = d.poison;
-    ps::reload(ps::host, pool, rec, back.view, ps::ReloadOptions{true});
-    o.restored = back.bytes;
-  }
-  for (int k = 0; k < 2; ++k) o.reloaded[static_cast<std::size_t>(k)] = out[k].bytes;
-  return o;
-}
-
-/// One operation of the case on the host executor (the serial oracle) or the emulator.
-template <class Traits, class Exec>
-void apply(const Exec& exec, LaunchOp op, bool zero_tail, ps::PagePool& pool, ps::StashRecord<Traits>& rec,
-           const OverlapData<typename Traits::layout>& d, Buffers<typename Traits::layout>& dest) {
-  switch (op) {
-    case LaunchOp::stash_first: exec.stash(pool, d.x.view, rec); break;
-    case LaunchOp::stash_second: exec.stash(pool, d.y.view, rec); break;
-    case LaunchOp::reload: exec.reload(pool, rec, dest.view, zero_tail); break;
-    case LaunchOp::discard: exec.discard(pool, rec); break;
-  }
-}
-
-/// The serial oracle: the host executor.
-using SerialOracle = HostBackend<1>;
-
 /// The two launches of `c` at once on the emulator, launch 1's held-back blocks after launch
 /// 0 has finished, threads preempted at the library's atomics; then the record's launch
-/// words are checked and one serial order (0 alone, 1 alone, 0 then 1, 1 then 0) of the
-/// host executor must leave exactly what they left, with every block of each launch that
-/// did not run refused. Returns an empty string, or what went wrong.
+/// words are checked and one serial order of the launches that ran must leave exactly what
+/// they left (tests/common/overlap.hpp). Returns an empty string, or what went wrong.
 template <class Traits>
 std::string check_overlap(const OverlapCase& c, std::uint32_t seed) {
   using L = typename Traits::layout;
   std::mt19937 rng(seed);
   const OverlapData<L> d(sequence_shape<L>(seed % 2 == 1), rng);
   const ps::PoolConfig cfg = room_for<Traits>(d.shape, 256, 2);
+  const OverlapLaunch& first = c.launches[0];
+  const OverlapLaunch& other = c.launches[1];
   std::int32_t refused = -1;
   bool in_flight = true, next_refused = true, hung = false;
-  const Outcome<L> seen =
-      play<Traits>(c, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, Buffers<L>* out) {
+  const Outcome<L> seen = play<Traits>(
+      c.stashed_before, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, std::vector<Buffers<L>>& out) {
         std::promise<void> first_done;
         std::shared_future<void> done = first_done.get_future().share();
-        LaunchShape second = c.shape[1];
+        LaunchShape second = other.shape;
         second.before_start = [&c, done](int k) {
           if (c.held_back[static_cast<std::size_t>(k)]) done.wait();
         };
         {
           PreemptAtAtomics preempt(seed);
           auto a = std::async(std::launch::async, [&] {
-            apply(Emulator{c.shape[0]}, c.op[0], c.zero_tail[0], pool, rec, d, out[0]);
+            apply(Emulator{first.shape}, first.op, first.zero_tail, pool, rec, d, out[0]);
             first_done.set_value();
           });
           auto b = std::async(std::launch::async,
-                              [&] { apply(Emulator{second}, c.op[1], c.zero_tail[1], pool, rec, d, out[1]); });
+                              [&] { apply(Emulator{second}, other.op, other.zero_tail, pool, rec, d, out[1]); });
           for (auto* f : {&a, &b}) hung = hung || f->wait_for(std::chrono::seconds(30)) != std::future_status::ready;
           if (hung) {
             std::fprintf(stderr, "emulated launches hung: seed %u\n", seed);
@@ -562,42 +443,15 @@ std::string check_overlap(const OverlapCase& c, std::uint32_t seed) {
         }
         refused = rec.status().refused_blocks;
         in_flight = rec.status().launch_in_flight;
-        // The record is free again: a later launch is not refused.
-        Emulator{c.shape[0]}.reload(pool, rec, out[0].view, c.zero_tail[0]);
+        // The record is free again: a later launch is not refused (the serial orders run this reload too).
+        Emulator{first.shape}.reload(pool, rec, out[0].view, first.zero_tail);
         next_refused = rec.status().refused_blocks != refused;
-        // ...and what it did is undone for the comparison: reload again from the same state is
-        // not possible, so the serial orders run this reload too.
       });
   std::ostringstream why;
   if (in_flight) why << "the record is still held after both launches; ";
   if (next_refused) why << "a later launch was refused; ";
-  const int blocks[2] = {c.shape[0].blocks, c.shape[1].blocks};
-  struct Candidate {
-    std::vector<int> order;
-    int refused_blocks;
-  };
-  const Candidate candidates[] = {{{0, 1}, 0}, {{1, 0}, 0}, {{0}, blocks[1]}, {{1}, blocks[0]}};
-  bool matched = false;
-  for (const Candidate& cand : candidates) {
-    if (cand.refused_blocks != refused) continue;
-    const Outcome<L> expected =
-        play<Traits>(c, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, Buffers<L>* out) {
-          for (int k : cand.order) apply(SerialOracle{}, c.op[k], c.zero_tail[k], pool, rec, d, out[k]);
-          // A refused reload did not restore: it poisoned its destination.
-          for (int k = 0; k < 2; ++k) {
-            if (c.op[k] != LaunchOp::reload || std::count(cand.order.begin(), cand.order.end(), k) != 0) continue;
-            for (BufferRole role : all_roles) {
-              std::vector<std::uint8_t>& b = out[k].bytes[static_cast<std::size_t>(role)];
-              const std::vector<std::uint8_t> unrestored = expected_unrestored<Traits>(role, b);
-              std::copy(unrestored.begin(), unrestored.end(), b.begin());
-            }
-          }
-          SerialOracle{}.reload(pool, rec, out[0].view, c.zero_tail[0]);
-        });
-    matched = matched || expected == seen;
-  }
-  if (!matched)
-    why << refused << " blocks refused (launches of " << blocks[0] << " and " << blocks[1]
+  if (!matches_a_serial_order(serial_outcomes<Traits>(c.launches, c.stashed_before, d, cfg, true), seen, refused))
+    why << refused << " blocks refused (launches of " << first.shape.blocks << " and " << other.shape.blocks
         << "), and no serial order of the launches that ran leaves the same record, pool and bytes; ";
   return why.str();
 }
@@ -608,16 +462,17 @@ OverlapCase random_case(std::mt19937& rng, std::uint32_t seed) {
   c.stashed_before = rng() % 2 == 0;
   const LaunchOp ops[] = {LaunchOp::stash_first, LaunchOp::stash_second, LaunchOp::reload, LaunchOp::discard};
   for (int k = 0; k < 2; ++k) {
-    c.op[k] = ops[rng() % 4];
-    c.zero_tail[k] = rng() % 2 == 0;
-    LaunchShape& s = c.shape[k];
+    OverlapLaunch& l = c.launches[static_cast<std::size_t>(k)];
+    l.op = ops[rng() % 4];
+    l.zero_tail = rng() % 2 == 0;
+    LaunchShape& s = l.shape;
     s.blocks = 1 + static_cast<int>(rng() % 4);
     s.threads = rng() % 2 == 0 ? 32 : 64;
     s.slots = 1 + static_cast<int>(rng() % 2);
     s.seed = seed * 2 + static_cast<std::uint32_t>(k);
     s.random_delays = rng() % 2 == 0;
   }
-  for (int k = 0; k < c.shape[1].blocks; ++k) c.held_back.push_back(rng() % 2 == 0);
+  for (int k = 0; k < c.launches[1].shape.blocks; ++k) c.held_back.push_back(rng() % 2 == 0);
   return c;
 }
 
@@ -631,8 +486,9 @@ int run_adversarial_schedules(std::uint32_t first_seed, int cases) {
     const std::string why = check_overlap<Traits>(c, seed);
     if (!why.empty()) {
       ++failures;
-      FAIL_CHECK("seed " << seed << ": " << std::string(name_of(c.op[0])) << " (" << c.shape[0].blocks
-                         << " blocks) and " << std::string(name_of(c.op[1])) << " (" << c.shape[1].blocks
+      FAIL_CHECK("seed " << seed << ": " << std::string(name_of(c.launches[0].op)) << " ("
+                         << c.launches[0].shape.blocks << " blocks) and " << std::string(name_of(c.launches[1].op))
+                         << " (" << c.launches[1].shape.blocks
                          << " blocks), stashed before: " << c.stashed_before << ": " << why);
     }
   }
@@ -661,7 +517,7 @@ TEST_CASE("emulated grid: a launch straddling another (refused blocks first, lat
     const ps::PoolConfig cfg = room_for<Traits>(d.shape, 256, 2);
     ps::PagePool pool(cfg, ps::MemorySpace::host);
     auto rec = ps::make_record<Traits>(pool, d.shape);
-    Buffers<L> out = d.out1;
+    Buffers<L> out = d.out[1];
     const std::vector<std::uint8_t> untouched = out.bytes[0];
     HeldLaunch first;  // its second block waits for `release`
     std::promise<void> first_done;
@@ -733,6 +589,47 @@ TEST_CASE("emulated grid: launch ids at the top of the 64-bit range: every block
     }
     done.get();
     CHECK(rec.status().state == ps::RecordState::reloaded);
+    CHECK(rec.status().refused_blocks == 0);
+    CHECK(pool.stats().flags.error == 0);
+    const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);
+    CHECK(back.bytes[0] == expected_reload<Traits>(d.shape, BufferRole::data, d.x.counts, d.x.bytes[0], zeros, true));
+    CHECK(pool.stats().device_pages_free == cfg.device_pages);
+  }
+}
+
+TEST_CASE("emulated grid: a graph replay's launches repeat their ids: a launch with the last holder's id takes anew") {
+  // A graph's replays repeat their kernel nodes' %gridid. A launch whose id is the one of the launch that last held
+  // the record must not let its blocks join before its taker has reset the launch words (the release clears `owner`).
+  using L = RuBf16Cap;
+  using Traits = ps::StashTraits<L>;
+  std::mt19937 rng(29);
+  const OverlapData<L> d(sequence_shape<L>(false), rng);
+  const ps::PoolConfig cfg = room_for<Traits>(d.shape, 256, 2);
+  for (std::uint32_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    ps::PagePool pool(cfg, ps::MemorySpace::host);
+    auto rec = ps::make_record<Traits>(pool, d.shape);
+    Buffers<L> back = d.poison;
+    LaunchShape shape;
+    shape.blocks = 4;
+    shape.threads = 32;
+    shape.slots = 4;
+    shape.seed = seed;
+    shape.launch = next_grid_id();  // one node, replayed: stash, reload, stash again, reload again
+    auto done = std::async(std::launch::async, [&] {
+      PreemptAtAtomics preempt(seed, 50);
+      for (int replay = 0; replay < 2; ++replay) {
+        Emulator{shape}.stash(pool, d.x.view, rec);
+        Emulator{shape}.reload(pool, rec, back.view, true);
+      }
+    });
+    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "replayed launch ids, seed %u: hung\n", seed);
+      std::_Exit(1);
+    }
+    done.get();
+    CHECK(rec.status().state == ps::RecordState::reloaded);
+    CHECK_FALSE(rec.status().launch_in_flight);
     CHECK(rec.status().refused_blocks == 0);
     CHECK(pool.stats().flags.error == 0);
     const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);

@@ -25,7 +25,10 @@ class CudaError : public std::runtime_error {
 
 namespace detail {
 inline void cuda_check(cudaError_t status, const char* what_call, const char* file, int line) {
-  if (status != cudaSuccess) throw CudaError(status, what_call, file, line);
+  if (status == cudaSuccess) return;
+  // Reported here, so no longer the runtime's last error: a later launch's check must not report it again.
+  (void)cudaGetLastError();
+  throw CudaError(status, what_call, file, line);
 }
 }  // namespace detail
 

@@ -12,10 +12,15 @@
 PAGESTASH_NAMESPACE_BEGIN
 namespace detail {
 
-/// Refuses `op` when the CUDA stream `stream` belongs to another device than `pool_device`.
+/// Refuses `op` when the CUDA stream `stream` belongs to another device than `pool_device`. A stream being captured
+/// refuses cudaStreamGetDevice (and the capture would be invalidated): there the current device, whose context a
+/// launch into the stream uses, is checked.
 inline void check_stream_device(const char* op, cudaStream_t stream, int pool_device) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PAGESTASH_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   int device = 0;
-  PAGESTASH_CUDA_TRY(cudaStreamGetDevice(stream, &device));
+  if (capture == cudaStreamCaptureStatusNone) PAGESTASH_CUDA_TRY(cudaStreamGetDevice(stream, &device));
+  else PAGESTASH_CUDA_TRY(cudaGetDevice(&device));
   if (device != pool_device)
     throw_invalid(std::string("pagestash::") + op, "the CUDA stream belongs to device " + std::to_string(device) +
                                                        ", the pool lives on device " + std::to_string(pool_device));

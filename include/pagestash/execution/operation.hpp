@@ -110,7 +110,15 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
       if (w != seen) continue;
     }
     acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
-    if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
+    const u64 holder = owner.load(cuda::std::memory_order_relaxed);
+    if (held && !refused && holder != newest) {
+      // A relaxed poll read an owner older than the word (a replay's id, equal to the taker's, before its release
+      // cleared it): the taker has not published yet.
+      spin_pause();
+      w = arrival.load(poll_order);
+      continue;
+    }
+    if (held && holder == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
     if (refused && !remembered(words, newest)) {
       // The word names a refused launch whose deciding block has not remembered it yet (it does right after naming
@@ -221,9 +229,13 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
            ctx.blocks - 1;
   if (!team.share(last)) return;
   if (Op == Operation::reload && verdict == verdict_copy) end_reload(team, pool, rec);
-  // Released: the next launch's compare-exchange reads this and acquires.
-  if (team.leader())
+  // Released: the next launch's compare-exchange reads this and acquires. `owner` is cleared first: a graph replays a
+  // kernel node with its %gridid, so the next launch to take the record may have this launch's id, and its other
+  // blocks must wait for its reset words, not join on this launch's.
+  if (team.leader()) {
+    device_atomic<cuda::std::uint64_t>(words.owner).store(0, cuda::std::memory_order_relaxed);
     device_atomic<cuda::std::uint64_t>(words.arrival).fetch_and(~launch_held, cuda::std::memory_order_release);
+  }
 }
 
 PAGESTASH_NAMESPACE_END

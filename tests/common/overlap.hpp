@@ -199,23 +199,19 @@ std::vector<SerialOutcome<typename Traits::layout>> serial_outcomes(const std::v
         std::int32_t unrun_blocks = 0;
         for (int k = 0; k < n; ++k)
           if (!did_run(k)) unrun_blocks += launches[static_cast<std::size_t>(k)].shape.blocks;
-        all.push_back({unrun_blocks, play<Traits>(stashed_before, d, cfg,
-                                                  [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, auto& out) {
-                                                    for (int k : ran) {
-                                                      const OverlapLaunch& l = launches[static_cast<std::size_t>(k)];
-                                                      apply(SerialOracle{}, l.op, l.zero_tail, pool, rec, d,
-                                                            out[static_cast<std::size_t>(k)]);
-                                                    }
-                                                    for (int k = 0; k < n; ++k) {
-                                                      if (launches[static_cast<std::size_t>(k)].op != LaunchOp::reload ||
-                                                          did_run(k))
-                                                        continue;
-                                                      poison_as_unrestored<Traits>(out[static_cast<std::size_t>(k)]);
-                                                    }
-                                                    if (reload_after)
-                                                      SerialOracle{}.reload(pool, rec, out[0].view,
-                                                                            launches[0].zero_tail);
-                                                  })});
+        all.push_back(
+            {unrun_blocks,
+             play<Traits>(stashed_before, d, cfg, [&](ps::PagePool& pool, ps::StashRecord<Traits>& rec, auto& out) {
+               for (int k : ran) {
+                 const OverlapLaunch& l = launches[static_cast<std::size_t>(k)];
+                 apply(SerialOracle{}, l.op, l.zero_tail, pool, rec, d, out[static_cast<std::size_t>(k)]);
+               }
+               for (int k = 0; k < n; ++k) {
+                 if (launches[static_cast<std::size_t>(k)].op != LaunchOp::reload || did_run(k)) continue;
+                 poison_as_unrestored<Traits>(out[static_cast<std::size_t>(k)]);
+               }
+               if (reload_after) SerialOracle{}.reload(pool, rec, out[0].view, launches[0].zero_tail);
+             })});
       },
       order);
   return all;

@@ -262,5 +262,6 @@ TEST_CASE("launch ids: every launch and each executable of one graph its own, a 
     CHECK(distinct[i] != 0);
     for (std::size_t j = 0; j < i; ++j) CHECK(distinct[i] != distinct[j]);
   }
-  MESSAGE("a replay's id: " << (replays[0][0] == replays[0][1] ? "its executable's, repeated" : "a new one"));
+  MESSAGE(
+      "a replay's id: " << std::string(replays[0][0] == replays[0][1] ? "its executable's, repeated" : "a new one"));
 }

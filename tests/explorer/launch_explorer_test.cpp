@@ -360,9 +360,8 @@ Explored explore(const Config& config, int bound) {
               const OverlapLaunch& l = config.launches[k];
               const std::uint64_t id = config.first_launch_id != 0 ? config.first_launch_id + k : next_grid_id();
               const ExploredLaunch exec{&s, static_cast<int>(k), l.shape.blocks, id};
-              running.push_back(std::async(std::launch::async, [&, exec, k] {
-                apply(exec, l.op, l.zero_tail, pool, rec, d, out[k]);
-              }));
+              running.push_back(std::async(std::launch::async,
+                                           [&, exec, k] { apply(exec, l.op, l.zero_tail, pool, rec, d, out[k]); }));
             }
             for (auto& f : running) f.get();
             trace = s.trace();
@@ -435,8 +434,8 @@ void run(const Config& config, int default_bound) {
   const Explored e = explore<Traits>(config, bound);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE(std::string(config.name) << ": " << e.schedules << " schedules (" << e.beyond_bound << " beyond the bound of "
-                      << PAGESTASH_REMEMBERED_LAUNCHES << " remembered refusals), at most " << e.max_steps
-                      << " decisions, preemption bound " << bound << ", " << s << " s");
+                                   << PAGESTASH_REMEMBERED_LAUNCHES << " remembered refusals), at most " << e.max_steps
+                                   << " decisions, preemption bound " << bound << ", " << s << " s");
   CHECK_MESSAGE(e.failure.empty(), std::string(config.name) << ": " << e.failure);
 }
 
@@ -447,27 +446,31 @@ TEST_CASE("launch explorer: two launches of two blocks, every pair of operations
   for (const bool before : {false, true})
     for (const LaunchOp a : ops)
       for (const LaunchOp b : ops) {
-        const std::string name = std::string(before ? "stashed, " : "empty, ") + name_of(a) + " x2 | " + name_of(b) + " x2";
+        const std::string name =
+            std::string(before ? "stashed, " : "empty, ") + name_of(a) + " x2 | " + name_of(b) + " x2";
         run(Config{name.c_str(), before, {launch_of(a, 2), launch_of(b, 2)}}, 1);
       }
 }
 
 TEST_CASE("launch explorer: launch ids at the top of the 64-bit range") {
-  run(Config{"stash x2 | reload x2, ids from 2^62 + 5", false,
+  run(Config{"stash x2 | reload x2, ids from 2^62 + 5",
+             false,
              {launch_of(LaunchOp::stash_first, 2), launch_of(LaunchOp::reload, 2)},
              0x4000000000000005ull},
       1);
 }
 
 TEST_CASE("launch explorer: four launches, the remembered refusals at their bound") {
-  run(Config{"stashed, reload x1 | reload x2 | discard x1 | reload x1", true,
+  run(Config{"stashed, reload x1 | reload x2 | discard x1 | reload x1",
+             true,
              {launch_of(LaunchOp::reload, 1), launch_of(LaunchOp::reload, 2), launch_of(LaunchOp::discard, 1),
               launch_of(LaunchOp::reload, 1)}},
       1);
 }
 
 TEST_CASE("launch explorer: a launch holds the record, three arrive, one of them straddling it") {
-  Config c{"stashed, reload x1 holds | reload x2 | discard x1 | reload x1", true,
+  Config c{"stashed, reload x1 holds | reload x2 | discard x1 | reload x1",
+           true,
            {launch_of(LaunchOp::reload, 1), launch_of(LaunchOp::reload, 2), launch_of(LaunchOp::discard, 1),
             launch_of(LaunchOp::reload, 1)}};
   c.first_holds = true;

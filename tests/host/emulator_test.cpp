@@ -486,10 +486,10 @@ int run_adversarial_schedules(std::uint32_t first_seed, int cases) {
     const std::string why = check_overlap<Traits>(c, seed);
     if (!why.empty()) {
       ++failures;
-      FAIL_CHECK("seed " << seed << ": " << std::string(name_of(c.launches[0].op)) << " ("
-                         << c.launches[0].shape.blocks << " blocks) and " << std::string(name_of(c.launches[1].op))
-                         << " (" << c.launches[1].shape.blocks
-                         << " blocks), stashed before: " << c.stashed_before << ": " << why);
+      FAIL_CHECK("seed " << seed << ": " << std::string(name_of(c.launches[0].op)) << " (" << c.launches[0].shape.blocks
+                         << " blocks) and " << std::string(name_of(c.launches[1].op)) << " ("
+                         << c.launches[1].shape.blocks << " blocks), stashed before: " << c.stashed_before << ": "
+                         << why);
     }
   }
   return failures;
@@ -559,6 +559,35 @@ TEST_CASE("emulated grid: a launch straddling another (refused blocks first, lat
   }
 }
 
+namespace {
+
+/// Runs `ops` under a deadline: blocks that hang cannot be joined, so a hang is reported and the process exits.
+template <class F>
+void within_a_minute(const std::string& what, F&& ops) {
+  auto done = std::async(std::launch::async, std::forward<F>(ops));
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "%s: a block never joined its launch (hung)\n", what.c_str());
+    std::_Exit(1);
+  }
+  done.get();
+}
+
+/// The record's last reload restored d.x whole into `back`, returned every page, and nothing was refused.
+template <class Traits>
+void check_reloaded_whole(const ps::StashRecord<Traits>& rec, const ps::PagePool& pool,
+                          const Buffers<typename Traits::layout>& back, const OverlapData<typename Traits::layout>& d,
+                          const ps::PoolConfig& cfg) {
+  CHECK(rec.status().state == ps::RecordState::reloaded);
+  CHECK_FALSE(rec.status().launch_in_flight);
+  CHECK(rec.status().refused_blocks == 0);
+  CHECK(pool.stats().flags.error == 0);
+  const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);
+  CHECK(back.bytes[0] == expected_reload<Traits>(d.shape, BufferRole::data, d.x.counts, d.x.bytes[0], zeros, true));
+  CHECK(pool.stats().device_pages_free == cfg.device_pages);
+}
+
+}  // namespace
+
 TEST_CASE("emulated grid: launch ids at the top of the 64-bit range: every block of a launch joins its owner") {
   // %gridid is 64 bits; the launch words keep 62 of them. Ids whose top bits are set (and one whose low 62 bits are 0)
   // must still make one launch of all its blocks: a block comparing a kept id with a full one would wait for ever,
@@ -577,23 +606,12 @@ TEST_CASE("emulated grid: launch ids at the top of the 64-bit range: every block
     shape.blocks = 4;
     shape.slots = 2;
     shape.launch = id;
-    auto done = std::async(std::launch::async, [&] {
+    within_a_minute("launch id " + std::to_string(id), [&] {
       Emulator{shape}.stash(pool, d.x.view, rec);
       shape.launch = id ^ 0x10;  // the reload: another launch, top bits as set
       Emulator{shape}.reload(pool, rec, back.view, true);
     });
-    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-      std::fprintf(stderr, "launch id %llx: a block never joined its launch (hung)\n",
-                   static_cast<unsigned long long>(id));
-      std::_Exit(1);  // the hung blocks cannot be joined
-    }
-    done.get();
-    CHECK(rec.status().state == ps::RecordState::reloaded);
-    CHECK(rec.status().refused_blocks == 0);
-    CHECK(pool.stats().flags.error == 0);
-    const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);
-    CHECK(back.bytes[0] == expected_reload<Traits>(d.shape, BufferRole::data, d.x.counts, d.x.bytes[0], zeros, true));
-    CHECK(pool.stats().device_pages_free == cfg.device_pages);
+    check_reloaded_whole(rec, pool, back, d, cfg);
   }
 }
 
@@ -616,25 +634,14 @@ TEST_CASE("emulated grid: a graph replay's launches repeat their ids: a launch w
     shape.slots = 4;
     shape.seed = seed;
     shape.launch = next_grid_id();  // one node, replayed: stash, reload, stash again, reload again
-    auto done = std::async(std::launch::async, [&] {
+    within_a_minute("replayed launch ids, seed " + std::to_string(seed), [&] {
       PreemptAtAtomics preempt(seed, 50);
       for (int replay = 0; replay < 2; ++replay) {
         Emulator{shape}.stash(pool, d.x.view, rec);
         Emulator{shape}.reload(pool, rec, back.view, true);
       }
     });
-    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-      std::fprintf(stderr, "replayed launch ids, seed %u: hung\n", seed);
-      std::_Exit(1);
-    }
-    done.get();
-    CHECK(rec.status().state == ps::RecordState::reloaded);
-    CHECK_FALSE(rec.status().launch_in_flight);
-    CHECK(rec.status().refused_blocks == 0);
-    CHECK(pool.stats().flags.error == 0);
-    const std::vector<std::uint8_t> zeros(back.bytes[0].size(), 0);
-    CHECK(back.bytes[0] == expected_reload<Traits>(d.shape, BufferRole::data, d.x.counts, d.x.bytes[0], zeros, true));
-    CHECK(pool.stats().device_pages_free == cfg.device_pages);
+    check_reloaded_whole(rec, pool, back, d, cfg);
   }
 }
 

@@ -78,8 +78,7 @@ PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint
   bool found = false;
   PAGESTASH_UNROLL
   for (int k = 0; k < LaunchWords::remembered_launches; ++k)
-    found =
-        found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(poll_order) == id;
+    found = found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(poll_order) == id;
   return found;
 }
 

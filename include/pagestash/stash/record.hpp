@@ -54,26 +54,28 @@ struct RecordSummary {
 
 namespace detail {
 
+#ifndef PAGESTASH_REMEMBERED_LAUNCHES
+/// The refused launches a record remembers: 8 (at most). The launch protocol's exhaustive test builds with fewer, so
+/// that small configurations reach the bound (tests/explorer).
+#  define PAGESTASH_REMEMBERED_LAUNCHES 8
+#endif
+
 /// The words one kernel launch on a record coordinates through, on their own 128-byte line (blocks waiting for the
 /// verdict poll it while the owner writes the header). `arrival` holds the newest launch to arrive (its id), whether it
-/// was refused, and whether a launch holds the record; `remembered` the launches refused before it, so that a refused
-/// launch's later blocks still find it refused after the word moves on (execution/operation.hpp has the protocol). The
+/// was refused, and whether a launch holds the record; `remembered` the last refused launches (each by the block that
+/// refused it), so that a refused launch's later blocks still find it refused after the word moves on
+/// (execution/operation.hpp has the protocol). The
 /// launch that takes the record publishes its id in `owner`, plans and publishes `verdict`; blocks claim tiles from
 /// `next_tile`; the last block to finish releases the record. A launch that arrives while another holds the record is
 /// refused as a whole: each of its blocks counts itself in `refused`, the pool's error flag (refused_launch) is raised,
 /// and it does nothing (a reload poisons its destination: ReloadOptions::poison), so that an overlapping or
 /// never-finished launch is reported, never a hang. Padded rather than over-aligned: caller memory need only be 16-byte
 /// aligned (the words are on their own line when it is 128-byte aligned).
-#ifndef PAGESTASH_REMEMBERED_LAUNCHES
-/// The refused launches a record remembers: 8 (at most). The launch protocol's exhaustive test builds with fewer, so
-/// that small configurations reach the bound (tests/explorer).
-#  define PAGESTASH_REMEMBERED_LAUNCHES 8
-#endif
 struct LaunchWords {
   static constexpr int remembered_launches = PAGESTASH_REMEMBERED_LAUNCHES;
   static_assert(remembered_launches >= 1 && remembered_launches <= 8, "PAGESTASH_REMEMBERED_LAUNCHES: 1 to 8");
   cuda::std::uint64_t arrival;   ///< newest launch id << 2 | refused (2) | held (1)
-  cuda::std::uint64_t owner;     ///< the id of the launch that holds (or last held) the record
+  cuda::std::uint64_t owner;     ///< the id of the launch that holds the record (0 once it released it)
   cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
   cuda::std::int32_t verdict;
   cuda::std::int32_t finished;
@@ -295,11 +297,11 @@ class StashRecord {
     return s;
   }
 
-  /// Whether the record may be of `pool`, as far as the host knows: false only when both ids
-  /// are known and differ (the steps compare the ids in memory anyway).
   /// Whether a stash of this record's kind may write into its memory (false: a host record attached to memory that was
   /// made for another kind; check_stash refuses it).
   bool stashable() const { return stashable_; }
+  /// Whether the record may be of `pool`, as far as the host knows: false only when both ids
+  /// are known and differ (the steps compare the ids in memory anyway).
   bool same_pool(const PagePool& pool) const { return pool_id_ == 0 || pool.id() == 0 || pool_id_ == pool.id(); }
 
   /// The page ids the record holds (empty unless stashed). Same synchronisation as status().

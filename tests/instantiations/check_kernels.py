@@ -14,7 +14,11 @@ and the reset kernel, per architecture in the library:
     the first instruction that reads one of them (the table shows words / 4);
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
-    relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel.
+    relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel;
+  - with --fast-math OBJ (kernels compiled with --use_fast_math): each of OBJ's kernels has
+    the very instructions (opcodes with their modifiers, counted) of the same kernel in the
+    library, so the flags a user compiles the header-only library with change nothing (a
+    flushing FMUL.FTZ or an approximate MUFU.RCP division in the codec would).
 Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
 blocks per SM at the policies' threads per block, L1 invalidations) and exits 1 if any kernel breaks a rule.
 
@@ -22,6 +26,7 @@ cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisa
 scripts/install-deps installs them) or the toolkit.
 """
 import argparse
+import collections
 import concurrent.futures
 import glob
 import os
@@ -225,6 +230,7 @@ def analyse(cuobjdump, path):
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
         if m:
             code.setdefault((arch, name), []).append((int(m.group(1), 16), m.group(2)))
+            k.setdefault("opcodes", collections.Counter())[PREDICATE.sub("", m.group(2)).split(" ")[0]] += 1
         k["spills"] = k.get("spills", 0) + (len(re.findall(r"\b(?:STL|LDL)\b", line)) if "STL" in line or "LDL" in line else 0)
         # Cache hints show as modifiers: LDG.E.EF.128 (evict-first), STG.E.EF.128.
         load = "LDG" in line and re.search(r"\bLDG\.E(?:\.[A-Z]+)*\.128\b", line) or None
@@ -270,6 +276,8 @@ def analyse(cuobjdump, path):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("library", help="libpagestash_instantiations.a (or any cubin container)")
+    parser.add_argument("--fast-math", metavar="OBJ",
+                        help="kernels of the library compiled again with --use_fast_math: the same instructions")
     args = parser.parse_args()
     cuobjdump = find_tool("cuobjdump")
     os.environ["PATH"] = os.path.dirname(find_tool("nvdisasm")) + os.pathsep + os.environ["PATH"]
@@ -281,10 +289,12 @@ def main():
         if args.library.endswith(".a"):
             subprocess.run(["ar", "x", os.path.abspath(args.library)], cwd=scratch, check=True)
             paths = sorted(glob.glob(os.path.join(scratch, "*")), key=os.path.getsize, reverse=True)
+        if args.fast_math:
+            paths.append(args.fast_math)
         with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            kernels = {}
-            for found in pool.map(analyse, [cuobjdump] * len(paths), paths):
-                kernels.update(found)
+            kernels, fast = {}, {}
+            for path, found in zip(paths, pool.map(analyse, [cuobjdump] * len(paths), paths)):
+                (fast if path == args.fast_math else kernels).update(found)
 
     if not kernels:
         sys.exit(f"check_kernels: no operation kernels found in {args.library}")
@@ -326,6 +336,19 @@ def main():
             why.append(f"{k['cctl']} L1 invalidations (CCTL.IVALL) > {MAX_CCTL_IVALL}")
         if why:
             failures.append(f"{key[0]} {label}: " + ", ".join(why))
+    if args.fast_math:
+        if not fast:
+            sys.exit(f"check_kernels: no operation kernels found in {args.fast_math}")
+        for key in sorted(fast):
+            if key not in kernels:
+                failures.append(f"{key[0]} {key[1]}: compiled with --use_fast_math, but not in the library")
+                continue
+            mine, theirs = kernels[key].get("opcodes", collections.Counter()), fast[key].get("opcodes", collections.Counter())
+            if mine != theirs:
+                changed = sorted((theirs - mine) + (mine - theirs))
+                failures.append(f"{key[0]} {short_name(demangle([key[1]])[0])}: compiled with --use_fast_math, other "
+                                f"instructions: {', '.join(f'{op} {theirs[op] - mine[op]:+d}' for op in changed)}")
+        print(f"{len(fast)} kernels compiled with --use_fast_math, compared with the library's instructions")
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
           f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors), <= {MAX_CCTL_IVALL} L1 invalidations and none in "

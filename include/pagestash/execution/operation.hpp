@@ -110,13 +110,9 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     }
     acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
     const u64 holder = owner.load(cuda::std::memory_order_relaxed);
-    if (held && !refused && holder != newest) {
-      // A relaxed poll read an owner older than the word (a replay's id, equal to the taker's, before its release
-      // cleared it): the taker has not published yet.
-      spin_pause();
-      w = arrival.load(poll_order);
-      continue;
-    }
+    // A relaxed poll read an owner older than the word (a replay's id, equal to the taker's, before its release cleared
+    // it): the taker has not published yet. The poll above now reads what the fence saw or newer, and waits.
+    if (held && !refused && holder != newest) continue;
     if (held && holder == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
     if (refused && !remembered(words, newest)) {

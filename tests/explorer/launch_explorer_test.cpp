@@ -1,9 +1,10 @@
 // The launch protocol (execution/operation.hpp) explored exhaustively at small scope: a few
-// launches of one to three blocks on one record, every interleaving of their blocks'
-// accesses to the record's launch words with at most `bound`
-// preemptions (a switch away from a block that could go on; switches from a block that
-// finished or waits in a spin are free), each schedule run for real on the grid emulator
-// and checked against the serial orders of tests/common/overlap.hpp.
+// launches of one or two blocks on one record, every interleaving of their blocks' accesses
+// to the record's launch words with at most `bound` preemptions (a switch away from a block
+// that could go on; switches from a block that finished or waits in a spin are free). Each
+// block is one host thread running the kernel body with a team and lanes of one thread (as
+// the host executor's), and each schedule's outcome is checked against the serial orders of
+// tests/common/overlap.hpp.
 //
 // Built with PAGESTASH_REMEMBERED_LAUNCHES=2: the bound on remembered refusals is reached by
 // four launches. A schedule that refuses more launches than that is beyond the bound the

@@ -14,11 +14,13 @@
 //            refuses when its launch is the refused one in `arrival` or among the refused
 //            launches remembered (counted in `refused`; the error flag raised, the pool's
 //            error count once per launch). The block that refuses its launch remembers it,
-//            once, in the next of LaunchWords::remembered_launches slots, and the word moves
-//            off a refused launch only once it is remembered. So a launch is done or refused
-//            as a whole under every block order, never a hang, never a mix of two, as long
-//            as fewer than remembered_launches other launches on the record are refused
-//            between its first block's arrival and its last's (docs/design.md). Launch ids
+//            once, right after its compare-exchange, in the next of
+//            LaunchWords::remembered_launches slots. So a launch is done or refused as a
+//            whole under every block order, never a hang, never a mix of two, as long as
+//            fewer than remembered_launches other launches on the record are refused between
+//            its first block's arrival and its last's, and the block that refused it is not
+//            stopped between its compare-exchange and that write while the record is freed
+//            and taken again (docs/design.md: a window the explorer finds). Launch ids
 //            need only be unique (GridContext::launch), not ordered; the words keep each
 //            one reduced once to 62 bits (kept_launch_id), the same in every word.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
@@ -97,31 +99,22 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   const u64 me = kept_launch_id(ctx.launch);
   const device_atomic<u64> arrival(words.arrival), owner(words.owner);
   const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.state->counters.generation);
-  u64 w = arrival.load(poll_order);
+  u64 w = arrival.load(cuda::std::memory_order_acquire);  // with the owner's acquire below: what came before the word
   for (;;) {
     const u64 newest = w >> launch_id_shift;
     const bool held = (w & launch_held) != 0, refused = (w & launch_refused) != 0;
     if (refused && newest == me) return refuse_block(pool, words, false);
-    if (held && !refused && owner.load(poll_order) != newest) {
+    // Acquire: an owner older than the word (a replay's id, equal to the taker's, before its release cleared it) must
+    // not pass for the taker's publication.
+    if (held && !refused && owner.load(cuda::std::memory_order_acquire) != newest) {
       // The newest launch took the record and publishes its id right after: wait for it, or for the word to move on.
       const u64 seen = w;
       while (owner.load(poll_order) != newest && (w = arrival.load(poll_order)) == seen) spin_pause();
       if (w != seen) continue;
     }
     acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
-    const u64 holder = owner.load(cuda::std::memory_order_relaxed);
-    // A relaxed poll read an owner older than the word (a replay's id, equal to the taker's, before its release cleared
-    // it): the taker has not published yet. The poll above now reads what the fence saw or newer, and waits.
-    if (held && !refused && holder != newest) continue;
-    if (held && holder == me) return Arrival::joined;
+    if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
-    if (refused && !remembered(words, newest)) {
-      // The word names a refused launch whose deciding block has not remembered it yet (it does right after naming
-      // it): the word moves on only once it has, so that the launch's later blocks find it refused.
-      const u64 seen = w;
-      while (!remembered(words, newest) && (w = arrival.load(poll_order)) == seen) spin_pause();
-      continue;
-    }
     // This launch's fate is not decided yet: take the record if nothing holds it (or a launch from before a pool
     // reset), else refuse the launch. The word then names this launch.
     const bool take =

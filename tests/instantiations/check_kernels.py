@@ -14,7 +14,12 @@ and the reset kernel, per architecture in the library:
     the first instruction that reads one of them (the table shows words / 4);
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
-    relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel.
+    relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel;
+  - with --fast-math OBJ (kernels compiled with --use_fast_math): each of OBJ's kernels has
+    the float arithmetic (FMUL, FADD, FFMA, FCHK, MUFU with their modifiers, and every .FTZ
+    instruction, counted) of the same kernel in the library, so the flags a user compiles
+    the header-only library with change none of it (a flushing FMUL.FTZ or an approximate
+    MUFU.RCP division in the codec would).
 Prints a table (kernel, registers, stack, local loads/stores, shared memory, resident
 blocks per SM at the policies' threads per block, L1 invalidations) and exits 1 if any kernel breaks a rule.
 
@@ -22,6 +27,7 @@ cuobjdump and nvdisasm come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisa
 scripts/install-deps installs them) or the toolkit.
 """
 import argparse
+import collections
 import concurrent.futures
 import glob
 import os
@@ -53,6 +59,10 @@ THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in 
 # the kernel inlines); none may be in a spin loop.
 MAX_CCTL_IVALL = 12
 
+
+# The float arithmetic a compiler flag can change (--use_fast_math: FMUL.FTZ, MUFU.RCP for a division), and every
+# flushing (.FTZ) instruction; the integer code around it may be scheduled otherwise from one unit to another.
+FLOAT_ARITHMETIC = re.compile(r"^(FMUL|FADD|FFMA|FCHK|MUFU)\b")
 
 REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
 
@@ -225,6 +235,9 @@ def analyse(cuobjdump, path):
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
         if m:
             code.setdefault((arch, name), []).append((int(m.group(1), 16), m.group(2)))
+            opcode = PREDICATE.sub("", m.group(2)).split(" ")[0]
+            if FLOAT_ARITHMETIC.match(opcode) or ".FTZ" in opcode:
+                k.setdefault("float_ops", collections.Counter())[opcode] += 1
         k["spills"] = k.get("spills", 0) + (len(re.findall(r"\b(?:STL|LDL)\b", line)) if "STL" in line or "LDL" in line else 0)
         # Cache hints show as modifiers: LDG.E.EF.128 (evict-first), STG.E.EF.128.
         load = "LDG" in line and re.search(r"\bLDG\.E(?:\.[A-Z]+)*\.128\b", line) or None
@@ -270,6 +283,8 @@ def analyse(cuobjdump, path):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("library", help="libpagestash_instantiations.a (or any cubin container)")
+    parser.add_argument("--fast-math", metavar="OBJ",
+                        help="kernels of the library compiled again with --use_fast_math: the same instructions")
     args = parser.parse_args()
     cuobjdump = find_tool("cuobjdump")
     os.environ["PATH"] = os.path.dirname(find_tool("nvdisasm")) + os.pathsep + os.environ["PATH"]
@@ -281,10 +296,12 @@ def main():
         if args.library.endswith(".a"):
             subprocess.run(["ar", "x", os.path.abspath(args.library)], cwd=scratch, check=True)
             paths = sorted(glob.glob(os.path.join(scratch, "*")), key=os.path.getsize, reverse=True)
+        if args.fast_math:
+            paths.append(args.fast_math)
         with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            kernels = {}
-            for found in pool.map(analyse, [cuobjdump] * len(paths), paths):
-                kernels.update(found)
+            kernels, fast = {}, {}
+            for path, found in zip(paths, pool.map(analyse, [cuobjdump] * len(paths), paths)):
+                (fast if path == args.fast_math else kernels).update(found)
 
     if not kernels:
         sys.exit(f"check_kernels: no operation kernels found in {args.library}")
@@ -326,6 +343,20 @@ def main():
             why.append(f"{k['cctl']} L1 invalidations (CCTL.IVALL) > {MAX_CCTL_IVALL}")
         if why:
             failures.append(f"{key[0]} {label}: " + ", ".join(why))
+    if args.fast_math:
+        if not fast:
+            sys.exit(f"check_kernels: no operation kernels found in {args.fast_math}")
+        for key in sorted(fast):
+            if key not in kernels:
+                failures.append(f"{key[0]} {key[1]}: compiled with --use_fast_math, but not in the library")
+                continue
+            mine = kernels[key].get("float_ops", collections.Counter())
+            theirs = fast[key].get("float_ops", collections.Counter())
+            if mine != theirs:
+                changed = sorted((theirs - mine) + (mine - theirs))
+                failures.append(f"{key[0]} {short_name(demangle([key[1]])[0])}: compiled with --use_fast_math, other "
+                                f"float instructions: {', '.join(f'{op} {theirs[op] - mine[op]:+d}' for op in changed)}")
+        print(f"{len(fast)} kernels compiled with --use_fast_math, compared with the library's float arithmetic")
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
           f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors), <= {MAX_CCTL_IVALL} L1 invalidations and none in "

@@ -23,6 +23,28 @@ namespace detail {
 PAGESTASH_HOST_DEVICE inline unsigned char* stream_byte(const TileWork& w, cuda::std::int64_t pos) {
   return w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & (w.pool.page_bytes - 1));
 }
+
+/// IEEE binary32 product and quotient, rounded to nearest even, subnormals kept: the codec's arithmetic. In PTX on the
+/// device, so that the flags the user compiles the kernels with (--use_fast_math, -ftz=true, -prec-div=false) cannot
+/// make them flush (a scale of 2^-127, a BF16 subnormal) or approximate (a division by MUFU.RCP).
+PAGESTASH_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a * b;
+#endif
+}
+PAGESTASH_HOST_DEVICE inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a / b;
+#endif
+}
 }  // namespace detail
 
 /// One tile of a compressed item, resolved.
@@ -110,9 +132,9 @@ struct BlockScale {
     using S = Source16<T>;
     const bool finite = magnitude < S::infinity;
     if constexpr (cuda::std::is_same_v<Format, FP8Block128>) {
-      float encode = magnitude == 0 ? 1.0f : 448.0f / S::to_float(magnitude);
+      float encode = magnitude == 0 ? 1.0f : div_rn(448.0f, S::to_float(magnitude));
       if (encode > cuda::std::numeric_limits<float>::max()) encode = cuda::std::numeric_limits<float>::max();
-      return {encode, finite ? float_bits(1.0f / encode) : 0x7FC00000u, finite};
+      return {encode, finite ? float_bits(div_rn(1.0f, encode)) : 0x7FC00000u, finite};
     } else {
       const int emax = cuda::std::is_same_v<typename Format::element_type, E4M3> ? 8 : 15;
       int e = magnitude == 0 ? -127 : S::floor_log2(magnitude) - emax;
@@ -159,9 +181,9 @@ PAGESTASH_HOST_DEVICE void encode_vector(const Vector16& x, const BlockScale<For
   PAGESTASH_UNROLL
   for (int k = 0; k < 4; k += 2) {
     const cuda::std::uint32_t lo =
-        fp8_pair<Element>(S::to_float(x.w[k] & 0xFFFFu) * s.encode, S::to_float(x.w[k] >> 16) * s.encode);
-    const cuda::std::uint32_t hi =
-        fp8_pair<Element>(S::to_float(x.w[k + 1] & 0xFFFFu) * s.encode, S::to_float(x.w[k + 1] >> 16) * s.encode);
+        fp8_pair<Element>(mul_rn(S::to_float(x.w[k] & 0xFFFFu), s.encode), mul_rn(S::to_float(x.w[k] >> 16), s.encode));
+    const cuda::std::uint32_t hi = fp8_pair<Element>(mul_rn(S::to_float(x.w[k + 1] & 0xFFFFu), s.encode),
+                                                     mul_rn(S::to_float(x.w[k + 1] >> 16), s.encode));
     out[k / 2] = s.finite ? (lo & 0xFFFFu) | hi << 16 : 0x7F7F7F7Fu;  // NaN codes for a block that is not finite
   }
 }
@@ -176,7 +198,7 @@ PAGESTASH_HOST_DEVICE Vector16 decode_vector(const cuda::std::uint32_t* codes, f
   for (int k = 0; k < 4; ++k) {
     float a, b;
     fp8_unpair<Element>(codes[k / 2] >> (16 * (k % 2)), a, b);
-    y.w[k] = S::from_float(a * scale) | S::from_float(b * scale) << 16;
+    y.w[k] = S::from_float(mul_rn(a, scale)) | S::from_float(mul_rn(b, scale)) << 16;
   }
   return y;
 }

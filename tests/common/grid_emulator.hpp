@@ -215,13 +215,22 @@ class PreemptAtAtomics {
   int percent_;
 };
 
-/// What the threads of one resident block share: the barrier and share()'s slot.
+/// What the 32 lanes of an emulated warp share: a barrier and each lane's values, for max_over.
+struct EmulatedWarp {
+  static constexpr int max_values = 8;
+  HostBarrier barrier{32};
+  std::uint32_t values[32][max_values] = {};
+};
+
+/// What the threads of one resident block share: the barrier, share()'s slot and its warps'.
 struct EmulatedBlock {
-  explicit EmulatedBlock(int n) : threads(n), barrier(n), sums(static_cast<std::size_t>(n)) {}
+  explicit EmulatedBlock(int n)
+      : threads(n), barrier(n), sums(static_cast<std::size_t>(n)), warps(new EmulatedWarp[static_cast<std::size_t>((n + 31) / 32)]) {}
   int threads;
   HostBarrier barrier;
   alignas(16) unsigned char slot[64] = {};
   std::vector<std::int64_t> sums;  ///< one per thread, for exclusive_sum
+  std::unique_ptr<EmulatedWarp[]> warps;
 };
 
 /// A block team of host threads (the Team interface of detail/team.hpp).
@@ -265,11 +274,23 @@ struct EmulatedTeam {
   }
 };
 
-/// The 32 lanes of an emulated warp.
+/// The 32 lanes of an emulated warp. max_over exchanges through the warp's values between
+/// two barriers of its 32 threads, as a shuffle makes the warp converge.
 struct EmulatedLanes {
   int lane;
+  EmulatedWarp* warp;
   int rank() const { return lane; }
   static constexpr int size() { return 32; }
+  template <int N>
+  void max_over(std::uint32_t (&x)[N], int group) const {
+    static_assert(N <= EmulatedWarp::max_values);
+    std::copy(x, x + N, warp->values[lane]);
+    warp->barrier.wait();
+    const int first = lane & ~(group - 1);
+    for (int k = 0; k < N; ++k)
+      for (int j = first; j < first + group; ++j) x[k] = std::max(x[k], warp->values[j][k]);
+    warp->barrier.wait();  // every lane has read before any writes again
+  }
 };
 
 using EmulatedContext = ps::GridContext<EmulatedTeam, EmulatedLanes>;
@@ -402,7 +423,7 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
       std::memcpy(&k, block.slot, sizeof k);
       if (k >= shape.blocks) return;
       const EmulatedContext ctx{
-          team,  EmulatedLanes{r % 32}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32, shape.threads / 32,
+          team,  EmulatedLanes{r % 32, &block.warps[static_cast<std::size_t>(r / 32)]}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32, shape.threads / 32,
           launch};
       if (team.leader() && CostCounter::active() != nullptr) CostCounter::active()->count_block();
       body(ctx);

@@ -13,6 +13,9 @@
 //   exclusive_sum(x, total)
 //                    the sum of x over the threads ranked before this one; total gets the
 //                    sum over the team (includes sync())
+// The lanes of a warp (the team that moves one tile) have rank() and size(), and
+//   max_over(x, group)  each x[k] the largest over the aligned group of lanes this one is in
+//                    (a shuffle on the device; every lane of the warp calls it)
 
 #include <pagestash/detail/atomics.hpp>
 
@@ -82,6 +85,16 @@ struct BlockTeam {
 struct WarpLanes {
   __device__ static int rank() { return static_cast<int>(threadIdx.x % 32); }
   __device__ static constexpr int size() { return 32; }
+  /// Each x[k] becomes its largest over the aligned `group` lanes (a power of two) this lane is one of. Every lane of
+  /// the warp calls it.
+  template <int N>
+  __device__ static void max_over(cuda::std::uint32_t (&x)[N], int group) {
+    PAGESTASH_UNROLL
+    for (int offset = group / 2; offset > 0; offset /= 2) {
+      PAGESTASH_UNROLL
+      for (int k = 0; k < N; ++k) x[k] = max(x[k], __shfl_xor_sync(0xFFFFFFFFu, x[k], offset));
+    }
+  }
 };
 #endif
 

@@ -1,7 +1,9 @@
 #pragma once
-// The compressed stash's copy (layouts/compression.hpp): a tile of a compressed item is a run of blocks; each lane of a
-// warp (or the one host thread) takes blocks rank, rank + size, ... and quantizes one (stash) or dequantizes it
-// (reload). A block's codes are on the tile's page; its scale is in the segment's scales, after the codes.
+// The compressed stash's copy (layouts/compression.hpp): a tile of a compressed item is a run of blocks, each of units
+// of 8 values. The lanes of a warp take units rank, rank + 32, ... (a block over 4 or 16 consecutive lanes, its amax
+// shuffled among them): every load and store of the warp covers consecutive bytes, as the lossless copy's do. The host
+// executor's one thread takes whole blocks in order. A block's codes are on the tile's page; its scale is in the
+// segment's scales, after the codes.
 //
 // The quantizer is its own code, checked against reference/quantize.hpp bit for bit: the block's amax is the largest
 // magnitude of the 16-bit source words (their order is the values' order; NaN and infinity sort above every finite
@@ -149,119 +151,189 @@ struct BlockScale {
   }
 };
 
-#if defined(__CUDA_ARCH__)
-/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not
-/// finite.
-PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t max_magnitude(const Vector16& x, cuda::std::uint32_t m) {
+/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not finite.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t max_magnitude(const Vector16& x) {
+  cuda::std::uint32_t m = 0;
   PAGESTASH_UNROLL
-  for (int k = 0; k < 4; ++k) { m = __vmaxu2(m, x.w[k] & 0x7FFF7FFFu); }
-  return m;
+  for (int k = 0; k < 4; ++k) {
+#if defined(__CUDA_ARCH__)
+    m = __vmaxu2(m, x.w[k] & 0x7FFF7FFFu);
+#else
+    const cuda::std::uint32_t lo = x.w[k] & 0x7FFFu, hi = x.w[k] >> 16 & 0x7FFFu;
+    m = ((m & 0xFFFFu) > lo ? m & 0xFFFFu : lo) | ((m >> 16) > hi ? m >> 16 : hi) << 16;
+#endif
+  }
+  return (m & 0xFFFFu) > (m >> 16) ? m & 0xFFFFu : m >> 16;
 }
 
-/// Two floats as two FP8 codes (Element E4M3 or E5M2), round to nearest even, saturating: code a in the low byte.
+/// Two floats as two FP8 codes (Element E4M3 or E5M2), round to nearest even, saturating: code a in the low byte. On
+/// the device the hardware's conversion, on the host the codec it is tested against.
 template <class Element>
 PAGESTASH_HOST_DEVICE cuda::std::uint32_t fp8_pair(float a, float b) {
+#if defined(__CUDA_ARCH__)
   constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
   return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
+#else
+  return Element::codec::encode(a) | Element::codec::encode(b) << 8;
+#endif
 }
 
 /// Two FP8 codes (the low 16 bits of `pair`) as floats.
 template <class Element>
 PAGESTASH_HOST_DEVICE void fp8_unpair(cuda::std::uint32_t pair, float& a, float& b) {
+#if defined(__CUDA_ARCH__)
   constexpr __nv_fp8_interpretation_t kind = cuda::std::is_same_v<Element, E4M3> ? __NV_E4M3 : __NV_E5M2;
   const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), kind)));
   a = f.x, b = f.y;
+#else
+  a = Element::codec::decode(pair & 0xFFu), b = Element::codec::decode(pair >> 8 & 0xFFu);
+#endif
 }
 
 /// 16 bytes of source values (8) as 8 codes, in two words.
 template <class Format, class T>
-PAGESTASH_HOST_DEVICE void encode_vector(const Vector16& x, const BlockScale<Format, T>& s, cuda::std::uint32_t* out) {
+PAGESTASH_HOST_DEVICE Vector8 encode_vector(const Vector16& x, const BlockScale<Format, T>& s) {
   using S = Source16<T>;
   using Element = typename Format::element_type;
+  Vector8 out;
   PAGESTASH_UNROLL
   for (int k = 0; k < 4; k += 2) {
     const cuda::std::uint32_t lo =
         fp8_pair<Element>(mul_rn(S::to_float(x.w[k] & 0xFFFFu), s.encode), mul_rn(S::to_float(x.w[k] >> 16), s.encode));
     const cuda::std::uint32_t hi = fp8_pair<Element>(mul_rn(S::to_float(x.w[k + 1] & 0xFFFFu), s.encode),
                                                      mul_rn(S::to_float(x.w[k + 1] >> 16), s.encode));
-    out[k / 2] = s.finite ? (lo & 0xFFFFu) | hi << 16 : 0x7F7F7F7Fu;  // NaN codes for a block that is not finite
+    out.w[k / 2] = s.finite ? (lo & 0xFFFFu) | hi << 16 : 0x7F7F7F7Fu;  // NaN codes for a block that is not finite
   }
+  return out;
 }
 
 /// 8 codes (two words) as 16 bytes of values.
 template <class Format, class T>
-PAGESTASH_HOST_DEVICE Vector16 decode_vector(const cuda::std::uint32_t* codes, float scale) {
+PAGESTASH_HOST_DEVICE Vector16 decode_vector(const Vector8& codes, float scale) {
   using S = Source16<T>;
   using Element = typename Format::element_type;
   Vector16 y;
   PAGESTASH_UNROLL
   for (int k = 0; k < 4; ++k) {
     float a, b;
-    fp8_unpair<Element>(codes[k / 2] >> (16 * (k % 2)), a, b);
+    fp8_unpair<Element>(codes.w[k / 2] >> (16 * (k % 2)), a, b);
     y.w[k] = S::from_float(mul_rn(a, scale)) | S::from_float(mul_rn(b, scale)) << 16;
   }
   return y;
 }
 
-/// Quantizes the block of values at `src` into `codes` and its scale at `scale`: one pass of loads_in_flight vectors
-/// for MXFP8's 32 values; for 128, a pass for the amax and one for the codes (the second reads what the first brought
-/// into the cache).
-template <class Format, class T>
-PAGESTASH_HOST_DEVICE void encode_block(const unsigned char* src, unsigned char* codes, unsigned char* scale) {
-  constexpr int vectors = Format::block_size / 8, batch = 4;
-  Vector16 x[batch];
-  cuda::std::uint32_t m = 0;
-  PAGESTASH_UNROLL
-  for (int b = 0; b < vectors; b += batch) {
-    PAGESTASH_UNROLL
-    for (int k = 0; k < batch; ++k) x[k] = load16(src + 16 * (b + k));
-    PAGESTASH_UNROLL
-    for (int k = 0; k < batch; ++k) m = max_magnitude(x[k], m);
+/// A unit of a coded tile: 8 consecutive values of one block (16 bytes of values, 8 codes).
+inline constexpr cuda::std::uint32_t unit_values = 8;
+
+/// Which unit a lane of a warp codes in each load of a batch: `group` lanes on one block take consecutive units, 32 /
+/// group such groups on as many blocks in a row. MXFP8's block is 4 units, so 4 lanes cover it and each load covers 8
+/// whole blocks, 512 consecutive bytes of values; an FP8 1x128 block is 16, so 8 lanes take 128 bytes of it in each of
+/// two loads (whole lines) and a lane finds one scale a batch (two divisions). A lane codes two units a batch, not the
+/// copy's loads_in_flight vectors: the values wait for their block's scale in registers (1024 threads an SM still keep
+/// 32 KiB of loads in flight).
+template <class Compression>
+struct UnitLanes {
+  static constexpr cuda::std::uint32_t per_block = Compression::block / unit_values;
+  static constexpr cuda::std::uint32_t group = per_block > 4 ? 8 : 4;  ///< lanes on one block in one load
+  static constexpr cuda::std::uint32_t rounds = per_block / group;     ///< loads a group takes for a block
+  static constexpr cuda::std::uint32_t batch = 2;                      ///< a lane's loads before it codes
+  static constexpr cuda::std::uint32_t blocks = batch / rounds;        ///< blocks a lane has in a batch
+  static_assert(per_block % group == 0 && batch % rounds == 0);
+  /// The block of the tile that lane `rank` of `lanes` lanes codes in load k of the batch from block `first`.
+  PAGESTASH_HOST_DEVICE static cuda::std::uint32_t block(cuda::std::uint32_t first, cuda::std::uint32_t k,
+                                                         cuda::std::uint32_t rank, cuda::std::uint32_t lanes) {
+    return first + k / rounds * (lanes / group) + rank / group;
   }
-  const auto s = BlockScale<Format, T>::of((m & 0xFFFFu) > (m >> 16) ? m & 0xFFFFu : m >> 16);
-  PAGESTASH_NO_UNROLL
-  for (int b = 0; b < vectors; b += batch) {
-    if (vectors > batch) {
+  /// That lane's unit of the tile.
+  PAGESTASH_HOST_DEVICE static cuda::std::uint32_t unit(cuda::std::uint32_t first, cuda::std::uint32_t k,
+                                                        cuda::std::uint32_t rank, cuda::std::uint32_t lanes) {
+    return block(first, k, rank, lanes) * per_block + k % rounds * group + rank % group;
+  }
+  /// Blocks the lanes take in one batch.
+  PAGESTASH_HOST_DEVICE static cuda::std::uint32_t per_batch(cuda::std::uint32_t lanes) {
+    return lanes / group * blocks;
+  }
+};
+
+/// Where block k of a coded tile has its scale, in the stream.
+template <class Compression>
+PAGESTASH_HOST_DEVICE unsigned char* block_scale(const TileWork& w, const CodedTile& c, cuda::std::uint32_t k) {
+  return stream_byte(w, c.scales + (c.first / Compression::block + k) * Compression::scale_bytes);
+}
+
+/// The lanes quantize a coded tile, a batch of units a lane at a time: a block's amax is the largest of its lanes'
+/// (lanes.max_over), in one pass over the values.
+template <class Compression, class T, class Lanes>
+PAGESTASH_HOST_DEVICE void encode_units(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
+  using Format = typename Compression::format;
+  using Map = UnitLanes<Compression>;
+  const auto size = static_cast<cuda::std::uint32_t>(lanes.size()), rank = static_cast<cuda::std::uint32_t>(lanes.rank());
+  for (cuda::std::uint32_t first = 0; first < c.blocks; first += Map::per_batch(size)) {  // as many trips every lane
+    Vector16 x[Map::batch];
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < Map::batch; ++k)
+      x[k] = Map::block(first, k, rank, size) < c.blocks
+                 ? load16(value_at(c, c.first + unit_values * Map::unit(first, k, rank, size)))
+                 : Vector16{};
+    cuda::std::uint32_t m[Map::blocks] = {};
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < Map::batch; ++k) {
+      const cuda::std::uint32_t v = max_magnitude(x[k]);
+      m[k / Map::rounds] = m[k / Map::rounds] > v ? m[k / Map::rounds] : v;
+    }
+    lanes.max_over(m, Map::group);  // a block's lanes: all past the tile's end, or none
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t j = 0; j < Map::blocks; ++j) {
+      const cuda::std::uint32_t block = Map::block(first, j * Map::rounds, rank, size);
+      if (block >= c.blocks) continue;
+      const auto s = BlockScale<Format, T>::of(m[j]);
       PAGESTASH_UNROLL
-      for (int k = 0; k < batch; ++k) x[k] = load16(src + 16 * (b + k));
-    }
-    PAGESTASH_UNROLL
-    for (int k = 0; k < batch; k += 2) {
-      Vector16 out;
-      encode_vector<Format, T>(x[k], s, out.w);
-      encode_vector<Format, T>(x[k + 1], s, out.w + 2);
-      store16(codes + 8 * (b + k), out, false);
-    }
-  }
-  if constexpr (cuda::std::is_same_v<Format, FP8Block128>) {
-    *reinterpret_cast<cuda::std::uint32_t*>(scale) = s.stored;
-  } else {
-    *scale = static_cast<unsigned char>(s.stored);
-  }
-}
-
-/// Dequantizes the block of codes at `codes` with the scale at `scale` into the values at `dst`.
-template <class Format, class T>
-PAGESTASH_HOST_DEVICE void decode_block(const unsigned char* codes, const unsigned char* scale, unsigned char* dst) {
-  cuda::std::uint32_t stored;
-  if constexpr (cuda::std::is_same_v<Format, FP8Block128>) stored = load_word(scale);
-  else stored = *scale;
-  const float factor = BlockScale<Format, T>::decode(stored);
-  constexpr int code_vectors = Format::block_size / 16, batch = 2;
-  PAGESTASH_NO_UNROLL
-  for (int b = 0; b < code_vectors; b += batch) {
-    Vector16 c[batch];
-    PAGESTASH_UNROLL
-    for (int k = 0; k < batch; ++k) c[k] = load16(codes + 16 * (b + k));
-    PAGESTASH_UNROLL
-    for (int k = 0; k < batch; ++k) {
-      store16(dst + 32 * (b + k), decode_vector<Format, T>(c[k].w, factor), true);
-      store16(dst + 32 * (b + k) + 16, decode_vector<Format, T>(c[k].w + 2, factor), true);
-    }
-  }
-}
-
+      for (cuda::std::uint32_t i = 0; i < Map::rounds; ++i) {
+        const cuda::std::uint32_t k = j * Map::rounds + i;
+        store8(c.codes + unit_values * Map::unit(first, k, rank, size), encode_vector<Format, T>(x[k], s));
+      }
+      if (rank % Map::group != 0) continue;
+      unsigned char* scale = block_scale<Compression>(w, c, block);
+#if defined(__CUDA_ARCH__)
+      if constexpr (cuda::std::is_same_v<Format, FP8Block128>) *reinterpret_cast<cuda::std::uint32_t*>(scale) = s.stored;
+      else *scale = static_cast<unsigned char>(s.stored);
 #else
+      std::memcpy(scale, &s.stored, Compression::scale_bytes);  // little-endian: the low byte is E8M0's
+#endif
+    }
+  }
+}
+
+/// The lanes dequantize a coded tile, a batch of units a lane at a time.
+template <class Compression, class T, class Lanes>
+PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
+  using Format = typename Compression::format;
+  using Map = UnitLanes<Compression>;
+  const auto size = static_cast<cuda::std::uint32_t>(lanes.size()), rank = static_cast<cuda::std::uint32_t>(lanes.rank());
+  for (cuda::std::uint32_t first = 0; first < c.blocks; first += Map::per_batch(size)) {
+    Vector8 codes[Map::batch] = {};
+    float factor[Map::blocks] = {};
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t j = 0; j < Map::blocks; ++j) {
+      const cuda::std::uint32_t block = Map::block(first, j * Map::rounds, rank, size);
+      if (block >= c.blocks) continue;
+      PAGESTASH_UNROLL
+      for (cuda::std::uint32_t i = 0; i < Map::rounds; ++i)
+        codes[j * Map::rounds + i] = load8(c.codes + unit_values * Map::unit(first, j * Map::rounds + i, rank, size));
+      const unsigned char* scale = block_scale<Compression>(w, c, block);
+      if constexpr (cuda::std::is_same_v<Format, FP8Block128>) factor[j] = BlockScale<Format, T>::decode(load_word(scale));
+      else factor[j] = BlockScale<Format, T>::decode(*scale);
+    }
+    PAGESTASH_UNROLL
+    for (cuda::std::uint32_t k = 0; k < Map::batch; ++k) {
+      if (Map::block(first, k, rank, size) >= c.blocks) continue;
+      const cuda::std::uint32_t u = Map::unit(first, k, rank, size);
+      store16(value_at(c, c.first + unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]), true);
+    }
+  }
+}
+
+#if !defined(__CUDA_ARCH__)
 // GCC on x86-64 with glibc builds the host's coding loops for AVX2 and AVX-512 too, and the program takes the widest
 // its CPU runs when it starts (an ifunc): the same code, as wide as the CPU allows. Not under a sanitizer, whose
 // runtime is not up when the choice is made, nor with clang (no clones of templates).
@@ -311,46 +383,37 @@ PAGESTASH_DETAIL_HOST_CLONES void decode_block(const unsigned char* codes, const
     y[i] = static_cast<cuda::std::uint16_t>(S::from_float(Element::codec::decode(c[i]) * factor));
   std::memcpy(dst, y, sizeof y);
 }
-#endif
 
-/// Block k of a coded tile, its values at `values`: quantized into the pages (stash) or dequantized from them.
-template <class Compression, class T>
-PAGESTASH_HOST_DEVICE void code_block(const TileWork& w, const CodedTile& c, cuda::std::uint32_t k,
-                                      unsigned char* values) {
-  using Format = typename Compression::format;
-  const cuda::std::int64_t v = c.first + cuda::std::int64_t{Compression::block} * k;
-  unsigned char* codes = c.codes + cuda::std::int64_t{Compression::block} * k;
-  unsigned char* scale = stream_byte(w, c.scales + v / Compression::block * Compression::scale_bytes);
-  if (w.to_pages) encode_block<Format, T>(values, codes, scale);
-  else decode_block<Format, T>(codes, scale, values);
-}
-
-#if !defined(__CUDA_ARCH__)
 /// The host executor's one thread codes a tile: the blocks in order, the line carried from block to block (no
 /// division).
 template <class Compression, class T>
 void code_tile_serially(const TileWork& w, const CodedTile& c) {
+  using Format = typename Compression::format;
   cuda::std::int64_t line = 0, col = c.first;
   if (c.segment.lines > 1) line = c.first / c.per_line, col = c.first % c.per_line;
   for (cuda::std::uint32_t k = 0; k < c.blocks; ++k, col += Compression::block) {
     for (; c.segment.lines > 1 && col >= c.per_line; col -= c.per_line) ++line;
-    code_block<Compression, T>(w, c, k, c.buffer + c.segment.line_offset(line) + 2 * col);
+    unsigned char* values = c.buffer + c.segment.line_offset(line) + 2 * col;
+    unsigned char* codes = c.codes + cuda::std::int64_t{Compression::block} * k;
+    unsigned char* scale = block_scale<Compression>(w, c, k);
+    if (w.to_pages) encode_block<Format, T>(values, codes, scale);
+    else decode_block<Format, T>(codes, scale, values);
   }
 }
 #endif
 
 }  // namespace detail
 
-/// The lanes of a team quantize (stash) or dequantize (reload) the blocks of a compressed tile.
+/// The lanes of a warp quantize (stash) or dequantize (reload) the units of a compressed tile; the host executor's one
+/// thread, its blocks.
 template <class Compression, class T, class Lanes>
 PAGESTASH_HOST_DEVICE void code_tile(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
 #if !defined(__CUDA_ARCH__)
   if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) return detail::code_tile_serially<Compression, T>(w, c);
+  else
 #endif
-  for (auto k = static_cast<cuda::std::uint32_t>(lanes.rank()); k < c.blocks;
-       k += static_cast<cuda::std::uint32_t>(lanes.size()))
-    detail::code_block<Compression, T>(w, c, k,
-                                       detail::value_at(c, c.first + cuda::std::int64_t{Compression::block} * k));
+    if (w.to_pages) detail::encode_units<Compression, T>(lanes, w, c);
+    else detail::decode_units<Compression, T>(lanes, w, c);
 }
 
 /// Moves one tile with the lanes of a warp (or the one host thread): a compressed copy item's by code_tile, any other

@@ -81,6 +81,32 @@ PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x,
 #endif
 }
 
+/// 8 bytes as two little-endian words: a compressed unit's codes (stash/compress.hpp).
+struct Vector8 {
+  cuda::std::uint32_t w[2];
+};
+
+/// 8 aligned bytes of the pages, read once (evict-first on the device).
+PAGESTASH_HOST_DEVICE inline Vector8 load8(const unsigned char* src) {
+#if defined(__CUDA_ARCH__)
+  const uint2 u = __ldcs(reinterpret_cast<const uint2*>(src));
+  return {{u.x, u.y}};
+#else
+  Vector8 x;
+  std::memcpy(x.w, src, 8);
+  return x;
+#endif
+}
+
+/// 8 aligned bytes of the pages (evict-first on the device: read much later).
+PAGESTASH_HOST_DEVICE inline void store8(unsigned char* dst, const Vector8& x) {
+#if defined(__CUDA_ARCH__)
+  __stcs(reinterpret_cast<uint2*>(dst), make_uint2(x.w[0], x.w[1]));
+#else
+  std::memcpy(dst, x.w, 8);
+#endif
+}
+
 /// The low word of (hi:lo) >> bits, bits < 32.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t funnel_shift_right(cuda::std::uint32_t lo, cuda::std::uint32_t hi,
                                                                     unsigned bits) {

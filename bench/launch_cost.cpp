@@ -8,6 +8,9 @@
 //   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json]
 //
 // --blocks/--threads replace the executor's grid (to count another launch shape).
+//
+// A second table counts, for each warp-wide load and store of a stash and a reload (lossless
+// and compressed), the 32-byte sectors and 128-byte lines its lanes touch (SectorCounter).
 
 #include <pagestash/pagestash.hpp>
 
@@ -65,6 +68,44 @@ std::string per_tile(std::int64_t n, std::int64_t tiles) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", static_cast<double>(n) / static_cast<double>(tiles));
   return text;
+}
+
+/// 256-byte aligned bytes (as cudaMalloc's), seeded random.
+struct AlignedBytes {
+  std::vector<std::uint8_t> storage;
+  std::uint8_t* data;
+  AlignedBytes(std::size_t n, std::uint32_t seed) : storage(n + 256) {
+    data = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 255) / 256 * 256);
+    std::mt19937 rng(seed);
+    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<std::uint8_t>(rng() & 0x3F);  // finite 16-bit values
+  }
+};
+
+/// The sectors a warp's accesses touch in one stash and one reload of Tr (rowwise, hidden 7168, 4 experts of 96
+/// tokens in all, 24 each): one row per kernel and direction.
+template <class Tr>
+void print_sector_rows(const char* name) {
+  using L = typename Tr::layout;
+  ps::GroupedView<L> view;
+  view.max_tokens = 96;
+  view.hidden = kHidden;
+  view.groups = 4;
+  std::vector<std::int32_t> counts(4, 24);  // Packed: 96 tokens in all
+  const auto bytes = static_cast<std::size_t>(view.buffer_bytes(ps::BufferRole::data));
+  AlignedBytes in(bytes, 1), out(bytes, 2);
+  view.counts = counts.data();
+  auto dest = view;
+  view.data = reinterpret_cast<typename L::data_type*>(in.data);
+  dest.data = reinterpret_cast<typename L::data_type*>(out.data);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(view).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  const auto c = pagestash_test::count_sectors<Tr>(pool, view, dest);
+  const char* what[] = {"stash loads", "stash stores", "reload loads", "reload stores"};
+  for (int k = 0; k < 4; ++k)
+    std::printf("%-22s %-14s %9lld %10.2f %10.2f %11.3f\n", name, what[k], static_cast<long long>(c[k].requests),
+                c[k].sectors_per_request(), c[k].lines_per_request(), c[k].sector_use());
 }
 
 }  // namespace
@@ -169,5 +210,16 @@ int main(int argc, char** argv) {
                 c.per_block(c.fences), c.per_block(c.barriers), per_tile(c.fences, r.tiles).c_str(),
                 per_tile(c.barriers, r.tiles).c_str());
   }
+  std::printf(
+      "\nSectors a warp's access touches (Nsight Compute's sectors per request), rowwise hidden %lld, 4 experts x 24 "
+      "tokens;\nuse: the share of each sector touched that the access reads or writes (1: whole sectors)\n\n",
+      static_cast<long long>(kHidden));
+  std::printf("%-22s %-14s %9s %10s %10s %11s\n", "traits", "access", "requests", "sectors/rq", "lines/rq",
+              "sector use");
+  print_sector_rows<ps::StashTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>>>("BF16 lossless");
+  print_sector_rows<ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::MXFP8_E4M3>>(
+      "BF16 -> MXFP8 E4M3");
+  print_sector_rows<ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::FP8Block128>>(
+      "BF16 -> FP8 1x128");
   return 0;
 }

@@ -24,17 +24,21 @@
 #include <pagestash/pagestash.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -170,6 +174,99 @@ class CostCounter {
   LaunchCost totals_;
   std::unordered_map<std::uintptr_t, std::int64_t> line_rmw_;
   std::atomic<std::int64_t> blocks_{0}, fences_{0}, barriers_{0};
+};
+
+/// Which emulated block, warp and lane the calling host thread runs, and where its lane is in
+/// its sequence of accesses (SectorCounter's key): set when the thread starts a block.
+struct EmulatedThread {
+  std::int64_t block = -1;
+  int warp = 0;
+  std::int64_t tile = 0;             ///< tiles begun by this lane in this block
+  std::int64_t ordinal[2][17] = {};  ///< [store][bytes]: accesses of that kind in this tile
+};
+inline EmulatedThread& emulated_thread() {
+  thread_local EmulatedThread t;
+  return t;
+}
+
+/// Counts the 32-byte sectors and 128-byte lines each warp-wide access touches (what Nsight
+/// Compute calls sectors per request), through the library's vector observer: a warp's lanes
+/// make the same accesses in the same order within a tile (one instruction: the n-th load or
+/// store of a size by each lane since the tile began), so the accesses of one instruction
+/// are those with the same block, warp, tile, kind, size and n. One at a time.
+class SectorCounter {
+ public:
+  struct Count {
+    std::int64_t requests = 0, sectors = 0, lines = 0, bytes = 0;
+    double sectors_per_request() const { return ratio(sectors, requests); }
+    double lines_per_request() const { return ratio(lines, requests); }
+    /// Of each sector touched, the share its request used (1: whole sectors).
+    double sector_use() const { return ratio(bytes, 32 * sectors); }
+    static double ratio(std::int64_t a, std::int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0; }
+  };
+
+  SectorCounter() {
+    auto& slot = ps::vector_observer();
+    slot.context = this;
+    slot.observer.store(&SectorCounter::observe);
+  }
+  ~SectorCounter() {
+    auto& slot = ps::vector_observer();
+    slot.observer.store(nullptr);
+    slot.context = nullptr;
+  }
+  SectorCounter(const SectorCounter&) = delete;
+  SectorCounter& operator=(const SectorCounter&) = delete;
+
+  Count loads() const { return count(false); }
+  Count stores() const { return count(true); }
+
+ private:
+  // block, warp, tile, store, bytes, n
+  using Key = std::tuple<std::int64_t, int, std::int64_t, bool, int, std::int64_t>;
+
+  static void observe(const void* address, int bytes, ps::VectorAccess access, void* context) {
+    EmulatedThread& t = emulated_thread();
+    if (access == ps::VectorAccess::tile) {
+      ++t.tile;
+      std::memset(t.ordinal, 0, sizeof t.ordinal);
+      return;
+    }
+    const bool store = access == ps::VectorAccess::store;
+    const Key key{t.block, t.warp, t.tile, store, bytes, t.ordinal[store][bytes]++};
+    auto* self = static_cast<SectorCounter*>(context);
+    std::lock_guard<std::mutex> lock(self->m_);
+    self->accesses_[key].push_back(reinterpret_cast<std::uintptr_t>(address));
+  }
+
+  Count count(bool store) const {
+    std::lock_guard<std::mutex> lock(m_);
+    Count c;
+    std::vector<std::uintptr_t> sectors, lines;
+    for (const auto& [key, addresses] : accesses_) {
+      if (std::get<3>(key) != store) continue;
+      const int bytes = std::get<4>(key);
+      sectors.clear(), lines.clear();
+      std::vector<std::uintptr_t> distinct = addresses;  // lanes that read one address share its bytes
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      for (std::uintptr_t a : distinct) {
+        for (std::uintptr_t s = a / 32; s <= (a + bytes - 1) / 32; ++s) sectors.push_back(s);
+        for (std::uintptr_t l = a / 128; l <= (a + bytes - 1) / 128; ++l) lines.push_back(l);
+      }
+      std::sort(sectors.begin(), sectors.end());
+      std::sort(lines.begin(), lines.end());
+      ++c.requests;
+      const std::int64_t n = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
+      c.sectors += n;
+      c.lines += std::unique(lines.begin(), lines.end()) - lines.begin();
+      c.bytes += static_cast<std::int64_t>(distinct.size()) * bytes;
+    }
+    return c;
+  }
+
+  mutable std::mutex m_;
+  std::map<Key, std::vector<std::uintptr_t>> accesses_;
 };
 
 /// Preemption at every device atomic and fence of the library's code (through its atomic
@@ -426,6 +523,7 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
           team,  EmulatedLanes{r % 32, &block.warps[static_cast<std::size_t>(r / 32)]}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32, shape.threads / 32,
           launch};
       if (team.leader() && CostCounter::active() != nullptr) CostCounter::active()->count_block();
+      emulated_thread() = EmulatedThread{order[static_cast<std::size_t>(k)], r / 32};
       body(ctx);
       block.barrier.wait();  // the block's threads leave together, as a block does
     }
@@ -492,5 +590,26 @@ struct Emulator {
     emulate_launch(shape, [&](const EmulatedContext& ctx) { ps::run_operation<Tr, Op>(ctx, pool, v, rec, options); });
   }
 };
+
+/// The sectors of one stash of `in` and one reload into `out` of Tr on the emulator: the
+/// stash's loads and stores, then the reload's (SectorCounter).
+template <class Tr>
+std::array<SectorCounter::Count, 4> count_sectors(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& in,
+                                                  const ps::GroupedView<typename Tr::layout>& out) {
+  auto rec = ps::make_record<Tr>(pool, in);
+  std::array<SectorCounter::Count, 4> c;
+  {
+    SectorCounter sectors;
+    Emulator{LaunchShape{}}.stash(pool, in, rec);
+    c[0] = sectors.loads(), c[1] = sectors.stores();
+  }
+  {
+    SectorCounter sectors;
+    Emulator{LaunchShape{}}.reload(pool, rec, out, true);
+    c[2] = sectors.loads(), c[3] = sectors.stores();
+  }
+  if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_sectors: not reloaded");
+  return c;
+}
 
 }  // namespace pagestash_test

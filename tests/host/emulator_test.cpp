@@ -17,6 +17,7 @@
 #include "../common/stash_sequence.hpp"
 #include "../common/suite_backends.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -810,3 +811,45 @@ TEST_CASE("launch shape: the policy of a device's compute capability sizes its g
 }
 
 }  // namespace
+
+namespace {
+/// One stash and one reload of Tr on the emulator (hidden 7168, random counts and bytes): the
+/// loads and stores of each, in sectors (SectorCounter).
+template <class Tr>
+std::array<SectorCounter::Count, 4> sector_counts(std::uint32_t seed) {
+  using L = typename Tr::layout;
+  auto shape = sequence_shape_of<Tr>(false);
+  shape.hidden = 7168;
+  shape.max_tokens = 96;
+  shape.groups = 4;
+  std::mt19937 rng(seed);
+  Buffers<L> in(shape, rng), out(shape, rng);
+  // On 256 bytes, as cudaMalloc's buffers are (a vector's are on 16): a sector's share is the kernel's, not the heap's.
+  const auto bytes = static_cast<std::size_t>(shape.buffer_bytes(BufferRole::data));
+  std::vector<std::uint8_t> storage(2 * bytes + 512);
+  auto* first = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 255) / 256 * 256);
+  auto* second = first + (bytes + 255) / 256 * 256;
+  std::memcpy(first, in.bytes[0].data(), bytes);
+  in.view.data = reinterpret_cast<typename L::data_type*>(first);
+  out.view.data = reinterpret_cast<typename L::data_type*>(second);
+  ps::PagePool pool(room_for<Tr>(shape, 1 << 16, 1), ps::MemorySpace::host);
+  return count_sectors<Tr>(pool, in.view, out.view);
+}
+}  // namespace
+
+TEST_CASE("emulated grid: a compressed stash's warp accesses use their sectors within 1.25x as the lossless copy's") {
+  const std::string what[] = {"stash loads", "stash stores", "reload loads", "reload stores"};
+  const auto check = [&](const auto& lossless, const auto& coded) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      CAPTURE(what[k]);
+      CAPTURE(lossless[k].sector_use());
+      CAPTURE(coded[k].sector_use());
+      CAPTURE(coded[k].sectors_per_request());
+      CHECK(lossless[k].requests > 0);
+      CHECK(coded[k].requests > 0);
+      CHECK(coded[k].sector_use() * 1.25 >= lossless[k].sector_use());
+    }
+  };
+  check(sector_counts<ps::StashTraits<RuBf16>>(3), sector_counts<traits::Bf16Mx4>(3));
+  check(sector_counts<ps::StashTraits<RuFp16Cap>>(4), sector_counts<traits::Fp16CapB128>(4));
+}

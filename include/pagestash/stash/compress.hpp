@@ -261,6 +261,26 @@ PAGESTASH_HOST_DEVICE unsigned char* block_scale(const TileWork& w, const CodedT
   return stream_byte(w, c.scales + (c.first / Compression::block + k) * Compression::scale_bytes);
 }
 
+/// A block's stored scale (E8M0's byte, or FP32's word), written to the stream by a lane.
+template <class Compression>
+PAGESTASH_HOST_DEVICE void store_scale(unsigned char* at, cuda::std::uint32_t stored) {
+  observe_vector(at, Compression::scale_bytes, VectorAccess::store);
+#if defined(__CUDA_ARCH__)
+  if constexpr (Compression::scale_bytes == 4) *reinterpret_cast<cuda::std::uint32_t*>(at) = stored;
+  else *at = static_cast<unsigned char>(stored);
+#else
+  std::memcpy(at, &stored, Compression::scale_bytes);  // little-endian: the low byte is E8M0's
+#endif
+}
+
+/// A block's stored scale, read by a lane.
+template <class Compression>
+PAGESTASH_HOST_DEVICE cuda::std::uint32_t load_scale(const unsigned char* at) {
+  if constexpr (Compression::scale_bytes == 4) return load_word(at);
+  observe_vector(at, 1, VectorAccess::load);
+  return *at;
+}
+
 /// The lanes quantize a coded tile, a batch of units a lane at a time: a block's amax is the largest of its lanes'
 /// (lanes.max_over), in one pass over the values.
 template <class Compression, class T, class Lanes>
@@ -293,13 +313,7 @@ PAGESTASH_HOST_DEVICE void encode_units(const Lanes& lanes, const TileWork& w, c
         store8(c.codes + unit_values * Map::unit(first, k, rank, size), encode_vector<Format, T>(x[k], s));
       }
       if (rank % Map::group != 0) continue;
-      unsigned char* scale = block_scale<Compression>(w, c, block);
-#if defined(__CUDA_ARCH__)
-      if constexpr (cuda::std::is_same_v<Format, FP8Block128>) *reinterpret_cast<cuda::std::uint32_t*>(scale) = s.stored;
-      else *scale = static_cast<unsigned char>(s.stored);
-#else
-      std::memcpy(scale, &s.stored, Compression::scale_bytes);  // little-endian: the low byte is E8M0's
-#endif
+      store_scale<Compression>(block_scale<Compression>(w, c, block), s.stored);
     }
   }
 }
@@ -320,9 +334,7 @@ PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, c
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t i = 0; i < Map::rounds; ++i)
         codes[j * Map::rounds + i] = load8(c.codes + unit_values * Map::unit(first, j * Map::rounds + i, rank, size));
-      const unsigned char* scale = block_scale<Compression>(w, c, block);
-      if constexpr (cuda::std::is_same_v<Format, FP8Block128>) factor[j] = BlockScale<Format, T>::decode(load_word(scale));
-      else factor[j] = BlockScale<Format, T>::decode(*scale);
+      factor[j] = BlockScale<Format, T>::decode(load_scale<Compression>(block_scale<Compression>(w, c, block)));
     }
     PAGESTASH_UNROLL
     for (cuda::std::uint32_t k = 0; k < Map::batch; ++k) {
@@ -422,6 +434,7 @@ template <class Traits, class Lanes>
 PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor,
                                     cuda::std::int32_t tile) {
   using Compression = compression_of<Traits>;
+  detail::observe_vector(nullptr, 0, VectorAccess::tile);
   if constexpr (Compression::compressed) {
     detail::seek_item(w, cursor, tile);
     if (w.items[cursor.item].kind == WorkKind::copy) {

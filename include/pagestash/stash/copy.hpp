@@ -25,6 +25,9 @@
 #include <cuda/std/type_traits>
 
 #include <cstring>
+#if !defined(__CUDA_ARCH__)
+#  include <atomic>
+#endif
 
 PAGESTASH_NAMESPACE_BEGIN
 
@@ -50,7 +53,38 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
 #endif
 }
 
+/// A lane's access to the buffer or the pages, as a host observer sees it (vector_observer): a load or store of
+/// `bytes`, or the start of a tile (address null), after which the lanes of a warp make their accesses in step again.
+enum class VectorAccess : int { load, store, tile };
+
+#if !defined(__CUDA_ARCH__)
+using VectorObserver = void (*)(const void* address, int bytes, VectorAccess access, void* context);
+
+struct VectorObserverSlot {
+  std::atomic<VectorObserver> observer{nullptr};
+  void* context = nullptr;
+};
+
+/// The process's observer of the lanes' loads and stores on the host (the grid emulator: the host executor's copies are
+/// its own), so that a benchmark counts the sectors a warp's access touches without a GPU. Set it only while no
+/// operation runs.
+inline VectorObserverSlot& vector_observer() {
+  static VectorObserverSlot slot;
+  return slot;
+}
+#endif
+
 namespace detail {
+
+/// Tells the host's vector observer of an access; nothing on the device.
+PAGESTASH_HOST_DEVICE inline void observe_vector(const void* address, int bytes, VectorAccess access) {
+#if !defined(__CUDA_ARCH__)
+  VectorObserverSlot& slot = vector_observer();
+  if (const VectorObserver f = slot.observer.load(std::memory_order_relaxed)) f(address, bytes, access, slot.context);
+#else
+  (void)address, (void)bytes, (void)access;
+#endif
+}
 
 /// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers between a load and a store.
 struct Vector16 {
@@ -59,6 +93,7 @@ struct Vector16 {
 
 /// 16 aligned bytes, read once (the buffer on stash, the pages on reload): on the device, evict-first (ld.global.cs).
 PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
+  observe_vector(src, 16, VectorAccess::load);
 #if defined(__CUDA_ARCH__)
   const uint4 u = __ldcs(reinterpret_cast<const uint4*>(src));
   return {{u.x, u.y, u.z, u.w}};
@@ -71,6 +106,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
 
 /// 16 aligned bytes. Pages are read much later (evict-first, st.global.cs), a reloaded buffer soon (plain store).
 PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x, bool read_soon) {
+  observe_vector(dst, 16, VectorAccess::store);
 #if defined(__CUDA_ARCH__)
   const uint4 u = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
   if (read_soon) *reinterpret_cast<uint4*>(dst) = u;
@@ -88,6 +124,7 @@ struct Vector8 {
 
 /// 8 aligned bytes of the pages, read once (evict-first on the device).
 PAGESTASH_HOST_DEVICE inline Vector8 load8(const unsigned char* src) {
+  observe_vector(src, 8, VectorAccess::load);
 #if defined(__CUDA_ARCH__)
   const uint2 u = __ldcs(reinterpret_cast<const uint2*>(src));
   return {{u.x, u.y}};
@@ -100,6 +137,7 @@ PAGESTASH_HOST_DEVICE inline Vector8 load8(const unsigned char* src) {
 
 /// 8 aligned bytes of the pages (evict-first on the device: read much later).
 PAGESTASH_HOST_DEVICE inline void store8(unsigned char* dst, const Vector8& x) {
+  observe_vector(dst, 8, VectorAccess::store);
 #if defined(__CUDA_ARCH__)
   __stcs(reinterpret_cast<uint2*>(dst), make_uint2(x.w[0], x.w[1]));
 #else
@@ -144,6 +182,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 shift_bytes(const Vector16& x, unsigned by
 
 /// 4 bytes at an aligned `word`, as a word (evict-first on the device: read once).
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word(const unsigned char* word) {
+  observe_vector(word, 4, VectorAccess::load);
 #if defined(__CUDA_ARCH__)
   return __ldcs(reinterpret_cast<const unsigned int*>(word));
 #else

@@ -469,11 +469,9 @@ TEST_CASE("launch explorer: four launches, the remembered refusals at their boun
       1);
 }
 
-// Known to fail (docs/design.md): the block that refuses a launch remembers it right after its compare-exchange, and
-// a schedule that stops it in between while another launch moves the word and the holder ends lets the refused
-// launch's late block take the record (`0.0 2.0 1.0! 2.0! 3.0 1.1 1.0`). Waiting for the remembered launch before the
-// word moves closes it, and costs one compressed stash kernel a spill on sm_100 today: run, reported, not yet passed.
-TEST_CASE("launch explorer: a launch holds the record, three arrive, one of them straddling it" * doctest::may_fail()) {
+// Without the wait before the word moves off a refused launch (docs/design.md), this finds the refused launch's late
+// block taking the record: `0.0 2.0 1.0! 2.0! 3.0 1.1 1.0`.
+TEST_CASE("launch explorer: a launch holds the record, three arrive, one of them straddling it") {
   Config c{"stashed, reload x1 holds | reload x2 | discard x1 | reload x1",
            true,
            {launch_of(LaunchOp::reload, 1), launch_of(LaunchOp::reload, 2), launch_of(LaunchOp::discard, 1),

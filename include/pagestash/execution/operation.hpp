@@ -15,12 +15,11 @@
 //            launches remembered (counted in `refused`; the error flag raised, the pool's
 //            error count once per launch). The block that refuses its launch remembers it,
 //            once, right after its compare-exchange, in the next of
-//            LaunchWords::remembered_launches slots. So a launch is done or refused as a
-//            whole under every block order, never a hang, never a mix of two, as long as
-//            fewer than remembered_launches other launches on the record are refused between
-//            its first block's arrival and its last's, and the block that refused it is not
-//            stopped between its compare-exchange and that write while the record is freed
-//            and taken again (docs/design.md: a window the explorer finds). Launch ids
+//            LaunchWords::remembered_launches slots, and the word moves off a refused launch
+//            only once it is remembered. So a launch is done or refused as a whole under
+//            every block order, never a hang, never a mix of two, as long as fewer than
+//            remembered_launches other launches on the record are refused between its first
+//            block's arrival and its last's (docs/design.md). Launch ids
 //            need only be unique (GridContext::launch), not ordered; the words keep each
 //            one reduced once to 62 bits (kept_launch_id), the same in every word.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
@@ -115,6 +114,13 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
     if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
+    if (refused && !remembered(words, newest)) {
+      // The word names a refused launch whose deciding block has not remembered it yet (it does right after naming
+      // it): the word moves on only once it has, so that the launch's later blocks find it refused.
+      const u64 seen = w;
+      while (!remembered(words, newest) && (w = arrival.load(poll_order)) == seen) spin_pause();
+      continue;
+    }
     // This launch's fate is not decided yet: take the record if nothing holds it (or a launch from before a pool
     // reset), else refuse the launch. The word then names this launch.
     const bool take =

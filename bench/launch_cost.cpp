@@ -20,6 +20,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -70,42 +71,56 @@ std::string per_tile(std::int64_t n, std::int64_t tiles) {
   return text;
 }
 
-/// 256-byte aligned bytes (as cudaMalloc's), seeded random.
+/// 256-byte aligned bytes (as cudaMalloc's), seeded random: bytes below 0x40, so that 16-bit values are finite.
 struct AlignedBytes {
   std::vector<std::uint8_t> storage;
   std::uint8_t* data;
   AlignedBytes(std::size_t n, std::uint32_t seed) : storage(n + 256) {
     data = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 255) / 256 * 256);
     std::mt19937 rng(seed);
-    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<std::uint8_t>(rng() & 0x3F);  // finite 16-bit values
+    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<std::uint8_t>(rng() & 0x3F);
   }
 };
 
-/// The sectors a warp's accesses touch in one stash and one reload of Tr (rowwise, hidden 7168, 4 experts of 96
-/// tokens in all, 24 each): one row per kernel and direction.
-template <class Tr>
-void print_sector_rows(const char* name) {
-  using L = typename Tr::layout;
+/// A view of L's every buffer, each on its own aligned bytes.
+template <class L>
+struct AlignedTensor {
+  std::vector<AlignedBytes> buffers;
   ps::GroupedView<L> view;
-  view.max_tokens = 96;
-  view.hidden = kHidden;
-  view.groups = 4;
-  std::vector<std::int32_t> counts(4, 24);  // Packed: 96 tokens in all
-  const auto bytes = static_cast<std::size_t>(view.buffer_bytes(ps::BufferRole::data));
-  AlignedBytes in(bytes, 1), out(bytes, 2);
-  view.counts = counts.data();
-  auto dest = view;
-  view.data = reinterpret_cast<typename L::data_type*>(in.data);
-  dest.data = reinterpret_cast<typename L::data_type*>(out.data);
+  AlignedTensor(const ps::GroupedView<L>& shape, std::uint32_t seed) : view(shape) {
+    for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales, ps::BufferRole::amax})
+      buffers.emplace_back(static_cast<std::size_t>(shape.buffer_bytes(role)), seed++);
+    view.data = reinterpret_cast<typename L::data_type*>(buffers[0].data);
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view.scales = reinterpret_cast<typename L::scale_type*>(buffers[1].data);
+    view.amax = L::has(ps::BufferRole::amax) ? reinterpret_cast<float*>(buffers[2].data) : nullptr;
+  }
+};
+
+/// One row: the sectors a warp's accesses touch in one stash and one reload of Tr (hidden 7168, two experts of 40 and
+/// 88 tokens, rounded up to the layout's count alignment; a plain tensor's 88).
+template <class Tr>
+void print_sector_row(const char* name) {
+  using L = typename Tr::layout;
+  ps::GroupedView<L> shape;
+  shape.hidden = kHidden;
+  const bool one_group = std::is_same_v<L, ps::Plain<typename L::data_type>>;
+  shape.groups = one_group ? 1 : 2;
+  const std::int64_t align = shape.count_alignment();
+  std::vector<std::int32_t> counts;
+  for (std::int64_t m : {40, 88}) counts.push_back(static_cast<std::int32_t>((m + align - 1) / align * align));
+  if (one_group) counts = {counts[1]};
+  shape.max_tokens = ((L::placement::packed && !one_group ? counts[0] + counts[1] : counts.back()) + 127) / 128 * 128;
+  shape.counts = counts.data();
+  AlignedTensor<L> in(shape, 1), out(shape, 4);
   ps::PoolConfig cfg;
   cfg.page_bytes = 1 << 16;
-  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(view).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
-  const auto c = pagestash_test::count_sectors<Tr>(pool, view, dest);
-  const char* what[] = {"stash loads", "stash stores", "reload loads", "reload stores"};
-  for (int k = 0; k < 4; ++k)
-    std::printf("%-22s %-14s %9lld %10.2f %10.2f %11.3f\n", name, what[k], static_cast<long long>(c[k].requests),
-                c[k].sectors_per_request(), c[k].lines_per_request(), c[k].sector_use());
+  const auto c = pagestash_test::count_sectors<Tr>(pool, in.view, out.view);
+  std::printf("%-36s", name);
+  for (const auto& k : c) std::printf("  %6.2f %5.3f", k.sectors_per_request(), k.sector_use());
+  std::printf("\n");
 }
 
 }  // namespace
@@ -211,15 +226,24 @@ int main(int argc, char** argv) {
                 per_tile(c.barriers, r.tiles).c_str());
   }
   std::printf(
-      "\nSectors a warp's access touches (Nsight Compute's sectors per request), rowwise hidden %lld, 4 experts x 24 "
-      "tokens;\nuse: the share of each sector touched that the access reads or writes (1: whole sectors)\n\n",
+      "\nSectors a warp's access touches (Nsight Compute's sectors per request) and the share of each it uses (1: "
+      "whole\nsectors), hidden %lld, two experts of 40 and 88 tokens (rounded up to the layout's count alignment)\n\n",
       static_cast<long long>(kHidden));
-  std::printf("%-22s %-14s %9s %10s %10s %11s\n", "traits", "access", "requests", "sectors/rq", "lines/rq",
-              "sector use");
-  print_sector_rows<ps::StashTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>>>("BF16 lossless");
-  print_sector_rows<ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::MXFP8_E4M3>>(
-      "BF16 -> MXFP8 E4M3");
-  print_sector_rows<ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::FP8Block128>>(
-      "BF16 -> FP8 1x128");
+  std::printf("%-36s  %-12s  %-12s  %-12s  %-12s\n", "traits", "stash loads", "stash stores", "reload loads",
+              "reload stores");
+  print_sector_row<ps::StashTraits<ps::Plain<ps::BF16>>>("plain BF16");
+  print_sector_row<ps::StashTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>>>("rowwise BF16, packed");
+  print_sector_row<ps::StashTraits<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>>>("rowwise FP16, capacity");
+  print_sector_row<ps::StashTraits<ps::RowwiseQuantized<ps::MXFP8_E4M3, ps::Packed, ps::SwizzledScales>>>(
+      "rowwise MXFP8, packed, swizzled");
+  print_sector_row<ps::StashTraits<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>>>(
+      "rowwise NVFP4, capacity, swizzled");
+  print_sector_row<Traits>("columnwise MXFP8, capacity, compact");
+  print_sector_row<ps::StashTraits<ps::ColumnwiseQuantized<ps::NVFP4, ps::Packed, ps::SwizzledScales>>>(
+      "columnwise NVFP4, packed, swizzled");
+  print_sector_row<ps::CompressedTraits<ps::RowwiseUnquantized<ps::BF16, ps::Packed>, ps::MXFP8_E4M3>>(
+      "BF16 -> MXFP8 E4M3 (compressed)");
+  print_sector_row<ps::CompressedTraits<ps::RowwiseUnquantized<ps::FP16, ps::CapacityPadded>, ps::FP8Block128>>(
+      "FP16 cap. -> FP8 1x128 (compressed)");
   return 0;
 }

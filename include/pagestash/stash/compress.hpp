@@ -420,12 +420,15 @@ void code_tile_serially(const TileWork& w, const CodedTile& c) {
 /// thread, its blocks.
 template <class Compression, class T, class Lanes>
 PAGESTASH_HOST_DEVICE void code_tile(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
+  if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) {
 #if !defined(__CUDA_ARCH__)
-  if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) return detail::code_tile_serially<Compression, T>(w, c);
-  else
+    detail::code_tile_serially<Compression, T>(w, c);  // the host executor's; a device's lanes are a warp's
 #endif
-    if (w.to_pages) detail::encode_units<Compression, T>(lanes, w, c);
-    else detail::decode_units<Compression, T>(lanes, w, c);
+  } else if (w.to_pages) {
+    detail::encode_units<Compression, T>(lanes, w, c);
+  } else {
+    detail::decode_units<Compression, T>(lanes, w, c);
+  }
 }
 
 /// Moves one tile with the lanes of a warp (or the one host thread): a compressed copy item's by code_tile, any other

@@ -202,7 +202,9 @@ class SectorCounter {
     double lines_per_request() const { return ratio(lines, requests); }
     /// Of each sector touched, the share its request used (1: whole sectors).
     double sector_use() const { return ratio(bytes, 32 * sectors); }
-    static double ratio(std::int64_t a, std::int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0; }
+    static double ratio(std::int64_t a, std::int64_t b) {
+      return b ? static_cast<double>(a) / static_cast<double>(b) : 0;
+    }
   };
 
   SectorCounter() {
@@ -322,7 +324,8 @@ struct EmulatedWarp {
 /// What the threads of one resident block share: the barrier, share()'s slot and its warps'.
 struct EmulatedBlock {
   explicit EmulatedBlock(int n)
-      : threads(n), barrier(n), sums(static_cast<std::size_t>(n)), warps(new EmulatedWarp[static_cast<std::size_t>((n + 31) / 32)]) {}
+      : threads(n), barrier(n), sums(static_cast<std::size_t>(n)),
+        warps(new EmulatedWarp[static_cast<std::size_t>((n + 31) / 32)]) {}
   int threads;
   HostBarrier barrier;
   alignas(16) unsigned char slot[64] = {};
@@ -519,9 +522,13 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
       int k = 0;
       std::memcpy(&k, block.slot, sizeof k);
       if (k >= shape.blocks) return;
-      const EmulatedContext ctx{
-          team,  EmulatedLanes{r % 32, &block.warps[static_cast<std::size_t>(r / 32)]}, order[static_cast<std::size_t>(k)], shape.blocks, r / 32, shape.threads / 32,
-          launch};
+      const EmulatedContext ctx{team,
+                                EmulatedLanes{r % 32, &block.warps[static_cast<std::size_t>(r / 32)]},
+                                order[static_cast<std::size_t>(k)],
+                                shape.blocks,
+                                r / 32,
+                                shape.threads / 32,
+                                launch};
       if (team.leader() && CostCounter::active() != nullptr) CostCounter::active()->count_block();
       emulated_thread() = EmulatedThread{order[static_cast<std::size_t>(k)], r / 32};
       body(ctx);

@@ -26,6 +26,16 @@ void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& re
 
 }  // namespace pagestash_test
 
+// The pool's entry points, in the one file of an executable's kernels that defines them.
+#if defined(PAGESTASH_TEST_DEFINE_POOL_ENTRY_POINTS)
+void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) {
+  pagestash::reset(pagestash::on(stream), pool);
+}
+void pagestash_test::end_step_on(cudaStream_t stream, pagestash::PagePool& pool) {
+  pagestash::end_step(pagestash::on(stream), pool);
+}
+#endif
+
 #define PAGESTASH_INSTANTIATE_STASH_TRAITS(Tr)                                                                        \
   template void pagestash_test::stash_on<Tr>(cudaStream_t, pagestash::PagePool&,                                      \
                                              const pagestash::GroupedView<Tr::layout>&, pagestash::StashRecord<Tr>&); \

@@ -1,12 +1,6 @@
 // Stash kernels for every recipe (pagestash/layouts/recipes.hpp) and the tests' Plain layouts.
+#define PAGESTASH_TEST_DEFINE_POOL_ENTRY_POINTS
 #include "stash_kernels.inl"
-
-void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) {
-  pagestash::reset(pagestash::on(stream), pool);
-}
-void pagestash_test::end_step_on(cudaStream_t stream, pagestash::PagePool& pool) {
-  pagestash::end_step(pagestash::on(stream), pool);
-}
 
 namespace {
 __global__ void launch_id_kernel(std::uint64_t* out) { *out = pagestash::grid_launch_id(); }

@@ -151,7 +151,8 @@ struct BlockScale {
   }
 };
 
-/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not finite.
+/// The largest magnitude of the 16-bit values in 16 bytes, as bits: above Source16::infinity - 1 when any is not
+/// finite.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t max_magnitude(const Vector16& x) {
   cuda::std::uint32_t m = 0;
   PAGESTASH_UNROLL
@@ -287,7 +288,8 @@ template <class Compression, class T, class Lanes>
 PAGESTASH_HOST_DEVICE void encode_units(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
   using Format = typename Compression::format;
   using Map = UnitLanes<Compression>;
-  const auto size = static_cast<cuda::std::uint32_t>(lanes.size()), rank = static_cast<cuda::std::uint32_t>(lanes.rank());
+  const auto size = static_cast<cuda::std::uint32_t>(lanes.size()),
+             rank = static_cast<cuda::std::uint32_t>(lanes.rank());
   for (cuda::std::uint32_t first = 0; first < c.blocks; first += Map::per_batch(size)) {  // as many trips every lane
     Vector16 x[Map::batch];
     PAGESTASH_UNROLL
@@ -323,7 +325,8 @@ template <class Compression, class T, class Lanes>
 PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, const CodedTile& c) {
   using Format = typename Compression::format;
   using Map = UnitLanes<Compression>;
-  const auto size = static_cast<cuda::std::uint32_t>(lanes.size()), rank = static_cast<cuda::std::uint32_t>(lanes.rank());
+  const auto size = static_cast<cuda::std::uint32_t>(lanes.size()),
+             rank = static_cast<cuda::std::uint32_t>(lanes.rank());
   for (cuda::std::uint32_t first = 0; first < c.blocks; first += Map::per_batch(size)) {
     Vector8 codes[Map::batch] = {};
     float factor[Map::blocks] = {};
@@ -340,7 +343,8 @@ PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, c
     for (cuda::std::uint32_t k = 0; k < Map::batch; ++k) {
       if (Map::block(first, k, rank, size) >= c.blocks) continue;
       const cuda::std::uint32_t u = Map::unit(first, k, rank, size);
-      store16(value_at(c, c.first + unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]), true);
+      store16(value_at(c, c.first + unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]),
+              true);
     }
   }
 }

@@ -121,15 +121,11 @@ struct LaunchCost {
 class CostCounter {
  public:
   CostCounter() {
-    auto& slot = ps::atomic_observer();
-    slot.context = this;
-    slot.observer.store(&CostCounter::observe);
+    ps::atomic_observer().set(&CostCounter::observe, this);
     active() = this;
   }
   ~CostCounter() {
-    auto& slot = ps::atomic_observer();
-    slot.observer.store(nullptr);
-    slot.context = nullptr;
+    ps::atomic_observer().clear();
     active() = nullptr;
   }
   CostCounter(const CostCounter&) = delete;
@@ -207,16 +203,8 @@ class SectorCounter {
     }
   };
 
-  SectorCounter() {
-    auto& slot = ps::vector_observer();
-    slot.context = this;
-    slot.observer.store(&SectorCounter::observe);
-  }
-  ~SectorCounter() {
-    auto& slot = ps::vector_observer();
-    slot.observer.store(nullptr);
-    slot.context = nullptr;
-  }
+  SectorCounter() { ps::vector_observer().set(&SectorCounter::observe, this); }
+  ~SectorCounter() { ps::vector_observer().clear(); }
   SectorCounter(const SectorCounter&) = delete;
   SectorCounter& operator=(const SectorCounter&) = delete;
 
@@ -278,15 +266,9 @@ class SectorCounter {
 class PreemptAtAtomics {
  public:
   explicit PreemptAtAtomics(std::uint32_t seed, int percent = 30) : seed_(seed), percent_(percent) {
-    auto& slot = ps::atomic_observer();
-    slot.context = this;
-    slot.observer.store(&PreemptAtAtomics::observe);
+    ps::atomic_observer().set(&PreemptAtAtomics::observe, this);
   }
-  ~PreemptAtAtomics() {
-    auto& slot = ps::atomic_observer();
-    slot.observer.store(nullptr);
-    slot.context = nullptr;
-  }
+  ~PreemptAtAtomics() { ps::atomic_observer().clear(); }
   PreemptAtAtomics(const PreemptAtAtomics&) = delete;
   PreemptAtAtomics& operator=(const PreemptAtAtomics&) = delete;
 

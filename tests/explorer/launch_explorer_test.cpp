@@ -75,15 +75,9 @@ class Scheduler {
         refused_word_(refused), owner_word_(owner), split_(first_holds ? -1 : 0),
         count_(static_cast<std::size_t>(first_.back())), procs_(new Process[count_]) {
     refused_launch_.assign(first_.size() - 1, false);
-    auto& slot = ps::atomic_observer();
-    slot.context = this;
-    slot.observer.store(&Scheduler::observe);
+    ps::atomic_observer().set(&Scheduler::observe, this);
   }
-  ~Scheduler() {
-    auto& slot = ps::atomic_observer();
-    slot.observer.store(nullptr);
-    slot.context = nullptr;
-  }
+  ~Scheduler() { ps::atomic_observer().clear(); }
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 

@@ -1,6 +1,6 @@
 #pragma once
 // Device-scope atomics, fences and spinning, as the pool and launch steps use them: not public API, but for the host
-// observer (AtomicAccess, atomic_observer, observe_atomic).
+// observer (AtomicAccess, ObserverSlot, atomic_observer, observe_atomic).
 //
 // On the host (the host executor, the tests' grid emulator) every atomic access and fence can be reported to an
 // observer, so that a test or a benchmark counts what a launch costs on the device (atomics per 128-byte line, fences)
@@ -27,12 +27,23 @@ enum class AtomicAccess : int {
 };
 
 #if !defined(__CUDA_ARCH__)
-using AtomicObserver = void (*)(const void* address, AtomicAccess access, void* context);
-
-struct AtomicObserverSlot {
-  std::atomic<AtomicObserver> observer{nullptr};
+/// A process-wide observer on the host: a function and what it is called with. Set it only while no operation runs.
+template <class F>
+struct ObserverSlot {
+  std::atomic<F> observer{nullptr};
   void* context = nullptr;
+  void set(F f, void* c) {
+    context = c;
+    observer.store(f);
+  }
+  void clear() {
+    observer.store(nullptr);
+    context = nullptr;
+  }
 };
+
+using AtomicObserver = void (*)(const void* address, AtomicAccess access, void* context);
+using AtomicObserverSlot = ObserverSlot<AtomicObserver>;
 
 /// The process's observer (null: none), which observe_atomic tells of each access the library's atomics make on the
 /// host. Set it only while no operation runs.

@@ -19,15 +19,13 @@
 //
 // A stash writes the stream's padding after a segment (up to 15 bytes) as zeros: page bytes don't depend on the mover.
 
+#include <pagestash/detail/atomics.hpp>
 #include <pagestash/stash/policy.hpp>
 #include <pagestash/stash/work.hpp>
 
 #include <cuda/std/type_traits>
 
 #include <cstring>
-#if !defined(__CUDA_ARCH__)
-#  include <atomic>
-#endif
 
 PAGESTASH_NAMESPACE_BEGIN
 
@@ -59,11 +57,7 @@ enum class VectorAccess : int { load, store, tile };
 
 #if !defined(__CUDA_ARCH__)
 using VectorObserver = void (*)(const void* address, int bytes, VectorAccess access, void* context);
-
-struct VectorObserverSlot {
-  std::atomic<VectorObserver> observer{nullptr};
-  void* context = nullptr;
-};
+using VectorObserverSlot = ObserverSlot<VectorObserver>;
 
 /// The process's observer of the lanes' loads and stores on the host (the grid emulator: the host executor's copies are
 /// its own), so that a benchmark counts the sectors a warp's access touches without a GPU. Set it only while no

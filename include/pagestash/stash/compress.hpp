@@ -26,27 +26,24 @@ PAGESTASH_HOST_DEVICE inline unsigned char* stream_byte(const TileWork& w, cuda:
   return w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & (w.pool.page_bytes - 1));
 }
 
-/// IEEE binary32 product and quotient, rounded to nearest even, subnormals kept: the codec's arithmetic. In PTX on the
-/// device, so that the flags the user compiles the kernels with (--use_fast_math, -ftz=true, -prec-div=false) cannot
-/// make them flush (a scale of 2^-127, a BF16 subnormal) or approximate (a division by MUFU.RCP).
-PAGESTASH_HOST_DEVICE inline float mul_rn(float a, float b) {
+/// IEEE binary32 product (Op '*') or quotient ('/'), rounded to nearest even, subnormals kept: the codec's arithmetic.
+/// In PTX on the device, so that the flags the user compiles the kernels with (--use_fast_math, -ftz=true,
+/// -prec-div=false) cannot make them flush (a scale of 2^-127, a BF16 subnormal) or approximate (a division by
+/// MUFU.RCP).
+template <char Op>
+PAGESTASH_HOST_DEVICE float ieee_rn(float a, float b) {
+  static_assert(Op == '*' || Op == '/');
 #if defined(__CUDA_ARCH__)
   float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (Op == '*') asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  else asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 #else
-  return a * b;
+  return Op == '*' ? a * b : a / b;
 #endif
 }
-PAGESTASH_HOST_DEVICE inline float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return a / b;
-#endif
-}
+PAGESTASH_HOST_DEVICE inline float mul_rn(float a, float b) { return ieee_rn<'*'>(a, b); }
+PAGESTASH_HOST_DEVICE inline float div_rn(float a, float b) { return ieee_rn<'/'>(a, b); }
 }  // namespace detail
 
 /// One tile of a compressed item, resolved.
@@ -312,7 +309,7 @@ PAGESTASH_HOST_DEVICE void encode_units(const Lanes& lanes, const TileWork& w, c
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t i = 0; i < Map::rounds; ++i) {
         const cuda::std::uint32_t k = j * Map::rounds + i;
-        store8(c.codes + unit_values * Map::unit(first, k, rank, size), encode_vector<Format, T>(x[k], s));
+        store_vector(c.codes + unit_values * Map::unit(first, k, rank, size), encode_vector<Format, T>(x[k], s), false);
       }
       if (rank % Map::group != 0) continue;
       store_scale<Compression>(block_scale<Compression>(w, c, block), s.stored);
@@ -336,7 +333,8 @@ PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, c
       if (block >= c.blocks) continue;
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t i = 0; i < Map::rounds; ++i)
-        codes[j * Map::rounds + i] = load8(c.codes + unit_values * Map::unit(first, j * Map::rounds + i, rank, size));
+        codes[j * Map::rounds + i] =
+            load_vector<8>(c.codes + unit_values * Map::unit(first, j * Map::rounds + i, rank, size));
       factor[j] = BlockScale<Format, T>::decode(load_scale<Compression>(block_scale<Compression>(w, c, block)));
     }
     PAGESTASH_UNROLL

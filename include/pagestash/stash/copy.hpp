@@ -80,63 +80,59 @@ PAGESTASH_HOST_DEVICE inline void observe_vector(const void* address, int bytes,
 #endif
 }
 
-/// 16 bytes as four little-endian words (CUDA's hosts are little-endian), held in registers between a load and a store.
-struct Vector16 {
-  cuda::std::uint32_t w[4];
+/// Bytes (16 or 8) as little-endian words (CUDA's hosts are little-endian), held in registers between a load and a
+/// store: a copy's vector, or a compressed unit's 8 codes (stash/compress.hpp).
+template <int Bytes>
+struct Vector {
+  cuda::std::uint32_t w[Bytes / 4];
 };
+using Vector16 = Vector<16>;
+using Vector8 = Vector<8>;
 
-/// 16 aligned bytes, read once (the buffer on stash, the pages on reload): on the device, evict-first (ld.global.cs).
-PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) {
-  observe_vector(src, 16, VectorAccess::load);
+/// Aligned bytes, read once (the buffer on stash, the pages on reload): on the device, evict-first (ld.global.cs).
+template <int Bytes>
+PAGESTASH_HOST_DEVICE Vector<Bytes> load_vector(const unsigned char* src) {
+  static_assert(Bytes == 16 || Bytes == 8);
+  observe_vector(src, Bytes, VectorAccess::load);
 #if defined(__CUDA_ARCH__)
-  const uint4 u = __ldcs(reinterpret_cast<const uint4*>(src));
-  return {{u.x, u.y, u.z, u.w}};
+  if constexpr (Bytes == 16) {
+    const uint4 u = __ldcs(reinterpret_cast<const uint4*>(src));
+    return {{u.x, u.y, u.z, u.w}};
+  } else {
+    const uint2 u = __ldcs(reinterpret_cast<const uint2*>(src));
+    return {{u.x, u.y}};
+  }
 #else
-  Vector16 x;
-  std::memcpy(x.w, src, 16);
+  Vector<Bytes> x;
+  std::memcpy(x.w, src, Bytes);
   return x;
 #endif
 }
 
-/// 16 aligned bytes. Pages are read much later (evict-first, st.global.cs), a reloaded buffer soon (plain store).
-PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x, bool read_soon) {
-  observe_vector(dst, 16, VectorAccess::store);
+/// Aligned bytes. Pages are read much later (evict-first, st.global.cs), a reloaded buffer soon (plain store).
+template <int Bytes>
+PAGESTASH_HOST_DEVICE void store_vector(unsigned char* dst, const Vector<Bytes>& x, bool read_soon) {
+  static_assert(Bytes == 16 || Bytes == 8);
+  observe_vector(dst, Bytes, VectorAccess::store);
 #if defined(__CUDA_ARCH__)
-  const uint4 u = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
-  if (read_soon) *reinterpret_cast<uint4*>(dst) = u;
-  else __stcs(reinterpret_cast<uint4*>(dst), u);
+  if constexpr (Bytes == 16) {
+    const uint4 u = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
+    if (read_soon) *reinterpret_cast<uint4*>(dst) = u;
+    else __stcs(reinterpret_cast<uint4*>(dst), u);
+  } else {
+    const uint2 u = make_uint2(x.w[0], x.w[1]);
+    if (read_soon) *reinterpret_cast<uint2*>(dst) = u;
+    else __stcs(reinterpret_cast<uint2*>(dst), u);
+  }
 #else
   (void)read_soon;
-  std::memcpy(dst, x.w, 16);
+  std::memcpy(dst, x.w, Bytes);
 #endif
 }
 
-/// 8 bytes as two little-endian words: a compressed unit's codes (stash/compress.hpp).
-struct Vector8 {
-  cuda::std::uint32_t w[2];
-};
-
-/// 8 aligned bytes of the pages, read once (evict-first on the device).
-PAGESTASH_HOST_DEVICE inline Vector8 load8(const unsigned char* src) {
-  observe_vector(src, 8, VectorAccess::load);
-#if defined(__CUDA_ARCH__)
-  const uint2 u = __ldcs(reinterpret_cast<const uint2*>(src));
-  return {{u.x, u.y}};
-#else
-  Vector8 x;
-  std::memcpy(x.w, src, 8);
-  return x;
-#endif
-}
-
-/// 8 aligned bytes of the pages (evict-first on the device: read much later).
-PAGESTASH_HOST_DEVICE inline void store8(unsigned char* dst, const Vector8& x) {
-  observe_vector(dst, 8, VectorAccess::store);
-#if defined(__CUDA_ARCH__)
-  __stcs(reinterpret_cast<uint2*>(dst), make_uint2(x.w[0], x.w[1]));
-#else
-  std::memcpy(dst, x.w, 8);
-#endif
+PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) { return load_vector<16>(src); }
+PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x, bool read_soon) {
+  store_vector(dst, x, read_soon);
 }
 
 /// The low word of (hi:lo) >> bits, bits < 32.

@@ -292,7 +292,7 @@ PAGESTASH_HOST_DEVICE void encode_units(const Lanes& lanes, const TileWork& w, c
     PAGESTASH_UNROLL
     for (cuda::std::uint32_t k = 0; k < Map::batch; ++k)
       x[k] = Map::block(first, k, rank, size) < c.blocks
-                 ? load16(value_at(c, c.first + unit_values * Map::unit(first, k, rank, size)))
+                 ? load_vector<16>(value_at(c, c.first + unit_values * Map::unit(first, k, rank, size)))
                  : Vector16{};
     cuda::std::uint32_t m[Map::blocks] = {};
     PAGESTASH_UNROLL
@@ -341,8 +341,8 @@ PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, c
     for (cuda::std::uint32_t k = 0; k < Map::batch; ++k) {
       if (Map::block(first, k, rank, size) >= c.blocks) continue;
       const cuda::std::uint32_t u = Map::unit(first, k, rank, size);
-      store16(value_at(c, c.first + unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]),
-              true);
+      store_vector(value_at(c, c.first + unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]),
+                   true);
     }
   }
 }

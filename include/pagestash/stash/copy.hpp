@@ -130,11 +130,6 @@ PAGESTASH_HOST_DEVICE void store_vector(unsigned char* dst, const Vector<Bytes>&
 #endif
 }
 
-PAGESTASH_HOST_DEVICE inline Vector16 load16(const unsigned char* src) { return load_vector<16>(src); }
-PAGESTASH_HOST_DEVICE inline void store16(unsigned char* dst, const Vector16& x, bool read_soon) {
-  store_vector(dst, x, read_soon);
-}
-
 /// The low word of (hi:lo) >> bits, bits < 32.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t funnel_shift_right(cuda::std::uint32_t lo, cuda::std::uint32_t hi,
                                                                     unsigned bits) {
@@ -290,15 +285,15 @@ PAGESTASH_HOST_DEVICE inline void move_vector(const TileSpan& s, TileOp op, cuda
   const cuda::std::uint32_t n = s.bytes - q < 16 ? s.bytes - q : 16;
   const Piece first = locate(s, q);
   if (n == 16 && first.room >= 16 && aligned16(first.at)) {  // whole and aligned alike
-    if (op == TileOp::stash) store16(s.stream + q, load16(first.at), false);
-    else store16(first.at, op == TileOp::reload ? load16(s.stream + q) : Vector16{}, true);
+    if (op == TileOp::stash) store_vector(s.stream + q, load_vector<16>(first.at), false);
+    else store_vector(first.at, op == TileOp::reload ? load_vector<16>(s.stream + q) : Vector16{}, true);
     return;
   }
   if (op == TileOp::stash) {
-    store16(s.stream + q, gather_vector(s, q, n, first), false);  // bytes past n: the segment's padding, zeros
+    store_vector(s.stream + q, gather_vector(s, q, n, first), false);  // bytes past n: the segment's padding, zeros
     return;
   }
-  scatter_vector(s, q, n, first, op == TileOp::reload ? load16(s.stream + q) : Vector16{});
+  scatter_vector(s, q, n, first, op == TileOp::reload ? load_vector<16>(s.stream + q) : Vector16{});
 }
 
 /// Whether every whole vector of the tile lies in one run, aligned alike: tile and line boundaries all on 16 bytes.
@@ -399,15 +394,15 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
         const cuda::std::uint32_t q = 16 * (v + k * stride);
-        if (op == TileOp::stash) x[k] = load16(locate(s, q).at);
-        else if (op == TileOp::reload) x[k] = load16(s.stream + q);
+        if (op == TileOp::stash) x[k] = load_vector<16>(locate(s, q).at);
+        else if (op == TileOp::reload) x[k] = load_vector<16>(s.stream + q);
         else x[k] = Vector16{};
       }
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
         const cuda::std::uint32_t q = 16 * (v + k * stride);
-        if (op == TileOp::stash) store16(s.stream + q, x[k], false);
-        else store16(locate(s, q).at, x[k], true);
+        if (op == TileOp::stash) store_vector(s.stream + q, x[k], false);
+        else store_vector(locate(s, q).at, x[k], true);
       }
     }
   } else if (op != TileOp::stash) {
@@ -418,7 +413,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
       Vector16 x[in_flight];
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k)
-        x[k] = op == TileOp::reload ? load16(s.stream + 16 * (v + k * stride)) : Vector16{};
+        x[k] = op == TileOp::reload ? load_vector<16>(s.stream + 16 * (v + k * stride)) : Vector16{};
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k) store_bytes(locate(s, 16 * (v + k * stride)).at, x[k], 16);
     }
@@ -447,7 +442,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
         for (int j = 0; j < 4; ++j) x[k].w[j] = funnel_shift_right(words[k][j], words[k][j + 1], shift[k]);
       }
       PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < gather; ++k) store16(s.stream + 16 * (v + k * stride), x[k], false);
+      for (cuda::std::uint32_t k = 0; k < gather; ++k) store_vector(s.stream + 16 * (v + k * stride), x[k], false);
     }
   }
   for (; v < vectors; v += stride) move_vector(s, op, 16 * v);

@@ -60,5 +60,19 @@ int main() {
   const auto expert1 = static_cast<std::size_t>(shape.hidden * shape.max_tokens / 2);
   const bool restored = data[0] == 0x11 && data[99] == 0x11 && data[100] == 0 && data[expert1] == 0;
   std::printf("%s\n", restored ? "restored" : "NOT restored");
-  return restored && status.state == pagestash::RecordState::reloaded ? 0 : 1;
+
+  // [grow]
+  pagestash::PoolConfig growable;
+  growable.page_bytes = 64 << 10;
+  growable.device_pages = 16;      // backed now
+  growable.device_reserve = 1024;  // address space for 64 MiB
+  pagestash::PagePool small(growable, pagestash::MemorySpace::host);
+  unsigned char* const first_page = small.ref().page(0);
+  pagestash::grow(pagestash::host, small, 64, 0);    // 16 -> 64 pages; no id or address moves
+  pagestash::shrink(pagestash::host, small, 16, 0);  // after a balanced step: back to 16
+  // [grow]
+  const bool resized = small.ref().page(0) == first_page && small.stats().device_pages == 16;
+  std::printf("grown to 64 pages and shrunk to %lld, addresses kept: %s\n",
+              static_cast<long long>(small.config().device_pages), resized ? "yes" : "NO");
+  return restored && resized && status.state == pagestash::RecordState::reloaded ? 0 : 1;
 }

@@ -62,6 +62,13 @@ struct DeviceBackendWith {
     end_step_on(cudaStreamPerThread, pool);
     sync();
   }
+  static void grow(ps::PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    grow_on(cudaStreamPerThread, pool, device_pages, host_pages);
+    sync();
+  }
+  static void shrink(ps::PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    shrink_on(cudaStreamPerThread, pool, device_pages, host_pages);
+  }
 
   class Streams {
    public:

@@ -221,6 +221,66 @@ int graph_replays(int replays, std::uint32_t seed) {
   return checked;
 }
 
+/// A graph of a stash and a reload captured on a pool a quarter of a full tensor's pages,
+/// with a reserve for twice them: a replay at full counts overflows; after grow() the same
+/// graph, not captured again, holds them, bit for bit, replay after replay; after a balanced
+/// step shrink() gives the memory back and the graph overflows at full counts again.
+/// Returns the replays after the grow whose every byte was right.
+template <class L, class Backend>
+int graph_after_grow(int replays, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  const std::int64_t full = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = std::max<std::int64_t>(1, full / 4);
+  cfg.device_reserve = 2 * full;
+  ps::PagePool pool(cfg, Backend::space);
+  Tensor<L, Backend> src(shape), dest(shape);
+  ps::StashRecord<Tr> rec(pool, shape);
+  typename Backend::Graph graph;
+  graph.stash(pool, src.view, rec);
+  graph.reload(pool, rec, dest.view, true);
+  graph.instantiate();
+  std::vector<std::int32_t> most(static_cast<std::size_t>(shape.groups), 0);
+  for (std::size_t g = 0; g < most.size(); ++g)
+    most[g] = static_cast<std::int32_t>(L::placement::packed && g > 0 ? 0 : shape.max_tokens);
+  std::array<std::vector<std::uint8_t>, 3> bytes, poisoned;
+  const auto replay = [&](const std::vector<std::int32_t>& counts) {
+    fill(src, counts, rng, &bytes);
+    poison(dest, rng, poisoned);
+    graph.launch();
+    bool equal = rec.status().state == ps::RecordState::reloaded;
+    for (BufferRole role : all_roles) {
+      const auto r = static_cast<std::size_t>(role);
+      equal = equal && dest.bytes(role) == expected_reload<Tr>(shape, role, counts, bytes[r], poisoned[r], true);
+    }
+    return equal;
+  };
+  CHECK_FALSE(replay(most));  // too many pages for the small pool
+  CHECK(pool.stats().flags.overflow);
+  Backend::reset(pool);
+  Backend::grow(pool, 2 * full, 0);
+  int checked = 0;
+  for (int k = 0; k < replays; ++k) {
+    const bool equal = replay(k % 2 == 0 ? most : random_counts(shape, rng));
+    CHECK(equal);
+    Backend::end_step(pool);
+    const ps::PoolStats st = pool.stats();
+    CHECK(!st.flags.overflow);
+    CHECK(!st.flags.error);
+    CHECK(st.device_pages == 2 * full);
+    CHECK(st.device_pages_free == 2 * full);
+    checked += equal;
+  }
+  Backend::shrink(pool, cfg.device_pages, 0);
+  CHECK(pool.stats().device_pages == cfg.device_pages);
+  CHECK_FALSE(replay(most));
+  CHECK(pool.stats().flags.overflow);
+  return checked;
+}
+
 // ---- Concurrent streams -----------------------------------------------------------------
 
 /// Streams run interleaved stashes and reloads of their own records, all at once, against

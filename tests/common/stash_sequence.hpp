@@ -80,6 +80,12 @@ struct HostBackend {
     ps::discard(executor, pool, rec);
   }
   static void reset(ps::PagePool& pool) { ps::reset(executor, pool); }
+  static void grow(ps::PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    ps::grow(executor, pool, device_pages, host_pages);
+  }
+  static void shrink(ps::PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    ps::shrink(executor, pool, device_pages, host_pages);
+  }
 };
 
 /// A shape with round sizes, and one with odd ones (lines that are not 16-byte aligned).

@@ -43,6 +43,11 @@ TEST_CASE("a captured graph of stashes and out-of-order reloads, replayed with n
   CHECK(suite::graph_replays<RowMx4PackSw, DeviceBackend>(40, 3) == 40);
 }
 
+TEST_CASE("a graph captured on a small pool runs after grow with more live tokens than it held, bit-exact") {
+  CHECK(suite::graph_after_grow<ColNv4CapSw, DeviceBackend>(20, 1) == 20);
+  CHECK(suite::graph_after_grow<RuBf16, DeviceBackend>(20, 2) == 20);
+}
+
 TEST_CASE("stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, DeviceBackend>(8, 20, 7);
   suite::concurrent_streams<ColMx4CapSw, DeviceBackend>(4, 10, 8);

@@ -36,6 +36,11 @@ TEST_CASE(
   CHECK(suite::graph_replays<RowMx4PackSw, Host>(6, 3) == 6);
 }
 
+TEST_CASE("executor suite, host executor: a graph recorded on a small pool runs after grow, bit-exact (no re-record)") {
+  CHECK(suite::graph_after_grow<ColNv4CapSw, Host>(6, 1) == 6);
+  CHECK(suite::graph_after_grow<RuBf16, Host>(6, 2) == 6);
+}
+
 TEST_CASE(
     "executor suite, host executor: stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, Host>(8, 4, 7);
@@ -113,6 +118,10 @@ TEST_CASE(
     "emulated grid: executor suite, a recorded graph of stashes and out-of-order reloads, replayed with new counts") {
   CHECK(suite::graph_replays<ColNv4CapSw, Emulated>(2, 1) == 2);
   CHECK(suite::graph_replays<RuBf16, Emulated>(2, 2) == 2);
+}
+
+TEST_CASE("emulated grid: executor suite, a graph recorded on a small pool runs after grow, bit-exact") {
+  CHECK(suite::graph_after_grow<ColNv4CapSw, Emulated>(2, 1) == 2);
 }
 
 TEST_CASE(

@@ -111,11 +111,13 @@ void check_report_matches(const ps::PoolStats& r, const ps::PagePool& pool) {
   ps::for_each_counter(r, [&](const char* name, std::int64_t v) { reported.emplace_back(name, v); });
   ps::for_each_counter(s, [&](const char* name, std::int64_t v) { read.emplace_back(name, v); });
   CHECK(reported == read);
-  CHECK(reported.size() == 12);
+  CHECK(reported.size() == 14);
   // One snapshot type: the report carries the pool's config as stats() does.
   CHECK(r.config.page_bytes == s.config.page_bytes);
   CHECK(r.config.device_pages == s.config.device_pages);
   CHECK(r.config.host_pages == s.config.host_pages);
+  CHECK(r.config.reserved_device_pages() == s.config.reserved_device_pages());
+  CHECK(r.config.reserved_host_pages() == s.config.reserved_host_pages());
   CHECK(r.failures() == s.failures());
 }
 

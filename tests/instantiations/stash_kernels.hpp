@@ -24,6 +24,8 @@ template <class Tr>
 void discard_on(cudaStream_t stream, ps::PagePool& pool, ps::StashRecord<Tr>& rec);
 void reset_on(cudaStream_t stream, ps::PagePool& pool);
 void end_step_on(cudaStream_t stream, ps::PagePool& pool);
+void grow_on(cudaStream_t stream, ps::PagePool& pool, std::int64_t device_pages, std::int64_t host_pages);
+void shrink_on(cudaStream_t stream, ps::PagePool& pool, std::int64_t device_pages, std::int64_t host_pages);
 /// Enqueues one kernel of one thread that writes its launch id (what the operation kernels'
 /// blocks tell their launch by: grid_launch_id) to *out.
 void launch_id_on(cudaStream_t stream, std::uint64_t* out);

@@ -34,6 +34,14 @@ void pagestash_test::reset_on(cudaStream_t stream, pagestash::PagePool& pool) {
 void pagestash_test::end_step_on(cudaStream_t stream, pagestash::PagePool& pool) {
   pagestash::end_step(pagestash::on(stream), pool);
 }
+void pagestash_test::grow_on(cudaStream_t stream, pagestash::PagePool& pool, std::int64_t device_pages,
+                             std::int64_t host_pages) {
+  pagestash::grow(pagestash::on(stream), pool, device_pages, host_pages);
+}
+void pagestash_test::shrink_on(cudaStream_t stream, pagestash::PagePool& pool, std::int64_t device_pages,
+                               std::int64_t host_pages) {
+  pagestash::shrink(pagestash::on(stream), pool, device_pages, host_pages);
+}
 #endif
 
 #define PAGESTASH_INSTANTIATE_STASH_TRAITS(Tr)                                                                        \

@@ -59,6 +59,24 @@ __global__ void __launch_bounds__(32) end_step_kernel(PoolRef pool) {
   check_balance(BlockTeam<32, StashPolicy::block_scan>{}, pool);
 }
 
+template <int Unused = 0>
+__global__ void __launch_bounds__(StashPolicy::threads_per_block)
+    resize_kernel(PoolRef pool, cuda::std::int64_t device_pages, cuda::std::int64_t host_pages, bool growing) {
+  if (growing) grow_pages(PolicyBlockTeam{}, pool, device_pages, host_pages);
+  else shrink_pages(PolicyBlockTeam{}, pool, device_pages, host_pages);
+}
+
+/// grow and shrink run between steps, on a stream that is not being captured: a graph would repeat them.
+inline void check_resize_stream(const char* name, cudaStream_t stream, const PagePool& pool) {
+  const std::string op = std::string("pagestash::") + name;
+  if (pool.space() != MemorySpace::device) throw_invalid(op, "the pool is in host memory; use pagestash::host");
+  check_stream_device(name, stream, pool.device());
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PAGESTASH_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    throw_invalid(op, "the stream is being captured: grow and shrink run between steps, outside a graph");
+}
+
 /// Blocks of a launch on the current device (launch_blocks of the device's policy), for a
 /// record whose plans have at most `max_tiles` tiles. The device is queried once per kernel
 /// and device (the first launch), so that later launches pay no query.
@@ -162,6 +180,37 @@ inline void reset(const CudaExecutor& ex, PagePool& pool) {
   detail::check_stream_device("reset", ex.stream, pool.device());
   detail::reset_kernel<><<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
+}
+
+/// Grows a device pool with a reserve (PoolConfig::device_reserve): backs the memory now (CUDA's virtual memory
+/// management; out of memory: throws, the pool as it was), then enqueues the kernel that puts the new pages' ids on
+/// the free stack, in stream order; operations on other streams may run meanwhile. The addresses of the pages, and
+/// every graph captured on the pool, stay valid. Not on a capturing stream.
+inline void grow(const CudaExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+  detail::check_resize_stream("grow", ex.stream, pool);
+  detail::PoolResize::check("pagestash::grow", pool, device_pages, host_pages, true);
+  detail::PoolResize::back(pool, device_pages, host_pages);
+  detail::resize_kernel<>
+      <<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), device_pages, host_pages, true);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+  detail::PoolResize::set(pool, device_pages, host_pages);
+}
+
+/// Shrinks a device pool in stream order when every page is back, and gives back the memory past the pages kept:
+/// synchronises the stream to learn whether it did (refused while a record holds pages: std::invalid_argument,
+/// nothing changed). Not on a capturing stream.
+inline void shrink(const CudaExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+  detail::check_resize_stream("shrink", ex.stream, pool);
+  detail::PoolResize::check("pagestash::shrink", pool, device_pages, host_pages, false);
+  detail::resize_kernel<>
+      <<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), device_pages, host_pages, false);
+  PAGESTASH_CUDA_CHECK_LAUNCH();
+  PAGESTASH_CUDA_TRY(cudaStreamSynchronize(ex.stream));
+  cuda::std::int32_t resized = 0;
+  PAGESTASH_CUDA_TRY(cudaMemcpy(&resized, &pool.ref().state->resized, sizeof resized, cudaMemcpyDeviceToHost));
+  if (resized != 1)
+    detail::throw_invalid("pagestash::shrink", "refused: records hold pages (shrink after a balanced end_step)");
+  detail::PoolResize::give_back(pool, device_pages, host_pages);
 }
 
 PAGESTASH_NAMESPACE_END

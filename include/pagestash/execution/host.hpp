@@ -119,4 +119,29 @@ inline void reset(const HostExecutor& ex, PagePool& pool) {
   reset_pool(SerialTeam{}, pool.ref());
 }
 
+/// Grows a pool with a reserve (PoolConfig) to device_pages and host_pages: no fewer than it has, none beyond its
+/// reserve. Backs the memory (out of memory: throws, the pool as it was), then puts the new pages' ids on the free
+/// stacks under the pool's lock: operations may run meanwhile, and no page, id or address moves.
+inline void grow(const HostExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::grow", "the pool is in device memory; use pagestash::on(stream)");
+  detail::PoolResize::check("pagestash::grow", pool, device_pages, host_pages, true);
+  detail::PoolResize::back(pool, device_pages, host_pages);
+  grow_pages(SerialTeam{}, pool.ref(), device_pages, host_pages);
+  detail::PoolResize::set(pool, device_pages, host_pages);
+}
+
+/// Shrinks a pool with a reserve to device_pages and host_pages (no more than it has) when every page is back (after
+/// a balanced end_step), and gives back the memory past them. Refused (std::invalid_argument, nothing changed) while a
+/// record holds pages.
+inline void shrink(const HostExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+  if (pool.space() != ex.memory)
+    detail::throw_invalid("pagestash::shrink", "the pool is in device memory; use pagestash::on(stream)");
+  detail::PoolResize::check("pagestash::shrink", pool, device_pages, host_pages, false);
+  shrink_pages(SerialTeam{}, pool.ref(), device_pages, host_pages);
+  if (pool.ref().state->resized != 1)
+    detail::throw_invalid("pagestash::shrink", "refused: records hold pages (shrink after a balanced end_step)");
+  detail::PoolResize::give_back(pool, device_pages, host_pages);
+}
+
 PAGESTASH_NAMESPACE_END

@@ -113,18 +113,20 @@ inline const char* name_of(FlagCategory c) {
 
 /// The pool's counters, one table: type, name, meaning. PoolCounters' fields and for_each_counter (the names tools
 /// print, e.g. the Python package's dicts) are made from it.
-#define PAGESTASH_POOL_COUNTERS(X)                                                                       \
-  X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                                    \
-  X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                        \
-  X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")                    \
-  X(cuda::std::int64_t, peak_device_pages_used, "device pages held at once, at most")                    \
-  X(cuda::std::int64_t, live_bytes, "bytes held in pages now (segments padded to 16)")                   \
-  X(cuda::std::int64_t, peak_live_bytes, "most bytes held in pages at once")                             \
-  X(cuda::std::int64_t, stashes, "stashes that took pages")                                              \
-  X(cuda::std::int64_t, reloads, "reloads and discards that returned pages")                             \
-  X(cuda::std::int64_t, overflows, "operations that found no room, or the overflow flag set")            \
-  X(cuda::std::int64_t, errors, "operations refused as misuse")                                          \
-  X(cuda::std::int64_t, pages_held_at_step_end, "pages still held when end_step last ran (0: balanced)") \
+#define PAGESTASH_POOL_COUNTERS(X)                                                                               \
+  X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                                            \
+  X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                                \
+  X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")                            \
+  X(cuda::std::int64_t, peak_device_pages_used, "device pages held at once, at most")                            \
+  X(cuda::std::int64_t, live_bytes, "bytes held in pages now (segments padded to 16)")                           \
+  X(cuda::std::int64_t, peak_live_bytes, "most bytes held in pages at once")                                     \
+  X(cuda::std::int64_t, stashes, "stashes that took pages")                                                      \
+  X(cuda::std::int64_t, reloads, "reloads and discards that returned pages")                                     \
+  X(cuda::std::int64_t, overflows, "operations that found no room, or the overflow flag set")                    \
+  X(cuda::std::int64_t, errors, "operations refused as misuse")                                                  \
+  X(cuda::std::int64_t, pages_held_at_step_end, "pages still held when end_step last ran (0: balanced)")         \
+  X(cuda::std::int64_t, device_pages, "device pages the pool has (its config's, then as grow, shrink leave it)") \
+  X(cuda::std::int64_t, host_pages, "host pages the pool has (the same)")                                        \
   X(cuda::std::int32_t, generation, "resets so far")
 
 /// The pool's counters, as the pool's memory holds them (detail::PoolState, pool/page_pool.hpp) and as a snapshot

@@ -87,8 +87,8 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
         n.host_pages_free -= from_host;
         if (from_host > 0)
           device_atomic<cuda::std::int32_t>(c.flags.host_spill).store(1, cuda::std::memory_order_relaxed);
-        const cuda::std::int64_t used = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
-        const cuda::std::int64_t device_used = pool.device_pages - n.device_pages_free;
+        const cuda::std::int64_t used = n.device_pages + n.host_pages - n.device_pages_free - n.host_pages_free;
+        const cuda::std::int64_t device_used = n.device_pages - n.device_pages_free;
         n.peak_pages_used = used > n.peak_pages_used ? used : n.peak_pages_used;
         n.peak_device_pages_used = device_used > n.peak_device_pages_used ? device_used : n.peak_device_pages_used;
         n.live_bytes += live_bytes;
@@ -161,7 +161,8 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
   lock_pool(team, pool);
   if (team.leader()) {
     PoolStats r{};
-    r.config = {pool.page_bytes, pool.device_pages, pool.host_pages};
+    const PoolCounters& n = pool.state->counters;
+    r.config = {pool.page_bytes, n.device_pages, n.host_pages, pool.device_pages, pool.host_pages};
     // Atomic loads, as some counters are raised without the lock.
 #define PAGESTASH_LOAD_COUNTER(type, name, meaning) \
   r.name = device_atomic<type>(pool.state->counters.name).load(cuda::std::memory_order_relaxed);
@@ -180,8 +181,55 @@ PAGESTASH_HOST_DEVICE void check_balance(const Team& team, const PoolRef& pool) 
   detail::lock_pool(team, pool);
   if (team.leader()) {
     PoolCounters& n = pool.state->counters;
-    n.pages_held_at_step_end = pool.device_pages + pool.host_pages - n.device_pages_free - n.host_pages_free;
+    n.pages_held_at_step_end = n.device_pages + n.host_pages - n.device_pages_free - n.host_pages_free;
     if (n.pages_held_at_step_end != 0) detail::raise_error(pool, Flag::unbalanced);
+  }
+  detail::unlock_pool(team, pool);
+}
+
+/// Grows the pool to device_pages and host_pages (backed already: PoolResize::back): the new pages' ids go on top of
+/// the free stacks, under the lock, so that operations may run meanwhile; no held page or id moves. Fewer pages than
+/// the pool has change nothing.
+template <class Team>
+PAGESTASH_HOST_DEVICE void grow_pages(const Team& team, const PoolRef& pool, cuda::std::int64_t device_pages,
+                                      cuda::std::int64_t host_pages) {
+  detail::lock_pool(team, pool);
+  PoolCounters& n = pool.state->counters;
+  cuda::std::int64_t had[4] = {};  // pages and free ids, device then host
+  if (team.leader())
+    had[0] = n.device_pages, had[1] = n.device_pages_free, had[2] = n.host_pages, had[3] = n.host_pages_free;
+  const cuda::std::int64_t d = team.share(had[0]), d_free = team.share(had[1]), h = team.share(had[2]),
+                           h_free = team.share(had[3]);
+  for (cuda::std::int64_t i = d + team.rank(); i < device_pages; i += team.size())
+    pool.device_stack[d_free + i - d] = static_cast<cuda::std::int32_t>(i);
+  for (cuda::std::int64_t i = h + team.rank(); i < host_pages; i += team.size())
+    pool.host_stack[h_free + i - h] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+  if (team.leader()) {
+    if (device_pages > d) n.device_pages_free += device_pages - d, n.device_pages = device_pages;
+    if (host_pages > h) n.host_pages_free += host_pages - h, n.host_pages = host_pages;
+  }
+  detail::unlock_pool(team, pool);
+}
+
+/// Shrinks the pool to device_pages and host_pages if every page is back (the end of a balanced step): the free stacks
+/// then hold the ids of the pages kept, in order, and `resized` says 1; else nothing changes and it says 0 (refused).
+/// Under the lock. The memory past the pages kept is given back afterwards (PoolResize::give_back).
+template <class Team>
+PAGESTASH_HOST_DEVICE void shrink_pages(const Team& team, const PoolRef& pool, cuda::std::int64_t device_pages,
+                                        cuda::std::int64_t host_pages) {
+  detail::lock_pool(team, pool);
+  PoolCounters& n = pool.state->counters;
+  bool all_back = false;
+  if (team.leader())
+    all_back = n.device_pages_free == n.device_pages && n.host_pages_free == n.host_pages &&
+               device_pages <= n.device_pages && host_pages <= n.host_pages;
+  if (team.share(all_back)) detail::fill_free_stacks(team, pool, device_pages, host_pages);
+  if (team.leader()) {
+    if (all_back) {
+      n.device_pages = n.device_pages_free = device_pages;
+      n.host_pages = n.host_pages_free = host_pages;
+    }
+    pool.state->resized = all_back ? 1 : 0;
   }
   detail::unlock_pool(team, pool);
 }

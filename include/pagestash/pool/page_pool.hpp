@@ -1,11 +1,13 @@
 #pragma once
 // PagePool: owns the page arenas (device memory, plus optional pinned device-mapped host memory for spill) and the
-// free-page state. Made once, up front; stash, reload, discard and reset never allocate. Move-only.
+// free-page state. Made up front; stash, reload, discard and reset never allocate. A pool with a reserve
+// (PoolConfig) holds it as address space and grows or shrinks between steps (grow, shrink: execution/). Move-only.
 
 #include <pagestash/detail/team.hpp>
 #include <pagestash/pool/allocation.hpp>
 #include <pagestash/pool/flags.hpp>
 #include <pagestash/pool/pool_config.hpp>
+#include <pagestash/pool/reserved_memory.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -26,12 +28,14 @@ struct PoolStats : PoolCounters {
 namespace detail {
 /// The pool's state, in its memory, the flags first (their address is API). The flags, `lock`, `counters.generation`,
 /// `.overflows` and `.errors` are atomic; `id` (nonzero, random, kept by reset and byte copies: a record carries its
-/// pool's) is written once; the rest under `lock`.
+/// pool's) is written once; the rest under `lock`. `counters.device_pages` and `.host_pages` are the pages the pool
+/// has now (grow and shrink change them; reset keeps them).
 struct PoolState {
   PoolFlags flags;
   cuda::std::int32_t lock;
   cuda::std::uint64_t id;
-  PoolCounters counters;  ///< `generation` is bumped by reset (a record stashed before it is stale)
+  PoolCounters counters;       ///< `generation` is bumped by reset (a record stashed before it is stale)
+  cuda::std::int32_t resized;  ///< the last shrink's outcome: 1 done, 0 refused (pages were held)
 };
 }  // namespace detail
 
@@ -44,6 +48,9 @@ struct PoolRef {
   unsigned char* host_arena = nullptr;  ///< as the executor sees it (device-mapped for kernels)
   cuda::std::int64_t page_bytes = 0;
   cuda::std::int32_t page_shift = 0;  ///< log2(page_bytes)
+  /// Page ids [0, device_pages) are device pages, [device_pages, device_pages + host_pages) host pages: the reserve's
+  /// (PoolConfig::reserved_device_pages), so that no id or address moves as the pool grows. The pages the pool has
+  /// now are its state's counters.
   cuda::std::int32_t device_pages = 0;
   cuda::std::int32_t host_pages = 0;
 
@@ -53,22 +60,37 @@ struct PoolRef {
   }
 };
 
+namespace detail {
+/// The free stacks hold every page the pool has, in id order: ids [0, device_pages) and the host ids after the
+/// reserve's device ids.
+template <class Team>
+PAGESTASH_HOST_DEVICE void fill_free_stacks(const Team& team, const PoolRef& pool, cuda::std::int64_t device_pages,
+                                            cuda::std::int64_t host_pages) {
+  for (cuda::std::int64_t i = team.rank(); i < device_pages; i += team.size())
+    pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
+  for (cuda::std::int64_t i = team.rank(); i < host_pages; i += team.size())
+    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+}
+}  // namespace detail
+
 /// Every page free, flags and statistics cleared, generation bumped, the id kept; no allocation, so a graph may contain
 /// it. Nothing may run on the pool meanwhile.
 template <class Team>
 PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
-  for (cuda::std::int64_t i = team.rank(); i < pool.device_pages; i += team.size())
-    pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
-  for (cuda::std::int64_t i = team.rank(); i < pool.host_pages; i += team.size())
-    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+  const cuda::std::int64_t device_pages = pool.state->counters.device_pages,
+                           host_pages = pool.state->counters.host_pages;
+  detail::fill_free_stacks(team, pool, device_pages, host_pages);
+  team.sync();  // every thread read the counters before the leader rewrites them
   if (team.leader()) {
     // Every word but the id, which is never written: an operation that overlaps the reset
     // (misuse) sees the pool's own id, never a false foreign_record.
     detail::PoolState& s = *pool.state;
     PoolCounters counters{};
     counters.generation = s.counters.generation + 1;
-    counters.device_pages_free = pool.device_pages;
-    counters.host_pages_free = pool.host_pages;
+    counters.device_pages_free = device_pages;
+    counters.host_pages_free = host_pages;
+    counters.device_pages = device_pages;
+    counters.host_pages = host_pages;
     s.flags = PoolFlags{};
     s.lock = 0;
     s.counters = counters;
@@ -78,9 +100,9 @@ PAGESTASH_HOST_DEVICE void reset_pool(const Team& team, const PoolRef& pool) {
 
 /// What a pool's caller-owned memory must hold: bytes of each part (PagePool::bytes_needed).
 struct PoolMemorySizes {
-  std::size_t control = 0;       ///< flags, counters and the free-page stacks
-  std::size_t device_arena = 0;  ///< device_pages * page_bytes
-  std::size_t host_arena = 0;    ///< host_pages * page_bytes
+  std::size_t control = 0;       ///< flags, counters and the free-page stacks (for the reserve)
+  std::size_t device_arena = 0;  ///< reserved_device_pages() * page_bytes
+  std::size_t host_arena = 0;    ///< reserved_host_pages() * page_bytes
 };
 
 /// Caller-owned memory for a pool (a framework's allocator, e.g. PyTorch's caching allocator, so that its accounting
@@ -93,6 +115,10 @@ struct PoolMemory {
   void* device_arena = nullptr;
   void* host_arena = nullptr;  ///< may be null when host_pages = 0
 };
+
+namespace detail {
+struct PoolResize;
+}
 
 class PagePool {
  public:
@@ -118,7 +144,8 @@ class PagePool {
   /// Bytes of each part of a pool's memory for `config`.
   static PoolMemorySizes bytes_needed(const PoolConfig& config) {
     validate(config);
-    const auto d = static_cast<std::size_t>(config.device_pages), h = static_cast<std::size_t>(config.host_pages);
+    const auto d = static_cast<std::size_t>(config.reserved_device_pages());
+    const auto h = static_cast<std::size_t>(config.reserved_host_pages());
     const auto page = static_cast<std::size_t>(config.page_bytes);
     return {control_offset + (d + h) * sizeof(std::int32_t), d * page, h * page};
   }
@@ -126,6 +153,7 @@ class PagePool {
   PagePool(PagePool&&) noexcept = default;
   PagePool& operator=(PagePool&&) noexcept = default;
 
+  /// The pool's config, its pages as grow and shrink left them.
   const PoolConfig& config() const { return config_; }
   MemorySpace space() const { return space_; }
   /// The CUDA device a device pool lives on (the current one when it was made); -1 for a host pool. Operations on a
@@ -163,7 +191,23 @@ class PagePool {
     if (device) PAGESTASH_CUDA_TRY(cudaGetDevice(&device_));
     const auto kind = device ? detail::MemoryKind::device : detail::MemoryKind::host;
     const auto host_kind = device ? detail::MemoryKind::mapped_host : detail::MemoryKind::host;
-    if (memory != nullptr) {
+    if (config.growable()) {
+      if (memory != nullptr)
+        detail::throw_invalid("PagePool", "a pool with a reserve maps its own memory as it grows: no PoolMemory");
+      if (device && config.reserved_host_pages() > config.host_pages)
+        detail::throw_invalid("PoolConfig",
+                              "host_reserve: a device pool's spill pages (pinned, mapped host memory) "
+                              "are fixed; its device pages can grow (device_reserve)");
+      control_ = detail::Allocation(kind, sizes.control);
+      device_reserved_ = detail::ReservedMemory(space, sizes.device_arena, device_);
+      device_reserved_.back(static_cast<std::size_t>(config.device_bytes()));
+      if (device) {
+        host_arena_ = detail::Allocation(host_kind, sizes.host_arena);
+      } else {
+        host_reserved_ = detail::ReservedMemory(space, sizes.host_arena, -1);
+        host_reserved_.back(static_cast<std::size_t>(config.host_bytes()));
+      }
+    } else if (memory != nullptr) {
       control_ = detail::Allocation::borrow(kind, memory->control, sizes.control, "PoolMemory::control");
       device_arena_ =
           detail::Allocation::borrow(kind, memory->device_arena, sizes.device_arena, "PoolMemory::device_arena");
@@ -180,7 +224,7 @@ class PagePool {
       return;
     }
     // The initial state is the reset state, built on the host and copied once.
-    const auto d = static_cast<std::size_t>(config.device_pages);
+    const auto d = static_cast<std::size_t>(config.reserved_device_pages());
     std::vector<unsigned char> image(control_.bytes());
     PoolRef staging = ref_;
     staging.state = reinterpret_cast<detail::PoolState*>(image.data());
@@ -188,6 +232,8 @@ class PagePool {
     staging.host_stack = staging.device_stack + d;
     *staging.state = detail::PoolState{};
     staging.state->counters.generation = -1;
+    staging.state->counters.device_pages = config.device_pages;
+    staging.state->counters.host_pages = config.host_pages;
     staging.state->id = id_;
     reset_pool(SerialTeam{}, staging);
     detail::copy_bytes(space, control_.get(), image.data(), image.size(), false);
@@ -227,13 +273,13 @@ class PagePool {
     auto* control = static_cast<unsigned char*>(control_.get());
     r.state = reinterpret_cast<detail::PoolState*>(control);
     r.device_stack = reinterpret_cast<std::int32_t*>(control + control_offset);
-    r.host_stack = r.device_stack + config_.device_pages;
-    r.device_arena = static_cast<unsigned char*>(device_arena_.get());
-    r.host_arena = static_cast<unsigned char*>(host_arena_.device_view());
+    r.host_stack = r.device_stack + config_.reserved_device_pages();
+    r.device_arena = static_cast<unsigned char*>(device_reserved_.get() ? device_reserved_.get() : device_arena_.get());
+    r.host_arena = static_cast<unsigned char*>(host_reserved_.get() ? host_reserved_.get() : host_arena_.device_view());
     r.page_bytes = config_.page_bytes;
     while ((std::int64_t{1} << r.page_shift) < config_.page_bytes) ++r.page_shift;
-    r.device_pages = static_cast<std::int32_t>(config_.device_pages);
-    r.host_pages = static_cast<std::int32_t>(config_.host_pages);
+    r.device_pages = static_cast<std::int32_t>(config_.reserved_device_pages());
+    r.host_pages = static_cast<std::int32_t>(config_.reserved_host_pages());
     return r;
   }
 
@@ -242,8 +288,54 @@ class PagePool {
   std::uint64_t id_;
   int device_ = -1;
   detail::Allocation control_, device_arena_, host_arena_;
+  detail::ReservedMemory device_reserved_, host_reserved_;  ///< a pool with a reserve's arenas
   PoolRef ref_;
+
+  friend struct detail::PoolResize;
 };
+
+namespace detail {
+/// The host's half of grow and shrink (execution/host.hpp, cuda.cuh): the checks, the memory, the pool's config.
+struct PoolResize {
+  /// Throws unless (device_pages, host_pages) lie between `from` (the pages the pool has: at least, grow; at most,
+  /// shrink) and the reserve.
+  static void check(const char* op, const PagePool& pool, std::int64_t device_pages, std::int64_t host_pages,
+                    bool growing) {
+    const PoolConfig& c = pool.config_;
+    const bool in_reserve = device_pages <= c.reserved_device_pages() && host_pages <= c.reserved_host_pages();
+    const bool ordered =
+        growing ? device_pages >= c.device_pages && host_pages >= c.host_pages
+                : device_pages <= c.device_pages && host_pages <= c.host_pages && device_pages >= 0 && host_pages >= 0;
+    if (!in_reserve || !ordered || device_pages + host_pages == 0)
+      throw_invalid(op, "device_pages = " + std::to_string(device_pages) +
+                            ", host_pages = " + std::to_string(host_pages) + ": the pool has " +
+                            std::to_string(c.device_pages) + " and " + std::to_string(c.host_pages) + ", its reserve " +
+                            std::to_string(c.reserved_device_pages()) + " and " +
+                            std::to_string(c.reserved_host_pages()) + (growing ? "; grow takes" : "; shrink takes") +
+                            " no fewer (grow) or no more (shrink) pages than it has, none beyond the reserve, and "
+                            "some");
+  }
+  /// Backs the memory of the pool's first device_pages and host_pages (out of memory: throws, nothing changed).
+  static void back(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    const auto page = static_cast<std::size_t>(pool.config_.page_bytes);
+    if (pool.device_reserved_.get()) pool.device_reserved_.back(static_cast<std::size_t>(device_pages) * page);
+    if (pool.host_reserved_.get()) pool.host_reserved_.back(static_cast<std::size_t>(host_pages) * page);
+  }
+  /// Gives back the memory past them, and takes them as the pool's pages.
+  static void give_back(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    const auto page = static_cast<std::size_t>(pool.config_.page_bytes);
+    if (pool.device_reserved_.get()) pool.device_reserved_.give_back(static_cast<std::size_t>(device_pages) * page);
+    if (pool.host_reserved_.get()) pool.host_reserved_.give_back(static_cast<std::size_t>(host_pages) * page);
+    set(pool, device_pages, host_pages);
+  }
+  static void set(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
+    pool.config_.device_reserve = pool.config_.reserved_device_pages();  // kept as the pages change
+    pool.config_.host_reserve = pool.config_.reserved_host_pages();
+    pool.config_.device_pages = device_pages;
+    pool.config_.host_pages = host_pages;
+  }
+};
+}  // namespace detail
 
 /// A pool sized from an observed step (typically an eager step run with a generous pool): the peak number of pages held
 /// at once, times a safety factor for each memory. Pages already include the rounding of each stash to whole pages, so

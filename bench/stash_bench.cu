@@ -554,6 +554,26 @@ void bm_spill(benchmark::State& state, bool baseline, int64_t mib) {
   record_rate(baseline ? "memcpy_d2h" : "spill_stash", "bf16/capacity", mib, bytes, seconds, state);
 }
 
+/// What a pool's grow and shrink cost (a pool with a reserve, pages of 64 KiB): each iteration grows a pool of 16
+/// pages by `mib` MiB and shrinks it back, timed on the host (the device's: a grow maps 2 MiB chunks, a shrink
+/// synchronises its stream).
+void bm_grow_shrink(benchmark::State& state, int64_t mib) {
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 64 << 10;
+  cfg.device_pages = 16;
+  cfg.device_reserve = cfg.device_pages + (mib << 20) / cfg.page_bytes;
+  ps::PagePool pool(cfg, g_gpu ? ps::MemorySpace::device : ps::MemorySpace::host);
+  for (auto _ : state) {
+    if (g_gpu) {
+      ps::grow(ps::on(bench_stream()), pool, cfg.device_reserve, 0);
+      ps::shrink(ps::on(bench_stream()), pool, cfg.device_pages, 0);
+    } else {
+      ps::grow(ps::host, pool, cfg.device_reserve, 0);
+      ps::shrink(ps::host, pool, cfg.device_pages, 0);
+    }
+  }
+}
+
 /// The launch-bound regime: a captured graph of 32 stashes of 1 MiB (each followed by a
 /// discard so that the graph can replay), GPU time per stash.
 void bm_graph32(benchmark::State& state) {
@@ -955,6 +975,10 @@ int main(int argc, char** argv) {
     }
     benchmark::RegisterBenchmark("graph32_stash/bf16/1MiB", bm_graph32)->UseManualTime()->Unit(benchmark::kMicrosecond);
   }
+  for (int64_t mib : g_sizes_mib)
+    benchmark::RegisterBenchmark(("grow_shrink/" + std::to_string(mib) + "MiB").c_str(), [mib](benchmark::State& s) {
+      bm_grow_shrink(s, mib);
+    })->Unit(benchmark::kMicrosecond);
   int count = static_cast<int>(args.size());
   benchmark::Initialize(&count, args.data());
   benchmark::RunSpecifiedBenchmarks();

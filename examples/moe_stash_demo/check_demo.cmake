@@ -5,7 +5,9 @@
 #   3. --overflow 1e-3: the sizer's pool (its planned pages) holds the step, no overflow;
 #   4. --compress mxfp8: bf16 stashed compressed next to its lossless run, its reload equal to the reference round
 #      trip, on fewer pages; nvfp4, which cannot be compressed, lossless;
-#   5. bad flags exit with 2 and a message, never a crash.
+#   5. --grow: the step starts on a quarter of the pool and reaches it by growing (each overflowed step rerun after a
+#      reset and a grow, no restart): the measured step bit-exact with no overflow, after at least one grow;
+#   6. bad flags exit with 2 and a message, never a crash.
 set(_small --layers 2 --microbatches 3 --tokens 256 --hidden 256 --experts 4 --page-kib 16)
 
 function(run_demo out_var)
@@ -108,6 +110,14 @@ if(_permille LESS 505 OR _permille GREATER 650)
   message(FATAL_ERROR "--compress mxfp8: ${_compressed_pages} peak pages, lossless ${_lossless_pages}")
 endif()
 
+run_demo(_json --grow --recipes bf16,nvfp4 --schedule lifo)
+results("${_json}" grown)
+string(JSON _growths GET "${_json}" results 0 growths)
+string(JSON _grown_pool GET "${_json}" results 0 pool_pages)
+if(NOT grown_overflows EQUAL 0 OR NOT grown_lost EQUAL 0 OR _growths LESS 1)
+  message(FATAL_ERROR "--grow: ${grown_overflows} overflows, ${_growths} grows (expected a grow and no overflow)")
+endif()
+
 foreach(_bad "--compress;zstd" "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
   execute_process(COMMAND "${DEMO}" ${_bad} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
   if(NOT _rc EQUAL 2 OR NOT _err MATCHES "moe_stash_demo: ")
@@ -121,4 +131,5 @@ if(NOT _err MATCHES "unknown model shape 'gpt' \\(deepseek-v3, qwen3-moe")
 endif()
 message(STATUS "demo: 4 recipes bit-exact; forced overflow reported (${forced_overflows}); the sized pool "
                "(${_planned} pages) holds the step; mxfp8-compressed bf16 equals the round trip on "
-               "${_compressed_pages} pages (lossless ${_lossless_pages}); bad flags exit 2")
+               "${_compressed_pages} pages (lossless ${_lossless_pages}); --grow reached ${_grown_pool} pages in "
+               "${_growths} grows; bad flags exit 2")

@@ -17,7 +17,7 @@
 //                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10 | --overflow P]
 //                  [--spill-factor 0] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128]
 //                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
-//                  [--executor auto|host|cuda] [--json]
+//                  [--executor auto|host|cuda] [--grow] [--json]
 
 #include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.cuh>
@@ -59,6 +59,7 @@ struct Options {
   std::string executor = "auto";
   std::string compression = ps::Lossless::name;  ///< of the bf16/fp16 recipes (compression_names())
   bool json = false;
+  bool grow = false;  ///< the measured step starts on a quarter of the pool and grows on overflow
 };
 
 struct UsageError : std::runtime_error {
@@ -94,8 +95,8 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
-    if (flag == "--json") {
-      o.json = true;
+    if (flag == "--json" || flag == "--grow") {
+      (flag == "--json" ? o.json : o.grow) = true;
       continue;
     }
     if (flag == "--help" || flag == "-h") throw UsageError("");
@@ -129,6 +130,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--seed") o.seed = parse_number<unsigned>(flag, value);
     else if (flag == "--executor") o.executor = value;
     else if (flag == "--compress") o.compression = value;
+
     else throw UsageError("unknown flag " + flag);
   }
   for (auto& r : o.recipes) {  // a family: its capacity recipe, swizzled scales
@@ -335,6 +337,7 @@ struct Result {
   int64_t lost = 0;                    ///< tensors not restored because their stash overflowed
   int64_t parity_ok = 0, parity_bad = 0;
   double stash_seconds = 0, reload_seconds = 0;
+  std::vector<std::pair<int64_t, int64_t>> growths;  ///< --grow: each grow's pages, before and after
   double saved_percent() const {
     return oversized_bytes > 0 ? 100.0 * (1.0 - double(pool_bytes) / double(oversized_bytes)) : 0;
   }
@@ -447,8 +450,33 @@ class Step {
     ps::PoolConfig sized = ps::size_from_peak(observed, o_.pool_factor, o_.spill_factor);
     r.sized_by_sizer = o_.overflow > 0;
     if (r.sized_by_sizer) sized.device_pages = sizer.pages.value;
-    ps::PagePool pool(sized, space_);
-    Pass(*this, pool, r, true).run(events);
+    // --grow: the step starts on a quarter of that pool, with a reserve of twice it; a step that overflows is rerun
+    // after a reset and a grow (doubling, up to the sized pool), as a trainer reruns it: no restart, no new pool.
+    ps::PoolConfig start = sized;
+    if (o_.grow) {
+      start.device_pages = std::max<int64_t>(1, sized.device_pages / 4);
+      start.device_reserve = 2 * sized.device_pages;
+    }
+    ps::PagePool pool(start, space_);
+    for (;;) {
+      Result attempt = r;  // a step that overflowed is not the measured one
+      Pass(*this, pool, attempt, true).run(events);
+      const int64_t from = pool.config().device_pages;
+      if (!o_.grow || pool.stats().failures() == 0 || from >= sized.device_pages) {
+        r = attempt;
+        break;
+      }
+      const int64_t to = std::min(sized.device_pages, 2 * from);
+      if (cuda_) {
+        ps::reset(ps::on(stream_), pool);
+        ps::grow(ps::on(stream_), pool, to, pool.config().host_pages);
+        PAGESTASH_CUDA_TRY(cudaStreamSynchronize(stream_));
+      } else {
+        ps::reset(ps::host, pool);
+        ps::grow(ps::host, pool, to, pool.config().host_pages);
+      }
+      r.growths.emplace_back(from, to);
+    }
     const ps::PoolStats st = pool.stats();
     r.pool_pages = pool.config().device_pages;
     r.pool_bytes = pool.config().device_bytes();
@@ -651,6 +679,10 @@ void print_table(const std::vector<Result>& results, const Options& o) {
       std::printf("%s: cannot be compressed (a compressed stash pages bf16 or fp16 data): ran lossless.\n",
                   name.c_str());
   }
+  for (const Result& r : results)
+    for (const auto& [from, to] : r.growths)
+      std::printf("%s %s: grew %lld -> %lld pages (the step overflowed: pool reset, grown, step rerun; no restart)\n",
+                  r.recipe.c_str(), r.schedule.c_str(), (long long)from, (long long)to);
   for (const Result& r : results) {
     if (r.overflows == 0) continue;
     std::printf(
@@ -674,7 +706,8 @@ void print_json(const std::vector<Result>& results) {
         "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
         "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
         "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
-        "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld}",
+        "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld, "
+        "\"growths\": %zu}",
         i ? "," : "", r.recipe.c_str(), r.compression.c_str(), r.compressible ? "true" : "false",
         r.compression == ps::Lossless::name ? "source" : "round_trip_blocks", r.schedule.c_str(), r.executor.c_str(),
         (long long)r.tensors, (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes,
@@ -684,7 +717,7 @@ void print_json(const std::vector<Result>& results) {
         gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok,
         (long long)r.parity_bad, r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager",
         (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
-        r.planned_overflow, (long long)r.pages_held_at_step_end);
+        r.planned_overflow, (long long)r.pages_held_at_step_end, r.growths.size());
   }
   std::printf("\n]}\n");
 }
@@ -707,7 +740,7 @@ int main(int argc, char** argv) {
                  "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
                  "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
                  "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] "
-                 "[--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--json]\n",
+                 "[--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--grow] [--json]\n",
                  ps::sizing::model_shape_names("|").c_str());
     return 2;
   }

@@ -223,7 +223,7 @@ def analyse(cuobjdump, path):
     kernels = {}  # (arch, mangled) -> dict
     for arch, name, line in lines_of("--dump-resource-usage", r"^\s*Function (\S+):"):
         m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
-        if m and name and ("operation_kernel" in name or "reset_kernel" in name):
+        if m and name and ("operation_kernel" in name or "reset_kernel" in name or "resize_kernel" in name):
             kernels[(arch, name)] = dict(zip(("regs", "stack", "shared", "local"), map(int, m.groups())))
     if not kernels:
         return kernels  # nothing to disassemble (the format and layout kernels' objects)

@@ -1,9 +1,9 @@
 #pragma once
 // The compressed stash's copy (layouts/compression.hpp): a tile of a compressed item is a run of blocks, each of units
-// of 8 values. The lanes of a warp take units rank, rank + 32, ... (a block over 4 or 16 consecutive lanes, its amax
-// shuffled among them): every load and store of the warp covers consecutive bytes, as the lossless copy's do. The host
-// executor's one thread takes whole blocks in order. A block's codes are on the tile's page; its scale is in the
-// segment's scales, after the codes.
+// of 8 values. The lanes of a warp take two units each at a time (UnitLanes: an MXFP8 block over 4 consecutive lanes,
+// an FP8 1x128 block over 8 for two loads), the block's amax shuffled among them: every load and store of the warp
+// covers whole sectors, as the lossless copy's do. The host executor's one thread takes whole blocks in order. A
+// block's codes are on the tile's page; its scale is in the segment's scales, after the codes.
 //
 // The quantizer is its own code, checked against reference/quantize.hpp bit for bit: the block's amax is the largest
 // magnitude of the 16-bit source words (their order is the values' order; NaN and infinity sort above every finite

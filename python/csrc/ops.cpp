@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -29,6 +30,8 @@ void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const std::
               ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst);
+void resize_cuda(cudaStream_t stream, ps::PagePool& pool, bool growing, std::int64_t device_pages,
+                 std::int64_t host_pages);
 
 /// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
 /// stream is the legacy one, which pagestash refuses (it cannot be captured); the per-thread
@@ -50,6 +53,7 @@ void run_cuda(cudaStream_t, Op, const std::string&, const std::string&, const Po
               const RecordMemory&, const Buffers&, ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
+void resize_cuda(cudaStream_t, ps::PagePool&, bool, std::int64_t, std::int64_t) {}
 #endif
 
 namespace {
@@ -418,6 +422,74 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
   });
 }
 
+/// A pool with a reserve (PagePool(reserve_bytes=...)): the library maps its memory as it grows, so the library owns
+/// it, not PyTorch's allocator (which gives no address space to back later). Python holds its parts as tensors over
+/// that memory (each keeping the pool alive), which the ops attach to as to any pool, its reserve as its pages.
+struct ReservedPool {
+  std::shared_ptr<ps::PagePool> pool;
+  at::Device device;
+
+  /// Grows (to at least the pages it has) or shrinks (after a balanced step) on the pool's executor: the host's, or
+  /// PyTorch's current stream on its device.
+  void resize(bool growing, std::int64_t device_pages, std::int64_t host_pages) {
+    const at::OptionalDeviceGuard guard(device);
+    checked([&] {
+      if (device.is_cuda()) {
+        resize_cuda(stream_of(at::empty({0}, at::TensorOptions().device(device))), *pool, growing, device_pages,
+                    host_pages);
+      } else if (growing) {
+        ps::grow(host_executor(), *pool, device_pages, host_pages);
+      } else {
+        ps::shrink(host_executor(), *pool, device_pages, host_pages);
+      }
+    });
+  }
+};
+
+ReservedPool reserved_pool(std::int64_t page_bytes, std::int64_t device_pages, std::int64_t host_pages,
+                           std::int64_t device_reserve, std::int64_t host_reserve, const std::string& device) {
+  ReservedPool r{nullptr, at::Device(device)};
+  if (r.device.is_cuda()) stream_of(at::empty({0}));  // a build without the CUDA executor refuses here
+  ps::PoolConfig c;
+  c.page_bytes = page_bytes;
+  c.device_pages = device_pages;
+  c.host_pages = host_pages;
+  c.device_reserve = device_reserve;
+  c.host_reserve = host_reserve;
+  const at::OptionalDeviceGuard guard(r.device);  // a device pool lives on the current device
+  r.pool = checked([&] {
+    return std::make_shared<ps::PagePool>(c, r.device.is_cuda() ? ps::MemorySpace::device : ps::MemorySpace::host);
+  });
+  return r;
+}
+
+/// The pool's control, device arena and host arena as uint8 tensors over its memory, the arenas at the reserve's
+/// size (only the pages grown so far are backed: nothing but the ops may read them).
+py::tuple reserved_pool_parts(const ReservedPool& r) {
+  const ps::PoolMemory m = r.pool->memory();
+  const ps::PoolMemorySizes sizes = ps::PagePool::bytes_needed(r.pool->config());
+  const auto part = [&](void* p, std::size_t bytes, bool host) {
+    const at::Device on = host ? at::Device(at::kCPU) : r.device;
+    if (bytes == 0) return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(on));
+    return torch::from_blob(
+        p, {static_cast<std::int64_t>(bytes)}, [keep = r.pool](void*) {},
+        at::TensorOptions().dtype(at::kByte).device(on));
+  };
+  return py::make_tuple(part(m.control, sizes.control, false), part(m.device_arena, sizes.device_arena, false),
+                        part(m.host_arena, sizes.host_arena, r.device.is_cuda()));
+}
+
+py::dict reserved_pool_memory(const ReservedPool& r) {
+  const ps::PoolMemoryUse u = r.pool->memory_use();
+  py::dict d;
+  d["control_bytes"] = u.control;
+  d["device_bytes"] = u.device_backed;
+  d["host_bytes"] = u.host_backed;
+  d["device_reserved_bytes"] = u.device_reserved;
+  d["host_reserved_bytes"] = u.host_reserved;
+  return d;
+}
+
 constexpr std::size_t flag_words = ps::flag_count;
 
 py::dict flags_dict(ps::PoolFlags f) {
@@ -447,9 +519,9 @@ py::dict pool_stats_py(at::Tensor control, at::Tensor device_arena, at::Tensor h
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
   const ps::PoolStats s = checked([&] { return attach_pool(pool, space_of(control)).stats(); });
   py::dict d = counters_dict(s, s.flags);
-  d["page_bytes"] = s.config.page_bytes;
-  d["device_pages"] = s.config.device_pages;
-  d["host_pages"] = s.config.host_pages;
+  d["page_bytes"] = s.config.page_bytes;  // the pages it has are counters (device_pages, host_pages); these its ids'
+  d["device_reserve"] = s.config.reserved_device_pages();
+  d["host_reserve"] = s.config.reserved_host_pages();
   return d;
 }
 
@@ -583,6 +655,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("recipe_info", &info_dict, "Buffer bytes and granules of a recipe for a shape", py::arg("recipe"),
         py::arg("shape"), py::arg("compression") = ps::Lossless::name);
   m.def("pool_bytes", &pool_bytes, "Bytes of a pool's control, device arena and host arena");
+  py::class_<ReservedPool>(m, "ReservedPool", "A pool with a reserve, in memory the library maps as it grows")
+      .def_property_readonly("device_pages", [](const ReservedPool& r) { return r.pool->config().device_pages; })
+      .def_property_readonly("host_pages", [](const ReservedPool& r) { return r.pool->config().host_pages; })
+      .def_property_readonly("device_reserve",
+                             [](const ReservedPool& r) { return r.pool->config().reserved_device_pages(); })
+      .def_property_readonly("host_reserve",
+                             [](const ReservedPool& r) { return r.pool->config().reserved_host_pages(); })
+      .def("parts", &reserved_pool_parts, "(control, device arena, host arena) as uint8 tensors over its memory")
+      .def("memory", &reserved_pool_memory, "Bytes backed and reserved, by part")
+      .def("grow", [](ReservedPool& r, std::int64_t d, std::int64_t h) { r.resize(true, d, h); })
+      .def("shrink", [](ReservedPool& r, std::int64_t d, std::int64_t h) { r.resize(false, d, h); });
+  m.def("reserved_pool", &reserved_pool, "A pool with a reserve (PoolConfig's device_reserve, host_reserve)");
   m.def("init_pool", &init_pool_py, "Writes a new pool's state into its memory");
   m.def("record_bytes", &record_bytes_py, "Bytes of a record's memory");
   m.def("init_record", &init_record_py, "Writes an empty record into its memory");

@@ -23,4 +23,10 @@ void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst)
   run_report(ps::on(stream), pool, dst);
 }
 
+void resize_cuda(cudaStream_t stream, ps::PagePool& pool, bool growing, std::int64_t device_pages,
+                 std::int64_t host_pages) {
+  if (growing) ps::grow(ps::on(stream), pool, device_pages, host_pages);
+  else ps::shrink(ps::on(stream), pool, device_pages, host_pages);
+}
+
 }  // namespace pagestash_torch

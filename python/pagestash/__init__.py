@@ -6,7 +6,8 @@ PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor ho
 that pages marked activations between forward and backward, and `size_pool`, which sizes a
 pool for a target overflow probability (from the run's own counts: PagePool.observe), and
 `run_step`, which runs one optimizer step's microbatches paged and reruns the whole step
-without paging when paging failed. See
+without paging when paging failed; a pool with a reserve grows and shrinks between steps
+(PagePool(reserve_bytes=...), grow, shrink, auto_resize). See
 docs/python.md.
 """
 
@@ -18,6 +19,7 @@ from .errors import FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarn
 from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
 from .sizing import CurvePoint, PoolSizing, size_pool
 from .pool import PagePool, Record, decode_report
+from .resizing import AutoResize
 from .recipes import COMPRESSIONS, FAMILIES, Shape, infer, recipe, recipe_info, recipes
 from .step import PagedStep, PagingWarning, run_step
 
@@ -28,4 +30,4 @@ __version__: str = _C.version
 __all__ = ["ops", "COMPRESSIONS", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
-           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "with_cuda", "__version__"]
+           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "with_cuda", "__version__"]

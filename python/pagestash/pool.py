@@ -8,6 +8,7 @@ keep them together, check the flags and read them back.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import numbers
 import warnings
@@ -19,8 +20,10 @@ from . import _C
 from ._ops import ops
 from .errors import FLAG_NAMES, OverflowRateWarning, PagingError, failed_flags
 from .recipes import Shape, compression_of, infer
+from .resizing import AutoResize
 
 Device = Union[str, torch.device]
+_log = logging.getLogger("pagestash")
 
 
 def _graph_break_for_check() -> None:
@@ -59,10 +62,18 @@ class PagePool:
     `overflow_target`: the per-step overflow probability the pool was sized for
     (PoolSizing.pool() passes the sizing's target); decide() warns (OverflowRateWarning) once
     the steps overflow far more often. None: no such check.
+
+    `reserve_bytes`: a pool that grows. The most bytes its device pages may ever take, held as
+    address space (rounded up to whole pages); grow() and shrink() change the pages between
+    steps and no page, tensor or captured CUDA graph moves (docs/python.md, "A pool that
+    grows"). Its memory is the library's, not PyTorch's allocator's: memory() counts it.
+    `host_reserve_bytes`: the same for a CPU pool's host pages (a CUDA pool's spill pages are
+    fixed).
     """
 
     def __init__(self, device_pages: int, page_bytes: int = 64 << 10, host_pages: int = 0, device: Device = "cpu",
-                 strict: Optional[bool] = None, overflow_target: Optional[float] = None):
+                 strict: Optional[bool] = None, overflow_target: Optional[float] = None,
+                 reserve_bytes: Optional[int] = None, host_reserve_bytes: Optional[int] = None):
         self.device = torch.device(device)
         self.strict = self.device.type == "cpu" if strict is None else bool(strict)
         #: Cumulative over the pool's life (reset() and resize() keep them, unlike the device
@@ -80,25 +91,47 @@ class PagePool:
         self._begun = False
         self._decision: Optional[str] = None
         self._contexts = 0
-        self._allocate(int(device_pages), int(page_bytes), int(host_pages))
+        self._auto: Optional[AutoResize] = None  # auto_resize()'s policy
+        #: Each change of the pool's pages: dicts of step, old and new (device_pages, host_pages), and why.
+        self.resizes: List[dict] = []
+        reserve = [self._reserve_pages(b, int(page_bytes), what) for b, what in
+                   ((reserve_bytes, "reserve_bytes"), (host_reserve_bytes, "host_reserve_bytes"))]
+        self._allocate(int(device_pages), int(page_bytes), int(host_pages), *reserve)
         self._observe_left = 0  # whole steps observe() still records
         self._observed: List[torch.Tensor] = []  # [stashes, experts] per closed step
         self._step_counts: List[tuple] = []  # this step's counts' keys (each holds its tensor: ids stay theirs)
         self._step_copies: List[torch.Tensor] = []
 
-    def _allocate(self, device_pages: int, page_bytes: int, host_pages: int) -> None:
-        """Fresh memory for the pool (a new pool id: records of the old memory are another pool's)."""
+    @staticmethod
+    def _reserve_pages(nbytes: Optional[int], page_bytes: int, what: str) -> int:
+        """A reserve in bytes as whole pages (0: none)."""
+        if nbytes is None:
+            return 0
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
+            raise ValueError(f"pagestash: PagePool's {what} = {nbytes!r} must be a positive number of bytes, or None")
+        return -(-int(nbytes) // page_bytes) if page_bytes > 0 else 0
+
+    def _allocate(self, device_pages: int, page_bytes: int, host_pages: int, device_reserve: int = 0,
+                  host_reserve: int = 0) -> None:
+        """Fresh memory for the pool (a new pool id: records of the old memory are another pool's): from
+        PyTorch's allocator, or, with a reserve, mapped by the library as the pool grows."""
         self.page_bytes = page_bytes
         self._memory = getattr(self, "_memory", 0) + 1  # records made before are another pool's
-        control, device_arena, host_arena = _C.pool_bytes(page_bytes, device_pages, host_pages)
-        cuda = self.device.type == "cuda"
-        self.control = _aligned_bytes(control, self.device)
-        self.device_arena = _aligned_bytes(device_arena, self.device)
-        if cuda and host_arena == 0:
-            self.host_arena = torch.empty(0, dtype=torch.uint8, device=self.device)
+        self._reserved = None
+        if device_reserve or host_reserve:
+            self._reserved = _C.reserved_pool(page_bytes, device_pages, host_pages, device_reserve, host_reserve,
+                                              str(self.device))
+            self.control, self.device_arena, self.host_arena = self._reserved.parts()
         else:
-            self.host_arena = _aligned_bytes(host_arena, "cpu", pin_memory=cuda)
-        _C.init_pool(*self.state)
+            control, device_arena, host_arena = _C.pool_bytes(page_bytes, device_pages, host_pages)
+            cuda = self.device.type == "cuda"
+            self.control = _aligned_bytes(control, self.device)
+            self.device_arena = _aligned_bytes(device_arena, self.device)
+            if cuda and host_arena == 0:
+                self.host_arena = torch.empty(0, dtype=torch.uint8, device=self.device)
+            else:
+                self.host_arena = _aligned_bytes(host_arena, "cpu", pin_memory=cuda)
+            _C.init_pool(*self.state)
         #: The flags where the ops write them: int32 words (FLAG_NAMES gives their order),
         #: each 0 or 1, sticky until reset. agree() all-reduces them with MAX.
         self.flags = self.control[:4 * len(FLAG_NAMES)].view(torch.int32)
@@ -113,7 +146,10 @@ class PagePool:
     def __deepcopy__(self, memo) -> "PagePool":
         """A new, empty pool of the same config, device and strictness, with its own id (a
         byte copy would share the id, and each pool would take the other's records)."""
-        return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict)
+        reserve = self._reserved
+        return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict,
+                        reserve_bytes=reserve and reserve.device_reserve * self.page_bytes or None,
+                        host_reserve_bytes=reserve and reserve.host_reserve * self.page_bytes or None)
 
     def __copy__(self) -> "PagePool":
         """The same pool (its memory shared): it takes the original's records."""
@@ -164,19 +200,87 @@ class PagePool:
 
     @property
     def config(self) -> Dict[str, int]:
-        return dict(page_bytes=self.page_bytes, device_pages=self.device_pages, host_pages=self.host_pages)
+        """page_bytes, device_pages and host_pages; with a reserve, reserve_bytes and host_reserve_bytes too: what
+        PagePool(**config) takes (a pool that grew is made at the pages it has now)."""
+        c = dict(page_bytes=self.page_bytes, device_pages=self.device_pages, host_pages=self.host_pages)
+        if self._reserved is not None:
+            c.update(reserve_bytes=self.device_reserve * self.page_bytes,
+                     host_reserve_bytes=self.host_reserve * self.page_bytes)
+        return c
 
     @property
     def device_pages(self) -> int:
-        return self.device_arena.numel() // self.page_bytes
+        """The device pages it has (a pool that grows: as grow() and shrink() left them)."""
+        return self._reserved.device_pages if self._reserved is not None else self.device_arena.numel() // self.page_bytes
 
     @property
     def host_pages(self) -> int:
+        return self._reserved.host_pages if self._reserved is not None else self.host_arena.numel() // self.page_bytes
+
+    @property
+    def device_reserve(self) -> int:
+        """The most device pages grow() may give: the reserve, or device_pages for a pool without one."""
+        return self.device_arena.numel() // self.page_bytes
+
+    @property
+    def host_reserve(self) -> int:
         return self.host_arena.numel() // self.page_bytes
 
     @property
+    def growable(self) -> bool:
+        return self._reserved is not None
+
+    @property
     def nbytes(self) -> int:
-        return self.control.numel() + self.device_arena.numel() + self.host_arena.numel()
+        """Bytes of memory the pool holds now (memory(): by part)."""
+        m = self.memory()
+        return m["control_bytes"] + m["device_bytes"] + m["host_bytes"]
+
+    def memory(self) -> Dict[str, Union[int, str]]:
+        """What the pool's memory costs now, in bytes: control_bytes, device_bytes and host_bytes (backed by
+        physical memory: a reserve's in whole 2 MiB granules), device_reserved_bytes and host_reserved_bytes (address
+        space, backed or not), and `allocator`: 'pytorch' (torch.cuda.memory_allocated counts the pool) or
+        'pagestash' (a pool with a reserve: PyTorch's allocator sees none of it). No sync."""
+        if self._reserved is not None:
+            return {**self._reserved.memory(), "allocator": "pagestash"}
+        d, h = self.device_arena.numel(), self.host_arena.numel()
+        return dict(control_bytes=self.control.numel(), device_bytes=d, host_bytes=h, device_reserved_bytes=d,
+                    host_reserved_bytes=h, allocator="pytorch")
+
+    def grow(self, device_pages: Optional[int] = None, host_pages: Optional[int] = None, *,
+             why: str = "grow() called") -> None:
+        """Gives a pool with a reserve `device_pages` and `host_pages` in all (None: as it has), no fewer than it has
+        and none beyond the reserve: backs their memory, then adds their ids to the free pages, in the pool's CUDA
+        stream order (a CPU pool: now). Records, tensors and captured CUDA graphs stay valid; a graph replayed after
+        it may take the new pages. Not inside an open step, nor while a CUDA stream captures. ValueError for bad
+        pages (nothing changed), RuntimeError when memory runs out (the pool as it was). Logged (`resizes`)."""
+        self._resize(True, device_pages, host_pages, why)
+
+    def shrink(self, device_pages: Optional[int] = None, host_pages: Optional[int] = None, *,
+               why: str = "shrink() called") -> None:
+        """Keeps `device_pages` and `host_pages` (None: as it has) of a pool with a reserve, no more than it has, and
+        gives the memory past them back, between steps, with every page back (after a balanced end_step): else
+        ValueError, nothing changed. A CUDA pool synchronises its stream to know. Logged (`resizes`)."""
+        self._resize(False, device_pages, host_pages, why)
+
+    def _resize(self, growing: bool, device_pages: Optional[int], host_pages: Optional[int], why: str) -> None:
+        what = "grow" if growing else "shrink"
+        if self._reserved is None:
+            raise ValueError(f"pagestash: PagePool.{what}: this pool has no reserve (make it with "
+                             "PagePool(..., reserve_bytes=...)); a fixed pool changes size by resize(sizing)")
+        self._not_in_step(what)
+        old = (self.device_pages, self.host_pages)
+        new = tuple(o if n is None else n for o, n in zip(old, (device_pages, host_pages)))
+        for n, name in zip(new, ("device_pages", "host_pages")):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+                raise ValueError(f"pagestash: PagePool.{what}: {name} = {n!r} is not a number of pages")
+        if new == old:
+            return
+        (self._reserved.grow if growing else self._reserved.shrink)(int(new[0]), int(new[1]))
+        self.resizes.append(dict(step=self.steps, old=old, new=new, why=why))
+        _log.log(logging.WARNING if growing else logging.INFO,
+                 "pagestash: the pool %s from %d to %d device pages, %d to %d host pages (%s)",
+                 "grew" if growing else "shrank", old[0], new[0], old[1], new[1], why)
 
     def pages_in_use(self) -> int:
         """Device and host pages held by records (reads the counters: synchronises)."""
@@ -255,7 +359,10 @@ class PagePool:
         memory goes back to PyTorch's allocator. Records made before are another pool's (a
         Record's op raises ValueError; a raw op raises the `foreign_record` flag): the
         hook makes its records per stash, so none survives a finished step. Reads the counters
-        (synchronises); raises ValueError while records hold pages."""
+        (synchronises); raises ValueError while records hold pages.
+
+        A pool with a reserve keeps its memory: it grows or shrinks to the sizing's pages (its
+        page_bytes, and pages within the reserve: else ValueError), and its records stay its own."""
         from .sizing import PoolSizing  # sizing.py imports this module
 
         if not isinstance(sizing, PoolSizing):
@@ -264,7 +371,17 @@ class PagePool:
         if held:
             raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
                              "discard them, and call end_step(), first)")
-        self._allocate(sizing.device_pages, sizing.page_bytes, sizing.host_pages)
+        if self._reserved is None:
+            self._allocate(sizing.device_pages, sizing.page_bytes, sizing.host_pages)
+        else:
+            if sizing.page_bytes != self.page_bytes:
+                raise ValueError(f"pagestash: PagePool.resize: the sizing's pages are of {sizing.page_bytes} bytes, "
+                                 f"this pool's (with a reserve) of {self.page_bytes}: size it with "
+                                 f"page_bytes={self.page_bytes}")
+            want = (sizing.device_pages, sizing.host_pages)
+            why = "resize(sizing)"
+            self.grow(*(max(w, h) for w, h in zip(want, (self.device_pages, self.host_pages))), why=why)
+            self.shrink(*want, why=why)
         self._target(sizing.overflow)
 
     def observe(self, steps: int) -> None:
@@ -277,6 +394,9 @@ class PagePool:
         Calling it again drops what was recorded."""
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
             raise ValueError(f"pagestash: PagePool.observe(steps): steps = {steps!r} must be a positive integer")
+        if self._auto is not None:
+            raise ValueError("pagestash: PagePool.observe: auto_resize() observes this pool's steps already (its "
+                             "window: observed_counts()); auto_resize(None) turns it off")
         self._observe_left = int(steps)
         self._observed, self._step_counts, self._step_copies = [], [], []
 
@@ -304,7 +424,30 @@ class PagePool:
             return  # a step without stashes is not a step of the schedule
         self._observed.append(torch.stack(self._step_copies))
         self._step_counts, self._step_copies = [], []
-        self._observe_left -= 1
+        if self._auto is None:
+            self._observe_left -= 1
+        else:  # auto_resize observes the last `window` steps, for ever
+            del self._observed[:-self._auto.window]
+
+    def auto_resize(self, saved, *, window: int = 8, shrink_after: int = 100, overflow: float = 1e-3,
+                    headroom: float = 1.1, **sizing) -> Optional[AutoResize]:
+        """The automatic mode of a pool with a reserve (pagestash.AutoResize): after a step that
+        overflowed, before its rerun, the pool grows to what size_pool(saved, ...) finds for
+        the last `window` observed steps at `overflow` (times `headroom`), up to the reserve;
+        after `shrink_after` steps kept in a row it shrinks to that size when smaller. `sizing`:
+        size_pool's other arguments (schedule, layers, microbatches, ...). The pool observes
+        from here on (observe(): the steps run to their end, not strict, under run_step).
+        `saved` None turns it off. Returns the policy. ValueError without a reserve or for bad
+        arguments."""
+        if saved is None:
+            self._auto = None
+            self._observe_left = 0
+            return None
+        self._auto = AutoResize(self, saved, window=window, shrink_after=shrink_after, overflow=overflow,
+                                headroom=headroom, **sizing)
+        self._observe_left = 1
+        self._observed, self._step_counts, self._step_copies = [], [], []
+        return self._auto
 
     def observed_counts(self) -> torch.Tensor:
         """The whole steps observed so far (closed by end_step()), as an int32 tensor
@@ -432,6 +575,8 @@ class PagePool:
             self._decision = decision  # paged contexts are refused until the next begin_step()
         self._begun = False
         self._check_overflow_rate()
+        if self._auto is not None:
+            self._auto.decided(decision)
 
     def check(self, where: str = "") -> None:
         """Raises PagingError naming the raised flags when the step cannot be trusted

@@ -162,6 +162,42 @@ TEST_CASE("a pool with a reserve: bad resizes are refused and leave the pool as 
   CHECK_THROWS_AS(ps::PagePool(small_config(), ps::MemorySpace::host, memory), std::invalid_argument);
 }
 
+TEST_CASE("a pool with a reserve: memory_use counts whole granules, and attached over memory() it is the same pool") {
+  constexpr std::size_t granule = std::size_t{2} << 20;
+  ps::PoolConfig c = small_config();
+  c.device_reserve = 1024;  // 4 MiB of pages of 4 KiB
+  ps::PagePool pool(c, ps::MemorySpace::host);
+  ps::PoolMemoryUse use = pool.memory_use();
+  CHECK(use.control == ps::PagePool::bytes_needed(c).control);
+  CHECK(use.device_backed == granule);  // 2 pages: one granule
+  CHECK(use.device_reserved == 2 * granule);
+  CHECK(use.host_backed == granule);
+  CHECK(use.host_reserved == granule);
+  ps::grow(ps::host, pool, 600, 1);  // 2.3 MiB
+  CHECK(pool.memory_use().device_backed == 2 * granule);
+  // What the Python package does: a pool per operation over the memory, the reserve as its pages.
+  ps::PoolConfig whole = c;
+  whole.device_pages = c.device_reserve;
+  whole.host_pages = c.host_reserve;
+  whole.device_reserve = whole.host_reserve = 0;
+  ps::PagePool attached = ps::PagePool::attach(whole, ps::MemorySpace::host, pool.memory());
+  CHECK(attached.id() == pool.id());
+  CHECK(attached.ref().page(599) == pool.ref().page(599));
+  CHECK(attached.stats().device_pages == 600);  // the pages it has come from its memory
+  const auto shape = grow_shape();
+  std::mt19937 rng(9);
+  Buffers<RuBf16> a(shape, rng), out(shape, rng);
+  a.counts.assign(4, 16);  // packed: every token live
+  auto rec = ps::make_record<Traits>(attached, shape);
+  ps::stash(ps::host, attached, a.view, rec);
+  REQUIRE(rec.status().state == ps::RecordState::stashed);
+  ps::reload(ps::host, pool, rec, out.view);  // the owner reloads what the attached one stashed
+  CHECK(out.bytes[0] == a.bytes[0]);
+  ps::shrink(ps::host, pool, 2, 1);
+  check_balanced(pool);
+  CHECK(pool.memory_use().device_backed == granule);
+}
+
 TEST_CASE("a pool with a reserve: the resize steps by a block of 64 emulated threads equal the serial ones") {
   std::mt19937 rng(9);
   for (int round = 0; round < 20; ++round) {

@@ -116,6 +116,14 @@ struct PoolMemory {
   void* host_arena = nullptr;  ///< may be null when host_pages = 0
 };
 
+/// What a pool's memory costs (PagePool::memory_use): physical bytes (a reserve's backed in whole granules, 2 MiB)
+/// and the address space its arenas hold, backed or not. A framework's allocator sees none of a pool it did not give.
+struct PoolMemoryUse {
+  std::size_t control = 0;
+  std::size_t device_backed = 0, host_backed = 0;
+  std::size_t device_reserved = 0, host_reserved = 0;
+};
+
 namespace detail {
 struct PoolResize;
 }
@@ -171,6 +179,25 @@ class PagePool {
   /// collectives or conditional graph nodes: flag_count int32 words, each 0 or 1, sticky until reset (pool/flags.hpp).
   /// Read them in stream order after the step's operations; writing 1 to a field (as an all-reduce does) raises it.
   PoolFlags* flags() const { return &ref_.state->flags; }
+
+  /// The pool's memory as attach() takes it (the host arena as the host sees it), for a framework that keeps the
+  /// pool's parts in its own tensors: attached with the reserve as its pages (PoolConfig::reserved_device_pages), as
+  /// every kernel sees the pool. The pool must outlive it.
+  PoolMemory memory() const {
+    return {control_.get(), ref_.device_arena, host_reserved_.get() ? host_reserved_.get() : host_arena_.get()};
+  }
+  PoolMemoryUse memory_use() const {
+    PoolMemoryUse u;
+    u.control = control_.bytes();
+    const auto reserved = [](const detail::ReservedMemory& r, const detail::Allocation& a, std::size_t& backed,
+                             std::size_t& address_space) {
+      backed = r.get() ? r.backed() : a.bytes();
+      address_space = r.get() ? r.reserved() : a.bytes();
+    };
+    reserved(device_reserved_, device_arena_, u.device_backed, u.device_reserved);
+    reserved(host_reserved_, host_arena_, u.host_backed, u.host_reserved);
+    return u;
+  }
 
   /// Reads the flags and counters back. For a device pool this synchronises the whole device first
   /// (cudaDeviceSynchronize); for a host pool no operation may be in flight.

@@ -139,6 +139,7 @@ class ReservedMemory {
   unsigned char* get() const { return base_; }
   std::size_t granularity() const { return granularity_; }
   std::size_t backed() const { return backed_; }
+  std::size_t reserved() const { return reserve_; }
 
   /// Backs the first `bytes` (rounded up to the granularity). Out of memory: what was backed stays, and it throws.
   void back(std::size_t bytes) {

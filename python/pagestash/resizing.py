@@ -1,0 +1,122 @@
+"""AutoResize: a pool with a reserve that grows after a step overflowed and shrinks once the
+observed steps need less for long enough, sized each time by size_pool from the run's own
+counts (docs/python.md, "A pool that grows")."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import numbers
+import warnings
+from typing import Optional
+
+from .errors import PoolCostWarning
+
+_log = logging.getLogger("pagestash")
+
+
+def _positive(value, name: str, integral: bool = True):
+    kinds = numbers.Integral if integral else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        raise ValueError(f"pagestash: auto_resize: {name} = {value!r} must be a positive "
+                         f"{'integer' if integral else 'number'}")
+    return value
+
+
+class AutoResize:
+    """The automatic mode of a pool with a reserve (PagePool.auto_resize makes it). The pool
+    observes the last `window` whole steps' counts (observed_counts(), on the device, no sync).
+
+    - After a step whose decision is 'rerun_without_paging' (an overflow: not a misuse), before
+      its rerun, the pool grows to `headroom` x the device pages size_pool(saved,
+      counts=observed steps, overflow=`overflow`, **sizing) finds, and at least one page more
+      than it has, up to its reserve. Where the sizer cannot answer (no whole step observed:
+      a replayed CUDA graph runs no host code), the pool doubles.
+    - After `shrink_after` steps kept in a row since the pool last changed, it is sized again
+      from the observed steps and shrinks to that size when it is smaller (the step must be
+      balanced: every page back).
+
+    `sizing`: size_pool's arguments but saved, counts and overflow (schedule, layers,
+    microbatches, cap_counts, samples, ...); without a schedule, every stash of a step is taken
+    as alive at once (an upper bound: schedule 'lifo', one microbatch, a layer per stash).
+    Each change is logged once on the 'pagestash' logger (a growth as a warning: its step
+    reran) and kept in pool.resizes."""
+
+    def __init__(self, pool, saved, *, window: int = 8, shrink_after: int = 100, overflow: float = 1e-3,
+                 headroom: float = 1.1, **sizing):
+        from .sizing import size_pool  # sizing.py imports pool.py, which imports this module
+
+        if not pool.growable:
+            raise ValueError("pagestash: auto_resize needs a pool with a reserve: PagePool(..., reserve_bytes=...)")
+        self.window = _positive(window, "window")
+        self.shrink_after = _positive(shrink_after, "shrink_after")
+        self.headroom = _positive(headroom, "headroom", integral=False)
+        if not 0 < overflow < 1:
+            raise ValueError(f"pagestash: auto_resize: overflow = {overflow!r} must be a probability in (0, 1)")
+        for name in ("counts", "overflow", "page_bytes", "host_pages"):
+            if name in sizing:
+                raise ValueError(f"pagestash: auto_resize sets size_pool's {name} itself (the observed steps, "
+                                 "the pool's pages)")
+        try:
+            inspect.signature(size_pool).bind(saved, **sizing)
+        except TypeError as e:
+            raise ValueError(f"pagestash: auto_resize: {e} (the sizing arguments are size_pool's)") from None
+        self.pool, self.saved, self.overflow, self.sizing = pool, saved, overflow, sizing
+        self._size_pool = size_pool
+        self.kept_since_change = 0
+        self._grown_at: Optional[int] = None  # the step it last grew after (a step decided again grows once)
+        self._warned_full = False
+
+    def sized_pages(self) -> Optional[int]:
+        """The device pages the observed steps need at the target, with the headroom; None
+        without a whole observed step."""
+        pool = self.pool
+        try:
+            counts = pool.observed_counts()
+        except ValueError:
+            return None
+        args = dict(schedule="lifo", layers=counts.shape[1], microbatches=1, samples=2000, bootstrap=0)
+        args.update(self.sizing)
+        with warnings.catch_warnings():  # whether paging pays is the user's choice, made once
+            warnings.simplefilter("ignore", PoolCostWarning)
+            sizing = self._size_pool(self.saved, counts=counts, overflow=self.overflow, page_bytes=pool.page_bytes,
+                                     host_pages=0, **args)
+        return math.ceil(sizing.device_pages * self.headroom)
+
+    def decided(self, decision: str) -> None:
+        """What the pool does after its step's decision (PagePool._decided calls it)."""
+        pool = self.pool
+        if decision == "rerun_without_paging":
+            self.kept_since_change = 0
+            if self._grown_at == pool.steps:
+                return
+            self._grown_at = pool.steps
+            have, reserve = pool.device_pages, pool.device_reserve
+            if have >= reserve:
+                if not self._warned_full:
+                    self._warned_full = True
+                    _log.warning("pagestash: the pool overflowed at its reserve (%d device pages): overflowing steps "
+                                 "rerun without paging; a larger reserve_bytes would let it grow", reserve)
+                return
+            sized = self.sized_pages()
+            why = (f"step {pool.steps - 1} overflowed; " +
+                   (f"{len(pool._observed)} observed steps need {sized} pages at overflow {self.overflow:g}"
+                    if sized is not None else "no whole step observed: doubled"))
+            pool.grow(min(reserve, max(have + 1, 2 * have if sized is None else sized)), why=why)
+            return
+        if decision != "keep":
+            return
+        self.kept_since_change += 1
+        if self.kept_since_change < self.shrink_after:
+            return
+        self.kept_since_change = 0
+        sized = self.sized_pages()
+        if sized is None or sized >= pool.device_pages:
+            return
+        try:
+            pool.shrink(max(sized, 1 if pool.host_pages == 0 else 0),
+                        why=f"{self.shrink_after} steps kept; {len(pool._observed)} observed steps need {sized} "
+                        f"pages at overflow {self.overflow:g}")
+        except ValueError as e:  # pages held at the step's end (a misuse the flags report): try again later
+            _log.info("pagestash: the pool did not shrink: %s", e)

@@ -4,8 +4,15 @@ router drifts: one of this rank's experts grows hot after some steps (as a hot e
 appear late in training under expert parallelism), and the rank's rows double."""
 
 import logging
+import re
+import sys
 
 import pytest
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 import torch
 
 import pagestash as ps
@@ -91,6 +98,25 @@ def test_bad_resizes_are_refused_and_change_nothing():
         pool.grow(8)
     step.abandon()
     assert pool.device_pages == 4 and pool.stats()["device_pages_free"] == 4 and pool.resizes == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SKIPPED: RLIMIT_DATA limits mappings on Linux")
+def test_a_reserve_beyond_memory_and_a_grow_out_of_memory_are_refused_and_change_nothing():
+    with pytest.raises(ValueError, match="more than the host's memory"):
+        ps.PagePool(4, page_bytes=1 << 20, reserve_bytes=1 << 50)
+    pool = ps.PagePool(4, page_bytes=65536, reserve_bytes=1 << 30)
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    data = int(re.search(r"VmData:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) << 10
+    resource.setrlimit(resource.RLIMIT_DATA, (data + (64 << 20), hard))  # room for 64 MiB more
+    try:
+        with pytest.raises(RuntimeError, match="out of host memory"):
+            pool.grow(4096)  # 256 MiB
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    assert pool.device_pages == 4 and pool.memory()["device_bytes"] == 2 << 20 and pool.resizes == []
+    assert pool.stats()["device_pages_free"] == 4 and pool.stats()["device_pages"] == 4
+    pool.grow(4096)
+    assert pool.stats()["device_pages_free"] == 4096
 
 
 def test_a_pool_with_a_reserve_resizes_to_a_sizing_in_place_and_copies_as_one():

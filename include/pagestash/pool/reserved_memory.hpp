@@ -27,6 +27,7 @@
 
 #if defined(__linux__)
 #  include <sys/mman.h>
+#  include <unistd.h>
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -97,12 +98,19 @@ class ReservedMemory {
                                         " lacks (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0)");
       driver_check(DriverMemoryApi::get().granularity(&granularity_, &prop(), CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                    "cuMemGetAllocationGranularity");
+      std::size_t free_bytes = 0, total = 0;
+      PAGESTASH_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));  // the pool's device is the current one
+      refuse_beyond(reserve, total, "device " + std::to_string(device) + "'s memory");
       reserve_ = round(reserve);
       CUdeviceptr p = 0;
       driver_check(DriverMemoryApi::get().reserve(&p, reserve_, 0, 0, 0), "cuMemAddressReserve (the reserve)");
       base_ = reinterpret_cast<unsigned char*>(p);
       return;
     }
+#if defined(__linux__)
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) refuse_beyond(reserve, std::size_t(pages) * std::size_t(page), "the host's memory");
+#endif
     reserve_ = round(reserve);
 #if defined(__linux__)
     void* p = mmap(nullptr, reserve_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -204,6 +212,12 @@ class ReservedMemory {
   }
 
  private:
+  /// A reserve no grow could back is a mistake (a unit's, most likely): refused.
+  static void refuse_beyond(std::size_t reserve, std::size_t memory, const std::string& what) {
+    if (reserve > memory)
+      throw_invalid("PoolConfig", "a reserve of " + std::to_string(reserve) + " bytes is more than " + what + " (" +
+                                      std::to_string(memory) + " bytes)");
+  }
   std::size_t round(std::size_t bytes) const { return (bytes + granularity_ - 1) / granularity_ * granularity_; }
   void unmap_last() {
     const DriverMemoryApi& api = DriverMemoryApi::get();

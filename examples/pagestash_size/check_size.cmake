@@ -73,6 +73,52 @@ endforeach()
 message(STATUS "pagestash_size: bf16 deepseek-v3 compressed: ${_pages} pages, lossless ${_lossless_pages} "
                "(${_permille}/1000)")
 
+# --drift: each phase's pool at the target, and the reserve that holds them all (the top level is phase 1's).
+# Under a capacity a hot expert within it (0.4 of the tokens, 410 of 512) needs more pages (the other experts drop
+# fewer); past it (0.7) fewer (it drops); a router that evens out (alpha 0.5 -> 2) keeps more tokens.
+set(_drift_check [=[
+import json, sys
+p = json.load(open(sys.argv[1]))
+ph = p["phases"]
+pages = [x["device_pages"] for x in ph]
+values = {"hot": [0, 0.4, 0.7], "alpha": [0.5, 2]}[p["drift_parameter"]]
+assert [x["value"] for x in ph] == values and p["drift"] == p["drift_parameter"] + ":" + ",".join(sys.argv[2:]), p["drift"]
+assert ph[0]["pages"] == p["pages"] and all(x["overflow_probability"] <= p["overflow"] for x in ph), ph
+assert p["reserve_pages"] == max(pages) and all(p["reserve_pages"] >= n for n in pages), (p["reserve_pages"], pages)
+assert pages[p["reserve_phase"] - 1] == p["reserve_pages"], p["reserve_phase"]
+g = p["granule_bytes"]
+assert g == 2 << 20 and p["granule_pages"] == g // p["page_bytes"] == 32, (g, p["granule_pages"])
+assert p["reserve_bytes"] % g == 0 and 0 <= p["reserve_bytes"] - p["reserve_pages"] * p["page_bytes"] < g
+assert all(x["backed_bytes"] % g == 0 and x["backed_bytes"] >= x["device_bytes"] for x in ph), ph
+assert p["first_lacks_at_last"] == max(0, pages[-1] - pages[0]), p["first_lacks_at_last"]
+# more pages, beyond both intervals
+more = lambda a, b: ph[a]["pages_interval"][0] > ph[b]["pages_interval"][1]
+if p["drift_parameter"] == "hot":
+    assert more(1, 0) and more(0, 2) and p["reserve_phase"] == 2 and p["first_lacks_at_last"] == 0, pages
+else:
+    assert more(1, 0) and p["first_lacks_at_last"] == pages[1] - pages[0] > 0, pages
+]=])
+foreach(_drift "hot;0;0.4;0.7" "alpha;0.5;2")
+  list(POP_FRONT _drift _parameter)
+  string(REPLACE ";" "," _values "${_drift}")
+  execute_process(COMMAND "${SIZER}" --samples 2000 --drift ${_parameter}:${_values} --json
+                  OUTPUT_VARIABLE _json RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "pagestash_size --drift ${_parameter}:${_values}: exit ${_rc}: ${_err}")
+  endif()
+  file(WRITE "${_file}" "${_json}")
+  execute_process(COMMAND python3 -c "${_drift_check}" "${_file}" ${_drift} RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "pagestash_size --drift ${_parameter}:${_values}: not the JSON expected: ${_err}\n${_json}")
+  endif()
+endforeach()
+execute_process(COMMAND "${SIZER}" --samples 2000 --drift hot:0,0.4 OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0 OR NOT _out MATCHES "reserve \\(PoolConfig::device_reserve\\): [0-9]+ pages"
+   OR NOT _out MATCHES "backed in 2 MiB granules \\(32 pages of 64 KiB each\\)" OR NOT _out MATCHES "lacks [0-9]+ pages")
+  message(FATAL_ERROR "pagestash_size --drift hot:0,0.4: exit ${_rc}, '${_out}'")
+endif()
+message(STATUS "pagestash_size --drift: the reserve is the largest phase's pool, in whole 2 MiB granules")
+
 # Bad input: exit 2 and a message naming it.
 set(_dir "${CMAKE_CURRENT_BINARY_DIR}")
 file(WRITE "${_dir}/counts_over.txt" "1 2 3 4 5 6 7 8\n3000 0 0 0 0 0 0 0\n")
@@ -94,6 +140,13 @@ refused("--shape: pagestash::sizing: unknown model shape 'gpt' (deepseek-v3, " -
 refused("unknown compression 'zstd' (known: lossless, mxfp8, mxfp8_e5m2, fp8_1x128)" --recipe bf16 --compress zstd)
 refused("compression 'mxfp8' needs a bf16 or fp16 recipe, not 'nvfp4/capacity/swizzled'" --recipe nvfp4 --compress mxfp8)
 refused("counts_over.txt:2: count 3000 of expert 0 exceeds the capacity" --counts "${_dir}/counts_over.txt")
+refused("drift 'heat:0.5': unknown parameter 'heat'" --drift heat:0.5)
+refused("drift 'hot:0.2,x': 'x' is not a number" --drift hot:0.2,x)
+refused("drift 'hot:': no phases" --drift hot:)
+refused("drift phase 2 (hot 1.5): DirichletRouting: hot_share = 1.500000 must be in [0, 1]" --drift hot:0,1.5)
+refused("drift phase 1 (tokens 10.5): tokens must be a whole number" --drift tokens:10.5)
+refused("hot_share = 0.500000 needs top_k = 2 experts besides the hot one, of 1" --experts 2 --drift hot:0.5)
+refused("--drift varies the Dirichlet router" --drift hot:0.5 --counts "${_dir}/counts_comment.txt")
 execute_process(COMMAND "${SIZER}" --samples 10 --counts "${_dir}/counts_over.txt" --cap-counts --layers 1 --microbatches 1
                 RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
 if(NOT _rc EQUAL 0 OR NOT _out MATCHES "(capped)")
@@ -103,4 +156,4 @@ execute_process(COMMAND "${SIZER}" --samples 10 --counts "${_dir}/counts_comment
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "pagestash_size: a trailing # comment is refused: ${_err}")
 endif()
-message(STATUS "pagestash_size: JSON parses; bad recipes, options, schedules and counts are refused, naming them")
+message(STATUS "pagestash_size: JSON parses; bad recipes, options, schedules, counts and drifts are refused, naming them")

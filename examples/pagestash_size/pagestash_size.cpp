@@ -7,7 +7,8 @@
 //                  [--scales swizzled|compact] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--ffn-hidden N]
 //                  [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
-//                  [--routing multinomial|per-token] [--capacity-factor 2] [--overflow 1e-3]
+//                  [--routing multinomial|per-token] [--drift hot|alpha|correlation|tokens:v1,v2,...]
+//                  [--capacity-factor 2] [--overflow 1e-3]
 //                  [--page-bytes 65536] [--host-pages 0] [--samples 20000] [--bootstrap 200] [--seed 1]
 //                  [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
 //                  [--plot FILE.png] [--json]
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -68,6 +70,10 @@ const std::string usage =
     "                                 microbatch; 'step' lines group whole steps (docs/sizing.md)\n"
     "  --cap-counts                   cap measured counts above the capacity (default: refuse them)\n"
     "  --routing multinomial|per-token   how the Dirichlet router routes (default multinomial)\n"
+    "  --drift PARAMETER:v1,v2,...    phases the Dirichlet router drifts through, one value each, the rest\n"
+    "                                 as above: hot (the share of the tokens expert 0 takes; 0 none, an even\n"
+    "                                 router's top_k/experts), alpha, correlation or tokens; prints each\n"
+    "                                 phase's pool and the reserve a growable pool needs (docs/sizing.md)\n"
     "  --capacity-factor X            tokens per expert buffer / mean (default 2)\n"
     "  --overflow P                   target probability that a step overflows (default 1e-3)\n"
     "  --page-bytes N --host-pages N  page size (default 65536), host spill pages (default 0)\n"
@@ -90,6 +96,8 @@ struct Options {
   std::int32_t layers = sizing::default_layers, microbatches = sizing::default_microbatches;
   double alpha = 1.0, correlation = 0.0;
   std::string counts_file, routing = "multinomial";
+  std::string drift_spec;
+  sizing::Drift drift;
   bool cap_counts = false;
   double capacity_factor = 2.0;
   sizing::SizingSettings settings;
@@ -170,7 +178,11 @@ Options parse(int argc, char** argv) {
     else if (flag == "--correlation") o.correlation = number<double>(flag, value);
     else if (flag == "--counts") o.counts_file = value;
     else if (flag == "--routing") o.routing = value;
-    else if (flag == "--capacity-factor") o.capacity_factor = number<double>(flag, value);
+    else if (flag == "--drift") {
+      try {
+        o.drift = sizing::Drift::parse(o.drift_spec = value);
+      } catch (const std::invalid_argument& e) { throw UsageError(std::string("--drift: ") + e.what()); }
+    } else if (flag == "--capacity-factor") o.capacity_factor = number<double>(flag, value);
     else if (flag == "--overflow") o.settings.overflow = number<double>(flag, value);
     else if (flag == "--page-bytes") o.settings.page_bytes = number<std::int64_t>(flag, value);
     else if (flag == "--host-pages") o.settings.host_pages = number<std::int64_t>(flag, value);
@@ -188,6 +200,8 @@ Options parse(int argc, char** argv) {
   if (!(o.correlation >= 0 && o.correlation <= 1)) throw UsageError("--correlation must be in [0, 1]");
   if (!o.counts_file.empty() && o.correlation > 0)
     throw UsageError("--correlation models the Dirichlet router; measured --counts keep their own (whole steps)");
+  if (!o.counts_file.empty() && !o.drift_spec.empty())
+    throw UsageError("--drift varies the Dirichlet router; measured --counts are one phase (size each phase's file)");
   return o;
 }
 
@@ -200,7 +214,48 @@ struct Report {
   sizing::PoolSizing sizing;
   std::vector<sizing::CurvePoint> curve;
   std::vector<sizing::WarmupSizing> warmup;
+  std::optional<sizing::DriftSizing> drift;  ///< with --drift: every phase's pool; `sizing` is the first's
 };
+
+/// "2 MiB", "64 KiB": a power of two's size.
+std::string size_name(std::int64_t bytes) {
+  return bytes >= (1 << 20) && bytes % (1 << 20) == 0 ? std::to_string(bytes >> 20) + " MiB"
+         : bytes % 1024 == 0                          ? std::to_string(bytes >> 10) + " KiB"
+                                                      : std::to_string(bytes) + " bytes";
+}
+
+/// The drift's phases and the reserve: the largest phase's pool, backed in whole granules.
+void print_drift(const sizing::DriftSizing& d, const std::string& spec) {
+  const sizing::PoolSizing& first = d.phases.front();
+  const std::int64_t page = d.page_bytes();
+  std::printf("drift %s: %zu phases, each sized for overflow <= %g per step (%lld sampled steps, the same seed)\n",
+              spec.c_str(), d.phases.size(), first.settings.overflow, (long long)first.settings.samples);
+  std::printf("%6s %12s %10s %14s %12s %16s %12s\n", "phase", d.drift.parameter.c_str(), "pages", "95% CI",
+              "device MiB", "beyond phase 1", "P(overflow)");
+  for (std::size_t i = 0; i < d.phases.size(); ++i) {
+    const sizing::PoolSizing& p = d.phases[i];
+    char ci[32];
+    std::snprintf(ci, sizeof ci, "%.0f..%.0f", p.pages_interval.low, p.pages_interval.high);
+    std::printf("%6zu %12g %10lld %14s %12.1f %16lld %12.5f\n", i + 1, d.drift.values[i], (long long)p.device_pages, ci,
+                mib(double(p.device_bytes())), (long long)(p.device_pages - first.device_pages),
+                p.overflow_probability);
+  }
+  const std::int64_t reserve = d.reserve_pages(), backed = d.reserve_bytes();
+  std::printf("reserve (PoolConfig::device_reserve): %lld pages = %.1f MiB, phase %zu's pool\n", (long long)reserve,
+              mib(double(reserve * page)), d.largest() + 1);
+  const std::string granule =
+      d.granule_pages() > 0
+          ? std::to_string(d.granule_pages()) + " pages of " + size_name(page) + " each"
+          : "a page of " + size_name(page) + " is " + std::to_string(page / d.granule_bytes) + " of them";
+  std::printf("  backed in %s granules (%s): %.1f MiB = %lld pages, %lld pages of rounding\n",
+              size_name(d.granule_bytes).c_str(), granule.c_str(), mib(double(backed)), (long long)(backed / page),
+              (long long)(backed / page - reserve));
+  std::printf("a pool sized for phase 1 (%lld pages) lacks %lld pages at phase %zu, the last",
+              (long long)first.device_pages, (long long)d.first_lacks_at_last(), d.phases.size());
+  if (d.largest() + 1 != d.phases.size())
+    std::printf(", and %lld at phase %zu, the largest", (long long)(reserve - first.device_pages), d.largest() + 1);
+  std::printf("\n");
+}
 
 void print_text(const Report& r) {
   const sizing::PoolSizing& p = r.sizing;
@@ -215,6 +270,7 @@ void print_text(const Report& r) {
               (long long)p.alive_stashes, (long long)p.peak_moments, p.count_model.c_str());
   std::printf("%lld sampled steps (seed %llu), pages of %lld bytes\n\n", (long long)p.peaks.samples(),
               (unsigned long long)p.settings.seed, (long long)page);
+  if (r.drift) return print_drift(*r.drift, r.o.drift_spec);  // the phases' pools, not phase 1's curves
   std::printf("pool for overflow <= %g per step: %lld pages = %.1f MiB (%.0f%% CI %.0f..%.0f%s)\n", p.settings.overflow,
               (long long)p.pages.value, mib(double(p.bytes())), 100 * p.settings.confidence, p.pages_interval.low,
               p.pages_interval.high, p.pages.high_bounded ? "" : ", upper end unbounded: sample more");
@@ -310,7 +366,25 @@ std::string to_json(const Report& r) {
       << ", \"overflow_at_median\": " << w.overflow_at_median << ", \"mean_overflow\": " << w.mean_overflow
       << ", \"missed_target\": " << w.missed_target << "}";
   }
-  j << "]\n}\n";
+  j << "]";
+  if (r.drift) {  // each phase's pool, and the reserve that holds them all
+    const sizing::DriftSizing& d = *r.drift;
+    j << ",\n  \"drift\": " << json_string(r.o.drift_spec)
+      << ", \"drift_parameter\": " << json_string(d.drift.parameter) << ",\n  \"phases\": [";
+    for (std::size_t i = 0; i < d.phases.size(); ++i) {
+      const sizing::PoolSizing& ph = d.phases[i];
+      j << (i ? ",\n    " : "\n    ") << "{\"value\": " << d.drift.values[i] << ", \"pages\": " << ph.pages.value
+        << ", \"pages_interval\": [" << ph.pages_interval.low << ", " << ph.pages_interval.high
+        << "], \"device_pages\": " << ph.device_pages << ", \"device_bytes\": " << ph.device_bytes()
+        << ", \"backed_bytes\": " << d.backed_bytes(ph.device_pages)
+        << ", \"overflow_probability\": " << ph.overflow_probability
+        << ", \"count_model\": " << json_string(ph.count_model) << "}";
+    }
+    j << "],\n  \"reserve_pages\": " << d.reserve_pages() << ", \"reserve_phase\": " << d.largest() + 1
+      << ", \"reserve_bytes\": " << d.reserve_bytes() << ", \"granule_bytes\": " << d.granule_bytes
+      << ", \"granule_pages\": " << d.granule_pages() << ", \"first_lacks_at_last\": " << d.first_lacks_at_last();
+  }
+  j << "\n}\n";
   return j.str();
 }
 
@@ -321,6 +395,7 @@ Report run(Options o) {
                                                    o.ffn_hidden, o.compression);
   const sizing::Schedule schedule = sizing::Schedule::parse(o.schedule, o.layers, o.microbatches);
   std::unique_ptr<sizing::CountModel> counts;
+  std::optional<sizing::DriftSizing> drift;
   if (!o.counts_file.empty()) {
     counts = std::make_unique<sizing::MeasuredCounts>(sizing::MeasuredCounts::read(
         o.counts_file, o.experts, layer.capacity(), o.cap_counts ? sizing::Excess::cap : sizing::Excess::refuse));
@@ -334,12 +409,13 @@ Report run(Options o) {
     routing.sampler =
         o.routing == "per-token" ? sizing::RoutingSampler::per_token : sizing::RoutingSampler::multinomial;
     routing.correlation = o.correlation;
-    counts = std::make_unique<sizing::DirichletRouting>(routing);
+    counts = std::make_unique<sizing::DirichletRouting>(routing);  // the base router checked before the phases
+    if (!o.drift_spec.empty()) drift = sizing::size_drift(layer, schedule, routing, o.drift, o.settings);
   }
-  sizing::PoolSizing p = sizing::size_pool(layer, schedule, *counts, o.settings);
+  sizing::PoolSizing p = drift ? drift->phases.front() : sizing::size_pool(layer, schedule, *counts, o.settings);
   auto curve = p.peaks.curve(o.points, o.settings.confidence);
   auto warmup = sizing::compare_warmup(p.peaks, o.warmup_factors, o.settings.overflow);
-  return Report{o, layer, std::move(p), std::move(curve), std::move(warmup)};
+  return Report{o, layer, std::move(p), std::move(curve), std::move(warmup), std::move(drift)};
 }
 
 /// Draws the curve with plot_sizing.py; a missing python3 or matplotlib only warns.

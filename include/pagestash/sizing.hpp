@@ -6,6 +6,7 @@
 // pagestash.hpp.
 
 #include <pagestash/sizing/count_model.hpp>
+#include <pagestash/sizing/drift.hpp>
 #include <pagestash/sizing/layer.hpp>
 #include <pagestash/sizing/model_shapes.hpp>
 #include <pagestash/sizing/pool_sizing.hpp>

@@ -3,3 +3,4 @@
 # 2-core machine.
 set_tests_properties([=[explorer:launch explorer: a launch holds the record, three arrive, one of them straddling it]=] PROPERTIES COST 110)
 set_tests_properties([=[explorer:launch explorer: four launches, the remembered refusals at their bound]=] PROPERTIES COST 12)
+set_tests_properties([=[explorer:launch explorer: a pool grows while a discard returns pages and two stashes take them]=] PROPERTIES COST 4)

@@ -810,3 +810,82 @@ TEST_CASE(
   CHECK(truth <= p.pages_interval.high);
   CHECK(independent.pages.value < p.pages.value);  // vectors drawn apart lose the step's hot experts
 }
+
+TEST_CASE("a hot expert takes its share of the tokens, and a drift's reserve holds every phase's pool") {
+  for (auto sampler : {sizing::RoutingSampler::per_token, sizing::RoutingSampler::multinomial}) {
+    CAPTURE(static_cast<int>(sampler));
+    sizing::Routing r;
+    r.experts = 8;
+    r.top_k = 2;
+    r.tokens = 1000;
+    r.capacity = 1000;  // none dropped: the counts are the routing's
+    r.sampler = sampler;
+    r.hot_share = 0.4;
+    const sizing::DirichletRouting model(r);
+    std::mt19937_64 rng(3);
+    std::vector<std::int32_t> c;
+    double hot = 0;
+    for (int i = 0; i < 400; ++i) {
+      model.draw(rng, c);
+      hot += c[0];
+      if (sampler == sizing::RoutingSampler::per_token)
+        CHECK(std::accumulate(c.begin(), c.end(), std::int64_t{0}) == r.tokens * r.top_k);
+    }
+    CHECK(std::abs(hot / 400 / static_cast<double>(r.tokens) - r.hot_share) < 0.005);  // binomial: sd 0.0012
+    r.hot_share = 1;  // every token picks it, and one other
+    CHECK(sizing::DirichletRouting(r).draw(rng, c) == 0);
+    CHECK(c[0] == r.tokens);
+  }
+  sizing::Routing bad;
+  bad.capacity = 1;
+  bad.hot_share = 1.5;
+  CHECK(error_of([&] { sizing::DirichletRouting m(bad); }).find("hot_share = 1.500000 must be in [0, 1]") !=
+        std::string::npos);
+  bad.hot_share = 0.5;
+  bad.top_k = bad.experts;  // a token passing it over has too few others
+  CHECK(error_of([&] { sizing::DirichletRouting m(bad); }).find("needs top_k = 8 experts besides the hot one, of 7") !=
+        std::string::npos);
+
+  const sizing::Drift drift = sizing::Drift::parse("hot:0,0.6,0.9");
+  CHECK(drift.parameter == "hot");
+  CHECK(drift.values == std::vector<double>{0, 0.6, 0.9});
+  CHECK(error_of([] { sizing::Drift::parse("heat:1"); }).find("unknown parameter 'heat'") != std::string::npos);
+  CHECK(error_of([] { sizing::Drift::parse("alpha:1,x"); }).find("'x' is not a number") != std::string::npos);
+  CHECK(error_of([] { sizing::Drift::parse("alpha:"); }).find("no phases") != std::string::npos);
+  CHECK(error_of([] { sizing::Drift::parse("alpha:1,0"); }).find("phase 2 (alpha 0): DirichletRouting: alpha") !=
+        std::string::npos);
+  CHECK(error_of([] { sizing::Drift::parse("tokens:1.5"); }).find("whole number") != std::string::npos);
+
+  // The command's default layer (MXFP8, 8 experts, top-2 of 1024 tokens, capacity 512): a hot expert within the
+  // capacity (0.4: 410 tokens) leaves the others fewer to drop, past it (0.7: 717) drops the excess itself.
+  const sizing::Layer layer = sizing::recipe_layer("mxfp8/capacity/swizzled", 1024, 8, 1024, 2, 2.0);
+  sizing::Routing base;
+  base.experts = 8;
+  base.top_k = 2;
+  base.tokens = 1024;
+  base.capacity = layer.capacity();
+  CHECK(sizing::Drift::parse("tokens:64,128").phase(base, 1).tokens == 128);
+  const sizing::Drift hot = sizing::Drift::parse("hot:0,0.4,0.7");
+  const sizing::Schedule schedule = sizing::Schedule::forward_then_backward(4, 8);
+  sizing::SizingSettings settings;  // 64 KiB pages: 32 to a granule of 2 MiB
+  settings.samples = 2000;
+  const sizing::DriftSizing d = sizing::size_drift(layer, schedule, base, hot, settings);
+  REQUIRE(d.phases.size() == 3);
+  std::vector<std::int64_t> pages;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto alone = sizing::size_pool(layer, schedule, sizing::DirichletRouting(hot.phase(base, i)), settings);
+    CHECK(d.phases[i].pages.value == alone.pages.value);  // each phase sized as size_pool sizes it
+    pages.push_back(d.phases[i].device_pages);
+  }
+  CAPTURE(pages[0]);
+  CAPTURE(pages[1]);
+  CAPTURE(pages[2]);
+  CHECK(d.phases[1].pages_interval.low > d.phases[0].pages_interval.high);
+  CHECK(d.phases[2].pages_interval.high < d.phases[0].pages_interval.low);
+  CHECK(d.largest() == 1);
+  CHECK(d.reserve_pages() == pages[1]);
+  CHECK(d.granule_pages() == 32);
+  CHECK(d.reserve_bytes() == (pages[1] + 31) / 32 * (std::int64_t{2} << 20));  // whole granules
+  CHECK(d.first_lacks_at_last() == 0);  // the last phase needs fewer than the first
+  CHECK(sizing::device_granule_bytes == 2 << 20);
+}

@@ -75,6 +75,10 @@ struct Routing {
   /// In [0, 1]: the share of the popularity a step's stashes have in common (0: every
   /// stash its own, 1: one popularity per step). Each stash's popularity stays Dirichlet(alpha).
   double correlation = 0;
+  /// In [0, 1]: the share of the tokens routed to a hot expert, expert 0 (each token picks it with this probability;
+  /// an even router's share is top_k / experts); the others are routed by the Dirichlet(alpha) popularity over the
+  /// rest. 0: none.
+  double hot_share = 0;
 };
 
 /// A router per stash: popularity p ~ Dirichlet(alpha) over the experts (one gamma(alpha)
@@ -102,6 +106,15 @@ class DirichletRouting final : public CountModel {
     if (!(r.correlation >= 0 && r.correlation <= 1))
       detail::throw_invalid("pagestash::sizing",
                             "DirichletRouting: correlation = " + std::to_string(r.correlation) + " must be in [0, 1]");
+    if (!(r.hot_share >= 0 && r.hot_share <= 1))
+      detail::throw_invalid("pagestash::sizing",
+                            "DirichletRouting: hot_share = " + std::to_string(r.hot_share) + " must be in [0, 1]");
+    // A token passing the hot expert over picks top_k others.
+    if (r.hot_share > 0 && (r.experts < 2 || (r.hot_share < 1 && r.top_k > r.experts - 1)))
+      detail::throw_invalid("pagestash::sizing", "DirichletRouting: hot_share = " + std::to_string(r.hot_share) +
+                                                     " needs top_k = " + std::to_string(r.top_k) +
+                                                     " experts besides the hot one, of " +
+                                                     std::to_string(r.experts - 1));
   }
 
   std::int32_t experts() const override { return r_.experts; }
@@ -138,6 +151,7 @@ class DirichletRouting final : public CountModel {
       << " tokens, capacity " << r_.capacity << " ("
       << (r_.sampler == RoutingSampler::per_token ? "per-token" : "multinomial");
     if (r_.correlation > 0) s << ", correlation " << r_.correlation << " within a step";
+    if (r_.hot_share > 0) s << ", expert 0 hot: " << r_.hot_share << " of the tokens";
     s << ")";
     return s.str();
   }
@@ -152,10 +166,11 @@ class DirichletRouting final : public CountModel {
 
   void popularity(std::mt19937_64& rng, const StepState& step, std::vector<double>& p) const {
     const double own = (1 - r_.correlation) * r_.alpha;
+    const std::size_t first = hot();  // a hot expert 0 is routed apart: the rest are Dirichlet(alpha) among themselves
     double sum = 0;
-    for (std::size_t e = 0; e < p.size(); ++e) sum += (p[e] = (own > 0 ? gamma(rng, own) : 0.0) + step.shared[e]);
+    for (std::size_t e = first; e < p.size(); ++e) sum += (p[e] = (own > 0 ? gamma(rng, own) : 0.0) + step.shared[e]);
     if (!(sum > 0)) {  // every draw underflowed (tiny alpha): all the mass on one expert
-      p[std::uniform_int_distribution<std::size_t>(0, p.size() - 1)(rng)] = sum = 1;
+      p[std::uniform_int_distribution<std::size_t>(first, p.size() - 1)(rng)] = sum = 1;
     }
     for (double& x : p) x /= sum;
   }
@@ -163,10 +178,16 @@ class DirichletRouting final : public CountModel {
   void route_per_token(std::mt19937_64& rng, const std::vector<double>& p, std::vector<std::int64_t>& routed) const {
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     std::vector<double> left(p.size());
+    std::bernoulli_distribution picks_hot(r_.hot_share);
     for (std::int64_t t = 0; t < r_.tokens; ++t) {
       left = p;
       double mass = 1.0;
-      for (std::int32_t k = 0; k < r_.top_k; ++k) {
+      std::int32_t k = 0;
+      if (hot()) {
+        left[0] = -1;  // picked, or passed over: the rest by popularity
+        if (picks_hot(rng)) ++routed[0], ++k;
+      }
+      for (; k < r_.top_k; ++k) {
         std::size_t pick = p.size();
         if (mass > 1e-12) {
           double u = unit(rng) * mass;
@@ -190,11 +211,12 @@ class DirichletRouting final : public CountModel {
   }
 
   void route_multinomial(std::mt19937_64& rng, const std::vector<double>& p, std::vector<std::int64_t>& routed) const {
-    const std::vector<double> pi = inclusion(p);
+    const std::vector<double> pi = inclusion(p, r_.top_k - r_.hot_share);
     std::int64_t n = r_.tokens * r_.top_k;
+    if (hot()) n -= (routed[0] = std::binomial_distribution<std::int64_t>(r_.tokens, r_.hot_share)(rng));  // exact
     double rest = 0;
     for (double x : pi) rest += x;
-    for (std::size_t e = 0; e < pi.size() && n > 0; ++e) {
+    for (std::size_t e = hot(); e < pi.size() && n > 0; ++e) {
       const double q = rest > 0 ? std::clamp(pi[e] / rest, 0.0, 1.0) : 1.0;
       const std::int64_t c = e + 1 == pi.size() ? n : std::binomial_distribution<std::int64_t>(n, q)(rng);
       routed[e] = std::min(c, r_.tokens);  // an expert takes a token at most once
@@ -203,11 +225,10 @@ class DirichletRouting final : public CountModel {
     }
   }
 
-  /// pi_e = 1 - exp(-lambda p_e) summing to top_k. The sum is concave and increasing in
-  /// lambda and at most lambda, so Newton's method from lambda = top_k climbs to the root
-  /// from below, quadratically near it.
-  std::vector<double> inclusion(const std::vector<double>& p) const {
-    const double k = r_.top_k;
+  /// pi_e = 1 - exp(-lambda p_e) summing to k (top_k, less a hot expert's share). The sum is
+  /// concave and increasing in lambda and at most lambda, so Newton's method from lambda = k
+  /// climbs to the root from below, quadratically near it.
+  static std::vector<double> inclusion(const std::vector<double>& p, double k) {
     std::vector<double> pi(p.size());
     double lambda = k;
     for (int i = 0; i < 100; ++i) {
@@ -222,6 +243,8 @@ class DirichletRouting final : public CountModel {
     }
     return pi;
   }
+
+  std::size_t hot() const { return r_.hot_share > 0 ? 1 : 0; }
 
   Routing r_;
 };

@@ -16,12 +16,13 @@ import torch  # noqa: F401  (first: it loads libtorch and libc10, which _C links
 from . import _C
 from ._ops import ops
 from .errors import FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning
-from .hooks import UnpagedWarning, count_activation, paged_saved_tensors
+from .hooks import UnpagedWarning, count_activation, mark, paged_saved_tensors
 from .sizing import CurvePoint, PoolSizing, size_pool
 from .pool import PagePool, Record, decode_report
 from .resizing import AutoResize
 from .recipes import COMPRESSIONS, FAMILIES, Shape, infer, recipe, recipe_info, recipes
 from .step import PagedStep, PagingWarning, run_step
+from .pipelining import PipelinePaging, pipeline_schedule
 
 #: Whether this build has the CUDA executor (CUDA tensors); the host executor is always there.
 with_cuda: bool = _C.with_cuda
@@ -30,4 +31,4 @@ __version__: str = _C.version
 __all__ = ["ops", "COMPRESSIONS", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
-           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "with_cuda", "__version__"]
+           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "mark", "PipelinePaging", "pipeline_schedule", "with_cuda", "__version__"]

@@ -20,6 +20,7 @@ without paging: pagestash.run_step (step.py) does both.
 
 from __future__ import annotations
 
+import threading
 import warnings
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence
@@ -264,6 +265,24 @@ class _Packed:
         self.group, self.role, self.view = group, role, view
 
 
+_entered = threading.local()
+
+
+def _contexts() -> list:
+    """This thread's paged contexts, innermost last."""
+    if not hasattr(_entered, "contexts"):
+        _entered.contexts = []
+    return _entered.contexts
+
+
+def mark(data: torch.Tensor, counts: torch.Tensor, **options) -> torch.Tensor:
+    """The innermost paged context's mark() on this thread (paged_saved_tensors.mark: the same
+    options); outside any (an unpaged rerun, a pipeline's shape inference, eager code), `data`
+    as it is. For a module whose caller opens the context, as a pipeline's stage does."""
+    contexts = _contexts()
+    return contexts[-1].mark(data, counts, **options) if contexts else data
+
+
 class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     """A context in which marked tensors are paged while autograd holds them.
 
@@ -320,6 +339,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self.pool._context_entered()  # before the hooks go on: it may refuse
         super().__enter__()
         self._active = True
+        _contexts().append(self)
         return self
 
     def __exit__(self, *exc):
@@ -331,6 +351,8 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             g.order = len(self._stashes)  # backward needs them first: their unpack prefetches the last stashes
             self.skipped_tensors += g.saves
         self._by_storage, self._groups, self._saved, self._active = {}, [], [], False
+        if self in _contexts():
+            _contexts().remove(self)
         # A mark is made with grad on (under no_grad it returns at once): when autograd saved nothing
         # at all in the context after it, another saved-tensor hook took the saves, or the layer ran
         # without grad. Either way nothing of it was paged: say so.

@@ -88,6 +88,7 @@ class PagePool:
         # _begun: a step begun and not yet decided; _decision: the step's decision once decided
         # (until the next begin_step); _contexts: paged contexts since begin_step().
         self._step = None
+        self._agreed = False  # agree() ran since the step began
         self._begun = False
         self._decision: Optional[str] = None
         self._contexts = 0
@@ -494,7 +495,7 @@ class PagePool:
         self._begin()
 
     def _begin(self) -> None:
-        self._begun, self._decision, self._contexts = True, None, 0
+        self._begun, self._decision, self._contexts, self._agreed = True, None, 0, False
 
     def _context_entered(self) -> None:
         """A paged context begins (paged_saved_tensors.__enter__): refused once the step is
@@ -541,7 +542,7 @@ class PagePool:
         self._note(flags)
         return flags
 
-    def decide(self) -> str:
+    def decide(self, *, alone: bool = False) -> str:
         """'keep', 'rerun_without_paging' or 'report_error', from the flags (reads them back:
         synchronises): the decision of the step begin_step() began, after its last backward
         (end_step() first). After agree(), every rank decides the same. It counts the step and
@@ -551,8 +552,22 @@ class PagePool:
 
         Raises RuntimeError after paged contexts (paged_saved_tensors) outside a step (no
         begin_step() before them): the pool cannot tell which microbatches a rerun must repeat.
-        Without paged contexts (records used directly) a decide() is a step of its own."""
+        Without paged contexts (records used directly) a decide() is a step of its own.
+
+        With several ranks (torch.distributed initialised, more than one rank) it raises
+        RuntimeError unless agree() ran since the step began: a rank that decided alone would
+        rerun a step its peers keep, and their collectives would pair the wrong steps
+        (wrong or NaN parameters, no error). `alone=True` is for a pool whose step no other
+        rank shares."""
         self._not_in_step("decide")
+        dist = torch.distributed
+        if (not alone and not self._agreed and dist.is_available() and dist.is_initialized()
+                and dist.get_world_size() > 1):
+            raise RuntimeError(
+                f"pagestash: pool.decide() on one of {dist.get_world_size()} ranks without pool.agree() in this step: "
+                "a rank that decides alone may rerun a step its peers keep, and their collectives then pair "
+                "different steps (wrong or NaN parameters, no error). Call pool.agree(group) after end_step() "
+                "(run_step and PagedStep.finish do), or decide(alone=True) for a pool no other rank's step shares")
         if not self._begun and self._decision is None and self._contexts:
             raise RuntimeError(
                 "pagestash: pool.decide() outside a step: a step is what lies between pool.begin_step() and "
@@ -573,7 +588,7 @@ class PagePool:
         self.overflowed_steps += decision != "keep"
         if self._begun or again:
             self._decision = decision  # paged contexts are refused until the next begin_step()
-        self._begun = False
+        self._begun, self._agreed = False, False
         self._check_overflow_rate()
         if self._auto is not None:
             self._auto.decided(decision)
@@ -613,6 +628,7 @@ class PagePool:
             staged = self.flags.to("cuda" if wants_cuda else "cpu")
             dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
             self.flags.copy_(staged)
+        self._agreed = True
         self._ran("agree() (the flags of every rank)")
 
 

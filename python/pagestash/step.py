@@ -140,30 +140,41 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     The gradients start from zero: accumulate across run_step calls by summing yourself.
     `group`, `cuda_streams`: as for PagedStep.finish. `hook_options` go to every
     paged_saved_tensors (zero_tail, strict, ...). In strict mode, the PagingError a reload
-    raises in the middle of backward is caught here: the step reruns (while the pool
-    observes, the paged run is not strict, so that it stashes the whole step). A rerun for
-    'report_error' (a misuse: a bug) warns (PagingWarning) naming the flags."""
+    raises in the middle of backward is caught here, also wrapped in another exception (as
+    torch.distributed.pipelining wraps a stage's): the step reruns. The paged run is not
+    strict while the pool observes (so that it stashes the whole step) and with several
+    ranks (`group`, or the default group when torch.distributed is initialised): a rank that
+    raised in the middle of a step would leave its peers waiting in a collective, so every
+    rank runs the step to its end and they decide together. A rerun for 'report_error' (a
+    misuse: a bug) warns (PagingWarning) naming the flags."""
     _zero_grad(zero_grad)
     if pool is None:
         _run(PagedStep(None, paged=False), microbatches)
         return "eager"
-    if pool.observing:  # an observed step runs to its end, even when it fails: its counts are whole
+    if pool.observing or _several_ranks(group):
         hook_options = {**hook_options, "strict": False}
     step = PagedStep(pool, **hook_options)
     failure = None
     try:
         microbatches(step)
-    except PagingError as e:  # strict mode: a reload in backward found the step failed
-        failure = (e.flags, e.decision)
+    except Exception as e:  # strict mode: a reload in backward found the step failed
+        cause = paging_error_in(e)
+        if cause is None:
+            raise
+        failure = (cause.flags, cause.decision)
     finally:
         step.abandon()
     # The failed run's graph (and its groups) is gone before the reset, as the exception went.
     if failure is None:
         decision = step.finish(group, cuda_streams)
     else:
-        decision = failure[1]
-        pool._decided(decision)
         step.join_cuda_streams(cuda_streams)  # a prefetched reload may still run on a side stream
+        if _several_ranks(group):  # a check of the user's raised: the peers decide with this rank
+            pool.agree(group)
+            decision = pool.decide()
+        else:
+            decision = failure[1]
+            pool._decided(decision)
     if decision == "keep":
         return "paged"
     if decision == "report_error":
@@ -175,6 +186,22 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     _zero_grad(zero_grad)
     _run(PagedStep(pool, paged=False), microbatches)
     return "rerun"
+
+
+def _several_ranks(group=None) -> bool:
+    dist = torch.distributed
+    return group is not None or (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def paging_error_in(e: Optional[BaseException]) -> Optional[PagingError]:
+    """The PagingError `e` is, or was raised from (its __cause__ / __context__ chain), else None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, PagingError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _run(step: PagedStep, microbatches) -> None:

@@ -183,7 +183,7 @@ def _rank(rank, world, init_file, results):
     rec = pool.record("bf16/capacity", ps.Shape(2, 64, 128))
     x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(rank)).to(torch.bfloat16)
     rec.stash(x, torch.tensor([64, 40], dtype=torch.int32))
-    alone = pool.decide()
+    alone = pool.decide(alone=True)  # what this rank alone would decide (decide() refuses without agree())
     pool.agree()  # all-reduces the flags with MAX, in place in the pool
     first = None
     try:

@@ -124,7 +124,50 @@ class Schedule {
     return s;
   }
 
-  /// Parses "lifo", "1f1b:P", "1f1b:P:V" or "list:a,b,c" (layers and microbatches apply to
+  /// A step's own order, event by event: "S<layer>.<microbatch>" a stash, "R<layer>.<microbatch>" its reload, e.g.
+  /// "S0.0,S0.1,R0.0,R0.1" (Python's pipeline_schedule writes it from torch's pipeline engine's action order). Every
+  /// stash is reloaded once, after it; layers and microbatches are the largest numbers named, plus one.
+  static Schedule explicit_order(const std::string& list) {
+    Schedule s("order:" + list, 0, 0);
+    std::vector<std::pair<std::int64_t, std::int64_t>> seen;  // (layer, microbatch) per event
+    std::size_t begin = 0;
+    while (begin <= list.size()) {
+      const std::size_t end = std::min(list.find(',', begin), list.size());
+      const std::string item = list.substr(begin, end - begin);
+      const std::size_t dot = item.find('.');
+      long long layer = -1, microbatch = -1;
+      std::size_t used_l = 0, used_m = 0;
+      if (item.size() > 2 && (item[0] == 'S' || item[0] == 'R') && dot != std::string::npos) {
+        try {
+          layer = std::stoll(item.substr(1, dot - 1), &used_l);
+          microbatch = std::stoll(item.substr(dot + 1), &used_m);
+        } catch (const std::exception&) { layer = -1; }
+      }
+      if (layer < 0 || microbatch < 0 || layer >= INT32_MAX || microbatch >= INT32_MAX || used_l + 1 != dot ||
+          used_m + dot + 1 != item.size())
+        detail::throw_invalid("pagestash::sizing", "schedule 'order:...': '" + item +
+                                                       "' is not S<layer>.<microbatch> or R<layer>.<microbatch>");
+      s.layers_ = std::max(s.layers_, static_cast<std::int32_t>(layer + 1));
+      s.microbatches_ = std::max(s.microbatches_, static_cast<std::int32_t>(microbatch + 1));
+      s.events_.push_back({item[0] == 'S', static_cast<std::int32_t>(layer), static_cast<std::int32_t>(microbatch)});
+      begin = end + 1;
+    }
+    std::vector<int> state(static_cast<std::size_t>(s.stashes()), 0);  // 0 never stashed, 1 held, 2 reloaded
+    for (const StashEvent& e : s.events_) {
+      int& st = state[static_cast<std::size_t>(s.stash_index(e))];
+      if (st != (e.stash ? 0 : 1))
+        detail::throw_invalid("pagestash::sizing", "schedule 'order:...': " + std::string(e.stash ? "S" : "R") +
+                                                       std::to_string(e.layer) + "." + std::to_string(e.microbatch) +
+                                                       (e.stash ? " stashed twice" : " reloaded before its stash"));
+      st = e.stash ? 1 : 2;
+    }
+    if (std::find(state.begin(), state.end(), 1) != state.end())
+      detail::throw_invalid("pagestash::sizing", "schedule 'order:...': a stash is never reloaded");
+    s.summarise();
+    return s;
+  }
+
+  /// Parses "lifo", "1f1b:P", "1f1b:P:V", "list:a,b,c" or "order:S0.0,..." (layers and microbatches apply to
   /// the first two). Throws std::invalid_argument saying what is wrong.
   static Schedule parse(const std::string& s, std::int32_t layers, std::int32_t microbatches) {
     if (s == "lifo") return forward_then_backward(layers, microbatches);
@@ -155,7 +198,9 @@ class Schedule {
                          pv.size() == 2 ? static_cast<std::int32_t>(pv[1]) : 1);
     }
     if (s.rfind("list:", 0) == 0) return explicit_list(numbers(s.substr(5), ','));
-    detail::throw_invalid("pagestash::sizing", "unknown schedule '" + s + "' (lifo, 1f1b:P, 1f1b:P:V, list:a,b,c)");
+    if (s.rfind("order:", 0) == 0) return explicit_order(s.substr(6));
+    detail::throw_invalid("pagestash::sizing",
+                          "unknown schedule '" + s + "' (lifo, 1f1b:P, 1f1b:P:V, list:a,b,c, order:S0.0,...)");
   }
 
   const std::string& name() const { return name_; }

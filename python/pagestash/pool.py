@@ -254,7 +254,8 @@ class PagePool:
         and none beyond the reserve: backs their memory, then adds their ids to the free pages, in the pool's CUDA
         stream order (a CPU pool: now). Records, tensors and captured CUDA graphs stay valid; a graph replayed after
         it may take the new pages. Not inside an open step, nor while a CUDA stream captures. ValueError for bad
-        pages (nothing changed), RuntimeError when memory runs out (the pool as it was). Logged (`resizes`)."""
+        pages (nothing changed), RuntimeError when memory runs out (the pool as it was). Logged (`resizes`, and
+        the 'pagestash' logger at INFO)."""
         self._resize(True, device_pages, host_pages, why)
 
     def shrink(self, device_pages: Optional[int] = None, host_pages: Optional[int] = None, *,
@@ -264,7 +265,8 @@ class PagePool:
         ValueError, nothing changed. A CUDA pool synchronises its stream to know. Logged (`resizes`)."""
         self._resize(False, device_pages, host_pages, why)
 
-    def _resize(self, growing: bool, device_pages: Optional[int], host_pages: Optional[int], why: str) -> None:
+    def _resize(self, growing: bool, device_pages: Optional[int], host_pages: Optional[int], why: str,
+                level: int = logging.INFO) -> None:
         what = "grow" if growing else "shrink"
         if self._reserved is None:
             raise ValueError(f"pagestash: PagePool.{what}: this pool has no reserve (make it with "
@@ -279,8 +281,7 @@ class PagePool:
             return
         (self._reserved.grow if growing else self._reserved.shrink)(int(new[0]), int(new[1]))
         self.resizes.append(dict(step=self.steps, old=old, new=new, why=why))
-        _log.log(logging.WARNING if growing else logging.INFO,
-                 "pagestash: the pool %s from %d to %d device pages, %d to %d host pages (%s)",
+        _log.log(level, "pagestash: the pool %s from %d to %d device pages, %d to %d host pages (%s)",
                  "grew" if growing else "shrank", old[0], new[0], old[1], new[1], why)
 
     def pages_in_use(self) -> int:

@@ -103,7 +103,8 @@ class AutoResize:
             why = (f"step {pool.steps - 1} overflowed; " +
                    (f"{len(pool._observed)} observed steps need {sized} pages at overflow {self.overflow:g}"
                     if sized is not None else "no whole step observed: doubled"))
-            pool.grow(min(reserve, max(have + 1, 2 * have if sized is None else sized)), why=why)
+            pool._resize(True, min(reserve, max(have + 1, 2 * have if sized is None else sized)), None, why,
+                         logging.WARNING)
             return
         if decision != "keep":
             return

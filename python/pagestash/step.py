@@ -158,7 +158,7 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     try:
         microbatches(step)
     except Exception as e:  # strict mode: a reload in backward found the step failed
-        cause = paging_error_in(e)
+        cause = _paging_error_in(e)
         if cause is None:
             raise
         failure = (cause.flags, cause.decision)
@@ -193,7 +193,7 @@ def _several_ranks(group=None) -> bool:
     return group is not None or (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
-def paging_error_in(e: Optional[BaseException]) -> Optional[PagingError]:
+def _paging_error_in(e: Optional[BaseException]) -> Optional[PagingError]:
     """The PagingError `e` is, or was raised from (its __cause__ / __context__ chain), else None."""
     seen = set()
     while e is not None and id(e) not in seen:

@@ -433,6 +433,29 @@ TEST_CASE("schedules: stashes alive at the peak") {
         std::string::npos);
 }
 
+TEST_CASE("schedules: a step's own order (order:) sizes as the schedule it writes out, event by event") {
+  // Each modelled schedule written out as an order: the same events, peak and peak moments.
+  for (const char* name : {"lifo", "1f1b:4", "1f1b:4:2", "list:3,0,1"}) {
+    CAPTURE(name);
+    const sizing::Schedule s = sizing::Schedule::parse(name, 4, 6);
+    std::string order;
+    for (const sizing::StashEvent& e : s.events())
+      order += (order.empty() ? "" : ",") + std::string(e.stash ? "S" : "R") + std::to_string(e.layer) + "." +
+               std::to_string(e.microbatch);
+    const sizing::Schedule o = sizing::Schedule::parse("order:" + order, 1, 1);
+    CHECK(o.alive_stashes() == s.alive_stashes());
+    CHECK(o.peak_moments() == s.peak_moments());
+    REQUIRE(o.events().size() == s.events().size());
+    for (std::size_t i = 0; i < o.events().size(); ++i)
+      CHECK((o.events()[i].stash == s.events()[i].stash && o.events()[i].layer == s.events()[i].layer &&
+             o.events()[i].microbatch == s.events()[i].microbatch));
+  }
+  CHECK(sizing::Schedule::parse("order:S0.0,S1.0,R1.0,S1.1,R1.1,R0.0", 9, 9).alive_stashes() == 2);
+  CHECK(sizing::Schedule::parse("order:S0.0,S1.0,R1.0,S1.1,R1.1,R0.0", 9, 9).peak_moments() == 2);
+  for (const char* bad : {"order:S0.0,S0.0,R0.0", "order:R0.0", "order:S0.0", "order:S0.x,R0.0", "order:", "order:S.0"})
+    CHECK(!error_of([bad] { sizing::Schedule::parse(bad, 1, 1); }).empty());
+}
+
 TEST_CASE("statistics: quantiles and their intervals on distributions with known answers") {
   CHECK(std::abs(sizing::normal_quantile(0.975) - 1.959964) < 1e-6);
   CHECK(std::abs(sizing::normal_quantile(0.001) + 3.090232) < 1e-6);

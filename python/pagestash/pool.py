@@ -120,8 +120,11 @@ class PagePool:
         self._memory = getattr(self, "_memory", 0) + 1  # records made before are another pool's
         self._reserved = None
         if device_reserve or host_reserve:
+            device = self.device
+            if device.type == "cuda" and device.index is None:  # the library's pool lives on one device: name it
+                device = torch.device("cuda", torch.cuda.current_device())
             self._reserved = _C.reserved_pool(page_bytes, device_pages, host_pages, device_reserve, host_reserve,
-                                              str(self.device))
+                                              str(device))
             self.control, self.device_arena, self.host_arena = self._reserved.parts()
         else:
             control, device_arena, host_arena = _C.pool_bytes(page_bytes, device_pages, host_pages)

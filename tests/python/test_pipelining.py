@@ -196,3 +196,22 @@ def test_pipeline_schedule_is_the_engines_order_and_the_sizer_refuses_a_bad_one(
                        ("order:S0.0", "never reloaded"), ("order:S0.x,R0.0", "is not S<layer>")):
         with pytest.raises(ValueError, match=match):
             ps.size_pool(SAVED, counts=[[1] * E], samples=10, page_bytes=PAGE, schedule=bad)
+
+
+def single_rank_main(rank, world, init_file, results):
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                                         timeout=datetime.timedelta(seconds=60))
+    out = {}
+    for name in ("GPipe", "Interleaved1F1B"):
+        out[name] = one_case(name, 4, world, rank, pages=1, strict=True)[:3]
+    torch.distributed.destroy_process_group()
+    results.put((rank, out))
+
+
+def test_one_rank_strict_reruns_through_the_engines_wrapped_error_and_its_kept_losses():
+    """On one rank a strict pool raises in the middle of backward, inside the engine, which
+    wraps the PagingError and keeps the failed run's losses: the step reruns, bit-identical."""
+    with tempfile.NamedTemporaryFile() as f:
+        [(_, out)] = run_ranks(single_rank_main, 1, f.name + ".init")
+    for name, (how, same, held) in out.items():
+        assert how == "rerun" and same and held == 0, (name, how, same, held)

@@ -36,14 +36,14 @@ void resize_cuda(cudaStream_t stream, ps::PagePool& pool, bool growing, std::int
 /// The stream the op runs on: PyTorch's current one on the pool's device. PyTorch's default
 /// stream is the legacy one, which pagestash refuses (it cannot be captured); the per-thread
 /// default stream serialises with it, so the order of the caller's work is kept.
-cudaStream_t stream_of(const at::Tensor& control) {
-  const cudaStream_t s = c10::cuda::getCurrentCUDAStream(control.device().index()).stream();
+cudaStream_t stream_on(const at::Device& device) {
+  const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   return s == nullptr ? cudaStreamPerThread : s;
 }
 #else
 // Built without CUDA (PAGESTASH_TORCH_CUDA undefined): a CUDA pool is refused when its stream is asked for.
 // The stubs below are never reached.
-cudaStream_t stream_of(const at::Tensor&) {
+cudaStream_t stream_on(const at::Device&) {
   TORCH_CHECK(false,
               "pagestash was built without the CUDA executor (no nvcc, or PAGESTASH_CUDA=0 at install): CUDA tensors "
               "need a build with it");
@@ -55,6 +55,7 @@ void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
 void resize_cuda(cudaStream_t, ps::PagePool&, bool, std::int64_t, std::int64_t) {}
 #endif
+cudaStream_t stream_of(const at::Tensor& control) { return stream_on(control.device()); }
 
 namespace {
 
@@ -435,8 +436,7 @@ struct ReservedPool {
     const at::OptionalDeviceGuard guard(device);
     checked([&] {
       if (device.is_cuda()) {
-        resize_cuda(stream_of(at::empty({0}, at::TensorOptions().device(device))), *pool, growing, device_pages,
-                    host_pages);
+        resize_cuda(stream_on(device), *pool, growing, device_pages, host_pages);
       } else if (growing) {
         ps::grow(host_executor(), *pool, device_pages, host_pages);
       } else {
@@ -449,7 +449,7 @@ struct ReservedPool {
 ReservedPool reserved_pool(std::int64_t page_bytes, std::int64_t device_pages, std::int64_t host_pages,
                            std::int64_t device_reserve, std::int64_t host_reserve, const std::string& device) {
   ReservedPool r{nullptr, at::Device(device)};
-  if (r.device.is_cuda()) stream_of(at::empty({0}));  // a build without the CUDA executor refuses here
+  if (r.device.is_cuda()) stream_on(r.device);  // a build without the CUDA executor refuses here
   ps::PoolConfig c;
   c.page_bytes = page_bytes;
   c.device_pages = device_pages;

@@ -28,8 +28,9 @@ class AutoResize:
     """The automatic mode of a pool with a reserve (PagePool.auto_resize makes it). The pool
     observes the last `window` whole steps' counts (observed_counts(), on the device, no sync).
 
-    - After a step whose decision is 'rerun_without_paging' (an overflow: not a misuse), before
-      its rerun, the pool grows to `headroom` x the device pages size_pool(saved,
+    - After a step whose decision is 'rerun_without_paging' (an overflow: not a misuse) and in
+      which this pool's own operations found no room (not only another rank's), before its
+      rerun, the pool grows to `headroom` x the device pages size_pool(saved,
       counts=observed steps, overflow=`overflow`, **sizing) finds, and at least one page more
       than it has, up to its reserve. Where the sizer cannot answer (no whole step observed:
       a replayed CUDA graph runs no host code), the pool doubles.
@@ -92,6 +93,8 @@ class AutoResize:
             if self._grown_at == pool.steps:
                 return
             self._grown_at = pool.steps
+            if not pool.stats()["overflows"]:  # another rank's pool overflowed (agreed flags): this one had room
+                return
             have, reserve = pool.device_pages, pool.device_reserve
             if have >= reserve:
                 if not self._warned_full:

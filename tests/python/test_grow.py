@@ -327,3 +327,25 @@ def test_cuda_a_graph_captured_on_a_small_pool_replays_after_grow_and_shrink():
     out.zero_()
     graph.replay()
     assert torch.equal(out, data) and not any(pool.flag_dict().values())
+
+
+def _two_ranks(rank, world, init_file, results):
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    batch = drifting_data(1, 2, drift_at=0)[0]
+    model, plain = LocalExperts(), LocalExperts()
+    opt, plain_opt = torch.optim.SGD(model.parameters(), lr=1e-3), torch.optim.SGD(plain.parameters(), lr=1e-3)
+    pool = ps.PagePool(256 if rank == 0 else 8, page_bytes=PAGE, reserve_bytes=1024 * PAGE)
+    pool.auto_resize(SAVED, window=2, schedule="1f1b:2", layers=1, microbatches=2)
+    how = ps.run_step(pool, lambda step: run(model, batch, step), opt)
+    ps.run_step(None, lambda step: run(plain, batch, step), plain_opt)
+    same = all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), plain.parameters()))
+    results.put((rank, how, same, pool.device_pages))
+    torch.distributed.destroy_process_group()
+
+
+def test_auto_resize_on_several_ranks_grows_the_pool_that_overflowed_not_its_peers(tmp_path):
+    from _ranks import run_ranks
+
+    got = run_ranks(_two_ranks, 2, tmp_path / "init")
+    assert [(how, same) for _, how, same, _ in got] == [("rerun", True), ("rerun", True)]  # agreed: both rerun
+    assert got[0][3] == 256 and got[1][3] > 8, got  # only rank 1's pool found no room

@@ -55,7 +55,7 @@ class AutoResize:
         self.headroom = _positive(headroom, "headroom", integral=False)
         if not 0 < overflow < 1:
             raise ValueError(f"pagestash: auto_resize: overflow = {overflow!r} must be a probability in (0, 1)")
-        for name in ("counts", "overflow", "page_bytes", "host_pages"):
+        for name in ("counts", "page_bytes", "host_pages"):
             if name in sizing:
                 raise ValueError(f"pagestash: auto_resize sets size_pool's {name} itself (the observed steps, "
                                  "the pool's pages)")

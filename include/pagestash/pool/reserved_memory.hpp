@@ -10,6 +10,7 @@
 
 #include <pagestash/cuda/error.hpp>
 #include <pagestash/detail/errors.hpp>
+#include <pagestash/pool/allocation.hpp>
 #include <pagestash/pool/memory_space.hpp>
 
 #include <cuda.h>
@@ -235,7 +236,7 @@ class ReservedMemory {
   MemorySpace space_ = MemorySpace::host;
   int device_ = -1;
   unsigned char* base_ = nullptr;
-  std::size_t reserve_ = 0, backed_ = 0, granularity_ = std::size_t{2} << 20;
+  std::size_t reserve_ = 0, backed_ = 0, granularity_ = huge_page_bytes;  // the host's chunk
   std::vector<CUmemGenericAllocationHandle> handles_;  ///< device: one per granule backed, in address order
   mutable CUmemAllocationProp prop_{};
 };

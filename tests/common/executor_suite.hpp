@@ -281,6 +281,114 @@ int graph_after_grow(int replays, std::uint32_t seed) {
   return checked;
 }
 
+/// Stashes the whole tensor (every group's most tokens) and reloads it through `into`; whether every byte came back
+/// (and in *spilled, whether the stash took host pages).
+template <class L, class Backend, class Tr>
+bool full_round_trip(ps::PagePool& from, ps::PagePool& into, Tensor<L, Backend>& src, Tensor<L, Backend>& dest,
+                     ps::StashRecord<Tr>& rec, std::mt19937& rng, bool* spilled = nullptr) {
+  const auto& shape = src.view;
+  std::vector<std::int32_t> most(static_cast<std::size_t>(shape.groups), 0);
+  for (std::size_t g = 0; g < most.size(); ++g)
+    most[g] = static_cast<std::int32_t>(L::placement::packed && g > 0 ? 0 : shape.max_tokens);
+  std::array<std::vector<std::uint8_t>, 3> bytes, poisoned;
+  fill(src, most, rng, &bytes);
+  poison(dest, rng, poisoned);
+  Backend::stash(from, src.view, rec);
+  const ps::RecordStatus stashed = rec.status();
+  if (spilled != nullptr) *spilled = stashed.host_pages > 0;
+  if (stashed.state != ps::RecordState::stashed) return false;
+  Backend::reload(into, rec, dest.view, true);
+  bool equal = rec.status().state == ps::RecordState::reloaded;
+  for (BufferRole role : all_roles) {
+    const auto r = static_cast<std::size_t>(role);
+    equal = equal && dest.bytes(role) == expected_reload<Tr>(shape, role, most, bytes[r], poisoned[r], true);
+  }
+  return equal;
+}
+
+/// A pool attached over a growable pool's memory (a framework's per-call object, the reserve as its pages) neither
+/// grows nor shrinks it: both refused before anything runs, the owner's pages, free ids and config as they were, and a
+/// whole tensor still overflows the owner (no id past its pages was handed out). The owner's grow then shows through
+/// the attached pool at once, and a stash through either reloads through the other. Returns the round trips that came
+/// back whole (2).
+template <class L, class Backend>
+int attached_pool_is_not_resized(std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  const std::int64_t full = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = std::max<std::int64_t>(1, full / 4);
+  cfg.device_reserve = 2 * full;
+  ps::PagePool owner(cfg, Backend::space);
+  ps::PoolConfig whole = cfg;
+  whole.device_pages = cfg.device_reserve;
+  whole.device_reserve = 0;
+  ps::PagePool attached = ps::PagePool::attach(whole, Backend::space, owner.memory());
+  CHECK_THROWS_AS(Backend::grow(attached, whole.device_pages, 0), std::invalid_argument);
+  CHECK_THROWS_AS(Backend::shrink(attached, 0, 0), std::invalid_argument);
+  const ps::PoolStats after = owner.stats();
+  CHECK(after.device_pages == cfg.device_pages);
+  CHECK(after.device_pages_free == cfg.device_pages);
+  CHECK(owner.config().device_pages == cfg.device_pages);
+  Tensor<L, Backend> src(shape), dest(shape);
+  ps::StashRecord<Tr> rec(owner, shape);
+  CHECK_FALSE(full_round_trip(owner, owner, src, dest, rec, rng));
+  CHECK(owner.stats().flags.overflow);
+  Backend::reset(owner);
+  Backend::grow(owner, 2 * full, 0);
+  CHECK(attached.stats().device_pages == 2 * full);
+  int whole_trips = 0;
+  whole_trips += full_round_trip(attached, owner, src, dest, rec, rng);
+  whole_trips += full_round_trip(owner, attached, src, dest, rec, rng);
+  Backend::end_step(owner);
+  CHECK(owner.stats().device_pages_free == 2 * full);
+  return whole_trips;
+}
+
+/// A pool whose spill grows (host_reserve): a page of each memory at first, so a whole tensor overflows; grown to a
+/// spill that holds it, it spills and comes back whole; shrunk to no spill it overflows again; grown once more (the
+/// memory given back and taken again) it comes back whole. Returns the round trips that came back whole (2).
+template <class L, class Backend>
+int spill_grows_and_shrinks(std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1024;
+  const std::int64_t full = ps::pages_for(ps::work_bounds<Tr>(shape).stream_bytes, cfg.page_bytes);
+  cfg.device_pages = 1;
+  cfg.host_pages = 1;
+  cfg.host_reserve = 2 * full;
+  ps::PagePool pool(cfg, Backend::space);
+  Tensor<L, Backend> src(shape), dest(shape);
+  ps::StashRecord<Tr> rec(pool, shape);
+  CHECK_FALSE(full_round_trip(pool, pool, src, dest, rec, rng));
+  Backend::reset(pool);
+  int whole_trips = 0;
+  for (int round = 0; round < 2; ++round) {
+    Backend::grow(pool, 1, 2 * full);
+    bool spilled = false;
+    const bool whole = full_round_trip(pool, pool, src, dest, rec, rng, &spilled);
+    CHECK(whole);
+    CHECK(spilled);
+    whole_trips += whole;
+    Backend::end_step(pool);
+    const ps::PoolStats st = pool.stats();
+    CHECK_FALSE(st.flags.overflow);
+    CHECK_FALSE(st.flags.error);
+    CHECK(st.host_pages == 2 * full);
+    CHECK(st.host_pages_free == 2 * full);
+    Backend::shrink(pool, 1, 0);
+    CHECK(pool.stats().host_pages == 0);
+    CHECK(pool.memory_use().host_backed == 0);
+    CHECK_FALSE(full_round_trip(pool, pool, src, dest, rec, rng));
+    Backend::reset(pool);
+  }
+  return whole_trips;
+}
+
 // ---- Concurrent streams -----------------------------------------------------------------
 
 /// Streams run interleaved stashes and reloads of their own records, all at once, against

@@ -48,6 +48,16 @@ TEST_CASE("a graph captured on a small pool runs after grow with more live token
   CHECK(suite::graph_after_grow<RuBf16, DeviceBackend>(20, 2) == 20);
 }
 
+TEST_CASE("an attached pool is not resized: refused before any launch, and the owner's grow shows through it") {
+  CHECK(suite::attached_pool_is_not_resized<ColNv4CapSw, DeviceBackend>(1) == 2);
+  CHECK(suite::attached_pool_is_not_resized<RuBf16, DeviceBackend>(2) == 2);
+}
+
+TEST_CASE("a device pool's spill (registered host memory) grows, shrinks to none and grows again") {
+  CHECK(suite::spill_grows_and_shrinks<ColNv4CapSw, DeviceBackend>(1) == 2);
+  CHECK(suite::spill_grows_and_shrinks<RuBf16, DeviceBackend>(2) == 2);
+}
+
 TEST_CASE("stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, DeviceBackend>(8, 20, 7);
   suite::concurrent_streams<ColMx4CapSw, DeviceBackend>(4, 10, 8);

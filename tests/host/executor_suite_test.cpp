@@ -41,6 +41,16 @@ TEST_CASE("executor suite, host executor: a graph recorded on a small pool runs 
   CHECK(suite::graph_after_grow<RuBf16, Host>(6, 2) == 6);
 }
 
+TEST_CASE("executor suite, host executor: an attached pool is not resized, the owner's grow shows through it") {
+  CHECK(suite::attached_pool_is_not_resized<ColNv4CapSw, Host>(1) == 2);
+  CHECK(suite::attached_pool_is_not_resized<RuBf16, Host>(2) == 2);
+}
+
+TEST_CASE("executor suite, host executor: a spill that grows, shrinks to none and grows again") {
+  CHECK(suite::spill_grows_and_shrinks<ColNv4CapSw, Host>(1) == 2);
+  CHECK(suite::spill_grows_and_shrinks<RuBf16, Host>(2) == 2);
+}
+
 TEST_CASE(
     "executor suite, host executor: stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, Host>(8, 4, 7);
@@ -122,6 +132,14 @@ TEST_CASE(
 
 TEST_CASE("emulated grid: executor suite, a graph recorded on a small pool runs after grow, bit-exact") {
   CHECK(suite::graph_after_grow<ColNv4CapSw, Emulated>(2, 1) == 2);
+}
+
+TEST_CASE("emulated grid: executor suite, an attached pool is not resized, the owner's grow shows through it") {
+  CHECK(suite::attached_pool_is_not_resized<ColNv4CapSw, Emulated>(1) == 2);
+}
+
+TEST_CASE("emulated grid: executor suite, a spill that grows, shrinks to none and grows again") {
+  CHECK(suite::spill_grows_and_shrinks<RuBf16, Emulated>(2) == 2);
 }
 
 TEST_CASE(

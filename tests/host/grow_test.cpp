@@ -126,7 +126,7 @@ TEST_CASE("a pool with a reserve: bad resizes are refused and leave the pool as 
   CHECK_THROWS_AS(ps::grow(ps::host, pool, 49, 1), std::invalid_argument);   // beyond the reserve
   CHECK_THROWS_AS(ps::grow(ps::host, pool, 1, 1), std::invalid_argument);    // fewer pages than it has
   CHECK_THROWS_AS(ps::shrink(ps::host, pool, 3, 1), std::invalid_argument);  // more pages than it has
-  CHECK_THROWS_AS(ps::shrink(ps::host, pool, 0, 0), std::invalid_argument);  // no pages at all
+  CHECK_THROWS_AS(ps::shrink(ps::host, pool, -1, 0), std::invalid_argument);  // fewer than none
   ps::grow(ps::host, pool, 40, 4);
   Buffers<RuBf16> a(shape, rng), out(shape, rng);
   a.counts.assign(4, 16);
@@ -147,13 +147,45 @@ TEST_CASE("a pool with a reserve: bad resizes are refused and leave the pool as 
                                                 std::vector<std::uint8_t>(a.bytes[0].size(), 0), true));
   ps::shrink(ps::host, pool, 1, 0);
   check_balanced(pool);
-  // No reserve: the pool is fixed.
+  // No pages at all, as a pool may start: all the memory given back; then it grows again.
+  ps::shrink(ps::host, pool, 0, 0);
+  check_balanced(pool);
+  CHECK(pool.memory_use().device_backed == 0);
+  CHECK(pool.memory_use().host_backed == 0);
+  auto none = ps::make_record<Traits>(pool, shape);
+  ps::stash(ps::host, pool, a.view, none);
+  CHECK(none.status().state == ps::RecordState::overflowed);
+  ps::reset(ps::host, pool);
+  ps::grow(ps::host, pool, 40, 0);
+  auto again = ps::make_record<Traits>(pool, shape);
+  ps::stash(ps::host, pool, a.view, again);
+  ps::reload(ps::host, pool, again, out.view);
+  CHECK(out.bytes[0] == a.bytes[0]);
+  check_balanced(pool);
+}
+
+TEST_CASE("a fixed pool, allocated or in caller-owned memory, neither grows nor shrinks") {
+  // Not even to the pages it has; its config stays without a reserve and its pages all free.
   ps::PoolConfig fixed;
   fixed.page_bytes = 4096;
   fixed.device_pages = 4;
   ps::PagePool fixed_pool(fixed, ps::MemorySpace::host);
-  CHECK_THROWS_AS(ps::grow(ps::host, fixed_pool, 5, 0), std::invalid_argument);
-  // A reserve below the pages, and a pool with a reserve in caller-owned memory.
+  std::vector<unsigned char> fixed_control(ps::PagePool::bytes_needed(fixed).control),
+      fixed_arena(ps::PagePool::bytes_needed(fixed).device_arena);
+  ps::PagePool borrowed(fixed, ps::MemorySpace::host, ps::PoolMemory{fixed_control.data(), fixed_arena.data()});
+  for (ps::PagePool* p : {&fixed_pool, &borrowed}) {
+    CHECK_THROWS_AS(ps::grow(ps::host, *p, 5, 0), std::invalid_argument);
+    CHECK_THROWS_AS(ps::grow(ps::host, *p, 4, 0), std::invalid_argument);
+    CHECK_THROWS_AS(ps::shrink(ps::host, *p, 2, 0), std::invalid_argument);
+    CHECK_THROWS_AS(ps::shrink(ps::host, *p, 4, 0), std::invalid_argument);
+    CHECK(p->config().device_pages == 4);
+    CHECK(p->config().device_reserve == 0);
+    CHECK_FALSE(p->config().growable());
+    CHECK(p->stats().device_pages_free == 4);
+  }
+}
+
+TEST_CASE("a pool with a reserve: in caller-owned memory, or a reserve below its pages, refused") {
   ps::PoolConfig bad = small_config();
   bad.device_reserve = 1;
   CHECK_THROWS_AS(ps::PagePool(bad, ps::MemorySpace::host), std::invalid_argument);

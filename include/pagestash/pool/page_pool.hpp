@@ -126,7 +126,7 @@ struct PoolMemoryUse {
 
 namespace detail {
 struct PoolResize;
-}
+}  // namespace detail
 
 class PagePool {
  public:
@@ -212,7 +212,11 @@ class PagePool {
 
  private:
   PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory, bool initialize = true)
-      : config_(config), space_(space), id_(initialize ? new_id() : 0) {
+      : config_(config), space_(space), id_(initialize ? new_id() : 0),
+        holds_(!initialize          ? Holding::attached
+               : memory != nullptr  ? Holding::borrowed
+               : config.growable() ? Holding::reserve
+                                   : Holding::allocated) {
     const PoolMemorySizes sizes = bytes_needed(config);
     const bool device = space == MemorySpace::device;
     if (device) PAGESTASH_CUDA_TRY(cudaGetDevice(&device_));
@@ -221,17 +225,13 @@ class PagePool {
     if (config.growable()) {
       if (memory != nullptr)
         detail::throw_invalid("PagePool", "a pool with a reserve maps its own memory as it grows: no PoolMemory");
-      if (device && config.reserved_host_pages() > config.host_pages)
-        detail::throw_invalid("PoolConfig",
-                              "host_reserve: a device pool's spill pages (pinned, mapped host memory) "
-                              "are fixed; its device pages can grow (device_reserve)");
       control_ = detail::Allocation(kind, sizes.control);
-      device_reserved_ = detail::ReservedMemory(space, sizes.device_arena, device_);
+      device_reserved_ = detail::ReservedMemory(kind, sizes.device_arena, device_);
       device_reserved_.back(static_cast<std::size_t>(config.device_bytes()));
-      if (device) {
+      if (device && config.reserved_host_pages() == config.host_pages) {  // a fixed spill: no registration per chunk
         host_arena_ = detail::Allocation(host_kind, sizes.host_arena);
       } else {
-        host_reserved_ = detail::ReservedMemory(space, sizes.host_arena, -1);
+        host_reserved_ = detail::ReservedMemory(host_kind, sizes.host_arena, device_);
         host_reserved_.back(static_cast<std::size_t>(config.host_bytes()));
       }
     } else if (memory != nullptr) {
@@ -310,9 +310,18 @@ class PagePool {
     return r;
   }
 
+  /// Where the pool's memory comes from, which says whether it may grow and shrink.
+  enum class Holding {
+    allocated,  ///< its own, of a fixed size
+    borrowed,   ///< the caller's (PoolMemory), fixed
+    attached,   ///< another pool's (attach): only that pool resizes it
+    reserve,    ///< a reserve it maps as it grows
+  };
+
   PoolConfig config_;
   MemorySpace space_;
   std::uint64_t id_;
+  Holding holds_;
   int device_ = -1;
   detail::Allocation control_, device_arena_, host_arena_;
   detail::ReservedMemory device_reserved_, host_reserved_;  ///< a pool with a reserve's arenas
@@ -324,23 +333,28 @@ class PagePool {
 namespace detail {
 /// The host's half of grow and shrink (execution/host.hpp, cuda.cuh): the checks, the memory, the pool's config.
 struct PoolResize {
-  /// Throws unless (device_pages, host_pages) lie between `from` (the pages the pool has: at least, grow; at most,
-  /// shrink) and the reserve.
+  /// Throws unless the pool maps a reserve of its own and (device_pages, host_pages) lie between the pages it has (at
+  /// least, grow; at most, shrink) and the reserve. A pool may shrink to no pages, as it may start with none.
   static void check(const char* op, const PagePool& pool, std::int64_t device_pages, std::int64_t host_pages,
                     bool growing) {
+    if (pool.holds_ == PagePool::Holding::attached)
+      throw_invalid(op, "an attached pool (PagePool::attach) does not own its memory, which only the pool that made it "
+                        "backs: resize the owner, not an attached pool");
+    if (pool.holds_ != PagePool::Holding::reserve)
+      throw_invalid(op, "a fixed pool (no reserve: PoolConfig::device_reserve, host_reserve) neither grows nor "
+                        "shrinks: make the pool with a reserve");
     const PoolConfig& c = pool.config_;
     const bool in_reserve = device_pages <= c.reserved_device_pages() && host_pages <= c.reserved_host_pages();
     const bool ordered =
         growing ? device_pages >= c.device_pages && host_pages >= c.host_pages
                 : device_pages <= c.device_pages && host_pages <= c.host_pages && device_pages >= 0 && host_pages >= 0;
-    if (!in_reserve || !ordered || device_pages + host_pages == 0)
+    if (!in_reserve || !ordered)
       throw_invalid(op, "device_pages = " + std::to_string(device_pages) +
                             ", host_pages = " + std::to_string(host_pages) + ": the pool has " +
                             std::to_string(c.device_pages) + " and " + std::to_string(c.host_pages) + ", its reserve " +
                             std::to_string(c.reserved_device_pages()) + " and " +
                             std::to_string(c.reserved_host_pages()) + (growing ? "; grow takes" : "; shrink takes") +
-                            " no fewer (grow) or no more (shrink) pages than it has, none beyond the reserve, and "
-                            "some");
+                            " no fewer (grow) or no more (shrink) pages than it has, and none beyond the reserve");
   }
   /// Backs the memory of the pool's first device_pages and host_pages (out of memory: throws, nothing changed).
   static void back(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {

@@ -4,6 +4,9 @@
 //   host    an anonymous mapping without access, backed in 2 MiB chunks (read-write, advised for huge pages, and
 //           faulted in at once, so that a lack of memory shows when grow() runs, not in a stash); given back with
 //           MADV_DONTNEED and no access again.
+//   mapped  the same, each chunk registered for a device (cudaHostRegister, mapped) once backed and unregistered
+//   host    before it is given back: a device pool's spill. The device reads it at the host's addresses, which
+//           cudaDevAttrCanUseHostPointerForRegisteredMem promises (checked, and each chunk's alias compared).
 //   device  CUDA's virtual memory management: a reserved range, physical allocations of the device's granularity
 //           (2 MiB on current GPUs) created, mapped and made readable and writable by the device; given back by
 //           unmapping and releasing them. The driver's functions come through the runtime (no link to libcuda).
@@ -83,10 +86,11 @@ inline void driver_check(CUresult r, const char* call) {
 class ReservedMemory {
  public:
   ReservedMemory() = default;
-  /// `reserve` bytes of address space in `space` (device: on `device`, which must support virtual memory management).
-  ReservedMemory(MemorySpace space, std::size_t reserve, int device) : space_(space), device_(device) {
+  /// `reserve` bytes of address space of `kind` (device: on `device`, which must support virtual memory management;
+  /// mapped_host: host memory the pages of which `device` reads at their host addresses).
+  ReservedMemory(MemoryKind kind, std::size_t reserve, int device) : kind_(kind), device_(device) {
     if (reserve == 0) return;  // nothing reserved: get() is null
-    if (space == MemorySpace::device) {
+    if (kind == MemoryKind::device) {
       const DriverMemoryApi& api = DriverMemoryApi::get();
       CUdevice dev{};
       int supported = 0;
@@ -108,6 +112,15 @@ class ReservedMemory {
       base_ = reinterpret_cast<unsigned char*>(p);
       return;
     }
+    if (kind == MemoryKind::mapped_host) {
+      int same_address = 0;
+      PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&same_address, cudaDevAttrCanUseHostPointerForRegisteredMem, device));
+      if (!same_address)
+        throw_invalid("PoolConfig", "host_reserve: device " + std::to_string(device) +
+                                        " cannot read registered host memory at its host address "
+                                        "(cudaDevAttrCanUseHostPointerForRegisteredMem = 0), which a spill that "
+                                        "grows needs; give the pool fixed host_pages instead");
+    }
 #if defined(__linux__)
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && page > 0) refuse_beyond(reserve, std::size_t(pages) * std::size_t(page), "the host's memory");
@@ -124,7 +137,7 @@ class ReservedMemory {
   }
   ReservedMemory(ReservedMemory&& o) noexcept { *this = std::move(o); }
   ReservedMemory& operator=(ReservedMemory&& o) noexcept {
-    std::swap(space_, o.space_), std::swap(device_, o.device_), std::swap(base_, o.base_);
+    std::swap(kind_, o.kind_), std::swap(device_, o.device_), std::swap(base_, o.base_);
     std::swap(reserve_, o.reserve_), std::swap(backed_, o.backed_), std::swap(granularity_, o.granularity_);
     std::swap(handles_, o.handles_);
     return *this;
@@ -133,8 +146,8 @@ class ReservedMemory {
   ReservedMemory& operator=(const ReservedMemory&) = delete;
   ~ReservedMemory() {
     if (base_ == nullptr) return;
-    if (space_ == MemorySpace::device) {
-      give_back(0);
+    if (kind_ != MemoryKind::host) give_back(0);
+    if (kind_ == MemoryKind::device) {
       DriverMemoryApi::get().free(reinterpret_cast<CUdeviceptr>(base_), reserve_);
       return;
     }
@@ -155,7 +168,7 @@ class ReservedMemory {
     const std::size_t want = round(bytes);
     if (want > reserve_) throw_invalid("pagestash::grow", "beyond the reserve");
     if (want <= backed_) return;
-    if (space_ == MemorySpace::device) {
+    if (kind_ == MemoryKind::device) {
       const DriverMemoryApi& api = DriverMemoryApi::get();
       CUmemAccessDesc access{};
       access.location = prop().location;
@@ -193,6 +206,20 @@ class ReservedMemory {
       throw std::runtime_error("pagestash: grow: out of host memory backing " + std::to_string(n) + " bytes");
     }
 #endif
+    if (kind_ == MemoryKind::mapped_host) {
+      for (std::size_t at = backed_; at < want; at += granularity_) {
+        const cudaError_t r = register_chunk(base_ + at);
+        if (r != cudaSuccess) {  // the pool stays as it was
+          while (at > backed_) at -= granularity_, cudaHostUnregister(base_ + at);
+#if defined(__linux__)
+          madvise(first, n, MADV_DONTNEED);
+          mprotect(first, n, PROT_NONE);
+#endif
+          throw std::runtime_error(std::string("pagestash: grow: registering the spill's host memory for device ") +
+                                   std::to_string(device_) + " failed: " + cudaGetErrorString(r));
+        }
+      }
+    }
     backed_ = want;
   }
 
@@ -200,7 +227,9 @@ class ReservedMemory {
   void give_back(std::size_t bytes) {
     const std::size_t keep = round(bytes);
     if (keep >= backed_) return;
-    if (space_ == MemorySpace::device) {
+    if (kind_ == MemoryKind::mapped_host)
+      for (std::size_t at = keep; at < backed_; at += granularity_) cudaHostUnregister(base_ + at);
+    if (kind_ == MemoryKind::device) {
       while (handles_.size() > keep / granularity_) unmap_last();
       backed_ = keep;
       return;
@@ -219,6 +248,18 @@ class ReservedMemory {
       throw_invalid("PoolConfig", "a reserve of " + std::to_string(reserve) + " bytes is more than " + what + " (" +
                                       std::to_string(memory) + " bytes)");
   }
+  /// Registers one chunk, mapped, and checks that the device reads it at its host address.
+  cudaError_t register_chunk(unsigned char* chunk) const {
+    cudaError_t r = cudaHostRegister(chunk, granularity_, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    void* alias = nullptr;
+    if (r == cudaSuccess && (r = cudaHostGetDevicePointer(&alias, chunk, 0)) == cudaSuccess && alias != chunk)
+      r = cudaErrorInvalidDevicePointer;
+    if (r != cudaSuccess) {
+      cudaHostUnregister(chunk);  // where it was registered
+      cudaGetLastError();         // the (not sticky) error these calls left
+    }
+    return r;
+  }
   std::size_t round(std::size_t bytes) const { return (bytes + granularity_ - 1) / granularity_ * granularity_; }
   void unmap_last() {
     const DriverMemoryApi& api = DriverMemoryApi::get();
@@ -233,7 +274,7 @@ class ReservedMemory {
     return prop_;
   }
 
-  MemorySpace space_ = MemorySpace::host;
+  MemoryKind kind_ = MemoryKind::host;
   int device_ = -1;
   unsigned char* base_ = nullptr;
   std::size_t reserve_ = 0, backed_ = 0, granularity_ = huge_page_bytes;  // the host's chunk

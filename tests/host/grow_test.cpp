@@ -123,9 +123,9 @@ TEST_CASE("a pool with a reserve: bad resizes are refused and leave the pool as 
   const auto shape = grow_shape();
   std::mt19937 rng(3);
   ps::PagePool pool(small_config(), ps::MemorySpace::host);
-  CHECK_THROWS_AS(ps::grow(ps::host, pool, 49, 1), std::invalid_argument);   // beyond the reserve
-  CHECK_THROWS_AS(ps::grow(ps::host, pool, 1, 1), std::invalid_argument);    // fewer pages than it has
-  CHECK_THROWS_AS(ps::shrink(ps::host, pool, 3, 1), std::invalid_argument);  // more pages than it has
+  CHECK_THROWS_AS(ps::grow(ps::host, pool, 49, 1), std::invalid_argument);    // beyond the reserve
+  CHECK_THROWS_AS(ps::grow(ps::host, pool, 1, 1), std::invalid_argument);     // fewer pages than it has
+  CHECK_THROWS_AS(ps::shrink(ps::host, pool, 3, 1), std::invalid_argument);   // more pages than it has
   CHECK_THROWS_AS(ps::shrink(ps::host, pool, -1, 0), std::invalid_argument);  // fewer than none
   ps::grow(ps::host, pool, 40, 4);
   Buffers<RuBf16> a(shape, rng), out(shape, rng);

@@ -213,8 +213,8 @@ class PagePool {
  private:
   PagePool(const PoolConfig& config, MemorySpace space, const PoolMemory* memory, bool initialize = true)
       : config_(config), space_(space), id_(initialize ? new_id() : 0),
-        holds_(!initialize          ? Holding::attached
-               : memory != nullptr  ? Holding::borrowed
+        holds_(!initialize         ? Holding::attached
+               : memory != nullptr ? Holding::borrowed
                : config.growable() ? Holding::reserve
                                    : Holding::allocated) {
     const PoolMemorySizes sizes = bytes_needed(config);
@@ -338,11 +338,13 @@ struct PoolResize {
   static void check(const char* op, const PagePool& pool, std::int64_t device_pages, std::int64_t host_pages,
                     bool growing) {
     if (pool.holds_ == PagePool::Holding::attached)
-      throw_invalid(op, "an attached pool (PagePool::attach) does not own its memory, which only the pool that made it "
-                        "backs: resize the owner, not an attached pool");
+      throw_invalid(op,
+                    "an attached pool (PagePool::attach) does not own its memory, which only the pool that made it "
+                    "backs: resize the owner, not an attached pool");
     if (pool.holds_ != PagePool::Holding::reserve)
-      throw_invalid(op, "a fixed pool (no reserve: PoolConfig::device_reserve, host_reserve) neither grows nor "
-                        "shrinks: make the pool with a reserve");
+      throw_invalid(op,
+                    "a fixed pool (no reserve: PoolConfig::device_reserve, host_reserve) neither grows nor "
+                    "shrinks: make the pool with a reserve");
     const PoolConfig& c = pool.config_;
     const bool in_reserve = device_pages <= c.reserved_device_pages() && host_pages <= c.reserved_host_pages();
     const bool ordered =

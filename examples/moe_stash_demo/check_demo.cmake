@@ -7,7 +7,8 @@
 #      trip, on fewer pages; nvfp4, which cannot be compressed, lossless;
 #   5. --grow: the step starts on a quarter of the pool and reaches it by growing (each overflowed step rerun after a
 #      reset and a grow, no restart): the measured step bit-exact with no overflow, after at least one grow;
-#   6. bad flags exit with 2 and a message, never a crash.
+#   6. bad flags exit with 2 and a message, never a crash; --help exits 0, the flags on stdout;
+#   7. a step that overflowed has no saving and no rates (n/a, JSON null); peak used is the device pages' (<= pool).
 set(_small --layers 2 --microbatches 3 --tokens 256 --hidden 256 --experts 4 --page-kib 16)
 
 function(run_demo out_var)
@@ -61,6 +62,31 @@ run_demo(_json --pool-factor 0.5)
 results("${_json}" forced)
 if(forced_overflows EQUAL 0 OR forced_lost EQUAL 0)
   message(FATAL_ERROR "a pool factor of 0.5 should overflow: ${forced_overflows} overflows, ${forced_lost} lost")
+endif()
+
+# A step that overflowed did not do its work: no saving, no rates.
+string(JSON _n LENGTH "${_json}" results)
+math(EXPR _last "${_n} - 1")
+foreach(_i RANGE ${_last})
+  string(JSON _o GET "${_json}" results ${_i} overflows)
+  foreach(_field saved_percent stash_gbps reload_gbps)
+    string(JSON _type TYPE "${_json}" results ${_i} ${_field})
+    if(_o GREATER 0 AND NOT _type STREQUAL "NULL")
+      message(FATAL_ERROR "--pool-factor 0.5: result ${_i} overflowed, yet its ${_field} is a ${_type}")
+    endif()
+  endforeach()
+endforeach()
+
+# Host spill (README): a device pool short of the step, spill pages for the rest. The step holds, spills, and peak used
+# is the device pages' (at most the pool).
+run_demo(_json --pool-factor 0.6 --spill-factor 0.5 --recipes bf16 --schedule lifo)
+results("${_json}" spilled)
+string(JSON _spill GET "${_json}" results 0 host_spill)
+string(JSON _pool_bytes GET "${_json}" results 0 pool_bytes)
+string(JSON _peak_bytes GET "${_json}" results 0 peak_pool_bytes)
+if(NOT spilled_overflows EQUAL 0 OR NOT _spill STREQUAL "ON" OR _peak_bytes GREATER _pool_bytes)
+  message(FATAL_ERROR "--pool-factor 0.6 --spill-factor 0.5: ${spilled_overflows} overflows, host spill ${_spill}, "
+                      "peak used ${_peak_bytes} bytes of a pool of ${_pool_bytes}")
 endif()
 
 run_demo(_json --overflow 1e-3 --recipes bf16,nvfp4)
@@ -118,12 +144,17 @@ if(NOT grown_overflows EQUAL 0 OR NOT grown_lost EQUAL 0 OR _growths LESS 1)
   message(FATAL_ERROR "--grow: ${grown_overflows} overflows, ${_growths} grows (expected a grow and no overflow)")
 endif()
 
-foreach(_bad "--compress;zstd" "--overflow;1.5" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
+foreach(_bad "--compress;zstd" "--overflow;1.5" "--overflow;0" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
   execute_process(COMMAND "${DEMO}" ${_bad} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
   if(NOT _rc EQUAL 2 OR NOT _err MATCHES "moe_stash_demo: ")
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")
   endif()
 endforeach()
+# --help: every flag with its default, on stdout, exit 0 (tests/docs/check_docs.py checks that the README names each).
+execute_process(COMMAND "${DEMO}" --help RESULT_VARIABLE _rc OUTPUT_VARIABLE _help ERROR_VARIABLE _err)
+if(NOT _rc EQUAL 0 OR NOT _err STREQUAL "" OR NOT _help MATCHES "--overflow P .*--spill-factor X .*--json")
+  message(FATAL_ERROR "demo --help: exit ${_rc}, expected 0 with the flags on stdout; stdout: ${_help}; stderr: ${_err}")
+endif()
 # --shape reads the sizer's table of model shapes: an unknown name is refused with the list.
 execute_process(COMMAND "${DEMO}" --shape gpt RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
 if(NOT _err MATCHES "unknown model shape 'gpt' \\(deepseek-v3, qwen3-moe")

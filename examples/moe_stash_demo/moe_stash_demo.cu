@@ -12,12 +12,7 @@
 // same router; the sizer's pool is printed either way.
 // Runs the CUDA executor when a GPU is present, the host reference executor otherwise.
 //
-//   moe_stash_demo [--shape NAME] [--recipes NAME|FAMILY,...] [--layers 4] [--experts 8]
-//                  [--microbatches 4] [--tokens 1024] [--topk 2] [--hidden 1024]
-//                  [--capacity-factor 2.0 | --capacity N] [--pool-factor 1.10 | --overflow P]
-//                  [--spill-factor 0] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128]
-//                  [--page-kib 64] [--schedule lifo|1f1b|both] [--seed 7]
-//                  [--executor auto|host|cuda] [--grow] [--json]
+//   moe_stash_demo [flags]: `moe_stash_demo --help` lists every flag with its default (help_text below).
 
 #include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.cuh>
@@ -52,7 +47,8 @@ struct Options {
   int64_t tokens = 1024, hidden = 1024;
   int64_t capacity = 0;  ///< tokens per expert buffer; 0: from the capacity factor
   double capacity_factor = 2.0, pool_factor = 1.10, spill_factor = 0.0;
-  double overflow = 0.0;  ///< > 0: the pool is the sizer's for this per-step overflow probability
+  double overflow =
+      0.0;  ///< > 0 (--overflow, in (0, 1)): the pool is the sizer's for this per-step overflow probability
   int64_t page_kib = 64;
   std::vector<std::string> schedules = {"lifo", "1f1b"};
   unsigned seed = 7;
@@ -65,6 +61,59 @@ struct Options {
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+/// --help: asked for, not a usage error.
+struct HelpRequested {};
+
+/// Every flag, with its default and meaning (--help, on stdout). The README and docs name each (a test checks).
+std::string help_text() {
+  std::string compressions;
+  for (const auto& n : ps::compression_names()) compressions += (compressions.empty() ? "" : "|") + n;
+  return "usage: moe_stash_demo [flags]   (scripts/demo [flags] builds it, then runs it)\n"
+         "A sync-free MoE training step with paged stashing: for each recipe and schedule, every layer's saved\n"
+         "activation of every microbatch is stashed after its forward and reloaded in its backward, and checked.\n"
+         "\n"
+         "The step:\n"
+         "  --shape " +
+         ps::sizing::model_shape_names("|") +
+         "\n"
+         "                              a model's MoE layer on one rank (hidden, experts, top-k, tokens:\n"
+         "                              sizing::model_shapes); flags after it override it\n"
+         "  --layers N                  MoE layers (default 4)\n"
+         "  --microbatches N            microbatches per step (default 4)\n"
+         "  --experts N                 experts (default 8)\n"
+         "  --topk N                    experts per token (default 2)\n"
+         "  --tokens N                  tokens per microbatch (default 1024)\n"
+         "  --hidden N                  hidden size (default 1024)\n"
+         "  --seed N                    the router's and the activations' seed (default 7)\n"
+         "  --schedule lifo|1f1b|both   forward-then-backward, an interleaved 1F1B, or both (default both)\n"
+         "What is saved:\n"
+         "  --recipes NAME|FAMILY,...   recipes (default bf16,fp16,mxfp8,nvfp4: a family's capacity recipe with\n"
+         "                              swizzled scales; or a capacity recipe's name, as mxfp8/capacity/compact)\n"
+         "  --compress " +
+         compressions +
+         "\n"
+         "                              also stash the bf16 and fp16 recipes compressed, lossy (default lossless)\n"
+         "  --capacity-factor X         tokens per expert buffer: the mean per expert (tokens x topk / experts)\n"
+         "                              times X, rounded up to the layout's granule (default 2); no-stash, and\n"
+         "                              so saved, grow with it\n"
+         "  --capacity N                tokens per expert buffer, instead of the factor\n"
+         "The pool (pages of the eager step: the same step, on a pool every tensor fits):\n"
+         "  --pool-factor X             device pages: the eager step's peak pages x X (default 1.10)\n"
+         "  --overflow P                device pages: the sizer's for overflow <= P per step, P in (0, 1),\n"
+         "                              instead of the factor (default: the factor; the sizer's pool at 1e-3\n"
+         "                              is shown either way)\n"
+         "  --spill-factor X            host spill pages: the eager step's peak pages x X (default 0: none);\n"
+         "                              used only when the device pages run out\n"
+         "  --page-kib N                page size in KiB, a power of two (default 64)\n"
+         "  --grow                      start on a quarter of the pool and grow it where a step overflows\n"
+         "                              (the step rerun after a reset and a grow)\n"
+         "Running:\n"
+         "  --executor auto|host|cuda   auto: the CUDA executor where a GPU is, else the host reference\n"
+         "                              executor (default auto)\n"
+         "  --json                      JSON instead of the table\n"
+         "  --help, -h                  print this and exit\n";
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -99,7 +148,7 @@ Options parse(int argc, char** argv) {
       (flag == "--json" ? o.json : o.grow) = true;
       continue;
     }
-    if (flag == "--help" || flag == "-h") throw UsageError("");
+    if (flag == "--help" || flag == "-h") throw HelpRequested{};
     const auto eq = flag.find('=');
     if (eq != std::string::npos) {
       value = flag.substr(eq + 1);
@@ -122,8 +171,10 @@ Options parse(int argc, char** argv) {
     else if (flag == "--capacity") o.capacity = parse_number<int64_t>(flag, value);
     else if (flag == "--capacity-factor") o.capacity_factor = parse_number<double>(flag, value);
     else if (flag == "--pool-factor") o.pool_factor = parse_number<double>(flag, value);
-    else if (flag == "--overflow") o.overflow = parse_number<double>(flag, value);
-    else if (flag == "--spill-factor") o.spill_factor = parse_number<double>(flag, value);
+    else if (flag == "--overflow") {
+      o.overflow = parse_number<double>(flag, value);
+      if (!(o.overflow > 0 && o.overflow < 1)) throw UsageError("--overflow must be a probability in (0, 1)");
+    } else if (flag == "--spill-factor") o.spill_factor = parse_number<double>(flag, value);
     else if (flag == "--page-kib") o.page_kib = parse_number<int64_t>(flag, value);
     else if (flag == "--schedule")
       o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
@@ -152,7 +203,6 @@ Options parse(int argc, char** argv) {
   if (!(o.capacity_factor > 0)) throw UsageError("--capacity-factor must be positive");
   if (!(o.pool_factor >= 0) || !(o.spill_factor >= 0))
     throw UsageError("--pool-factor and --spill-factor must be >= 0");
-  if (!(o.overflow >= 0 && o.overflow < 1)) throw UsageError("--overflow must be a probability in (0, 1)");
   if (o.page_kib < 1 || (o.page_kib & (o.page_kib - 1)) != 0) throw UsageError("--page-kib must be a power of two");
   const std::vector<std::string> compressions = ps::compression_names();
   if (std::find(compressions.begin(), compressions.end(), o.compression) == compressions.end()) {
@@ -324,8 +374,10 @@ struct Result {
   int64_t oversized_bytes = 0;  ///< peak bytes of saved tensors held at full shape, no stashing
   int64_t pool_bytes = 0;       ///< device reserve of the sized pool
   int64_t host_pool_bytes = 0;  ///< host spill reserve
-  int64_t peak_pool_bytes = 0;  ///< peak pages used x page size
-  int64_t eager_peak_pages = 0, pool_pages = 0, peak_pages = 0;
+  int64_t peak_pool_bytes = 0;  ///< peak device pages used x page size (at most pool_bytes)
+  int64_t eager_peak_pages = 0, pool_pages = 0;
+  int64_t peak_pages = 0;                ///< device + host pages held at once, at most
+  int64_t peak_device_pages = 0;         ///< device pages held at once, at most
   ps::sizing::QuantileEstimate planned;  ///< the sizer's pool (pages) for `planned_for`
   double planned_for = 0;                ///< its target overflow probability per step
   double planned_overflow = 0;           ///< its overflow rate on the sizer's samples
@@ -482,7 +534,8 @@ class Step {
     r.pool_bytes = pool.config().device_bytes();
     r.host_pool_bytes = pool.config().host_bytes();
     r.peak_pages = st.peak_pages_used;
-    r.peak_pool_bytes = st.peak_pages_used * pool.config().page_bytes;
+    r.peak_device_pages = st.peak_device_pages_used;
+    r.peak_pool_bytes = st.peak_device_pages_used * pool.config().page_bytes;
     r.host_spill = st.flags.host_spill != 0;
     r.overflows = st.failures();
     r.pages_held_at_step_end = st.pages_held_at_step_end;
@@ -644,12 +697,18 @@ void print_table(const std::vector<Result>& results, const Options& o) {
     else
       std::snprintf(parity, sizeof parity, "%s (%lld ok, %lld bad, %lld lost to overflow)",
                     r.parity_bad ? "FAIL" : "OK", (long long)r.parity_ok, (long long)r.parity_bad, (long long)r.lost);
-    std::printf("%-28s %-10s %-5s %9lld %10s %10s %10s %6.1f%% %6lld %6lld %6lld %6s %5lld %9.2f %9.2f  %s\n",
-                r.recipe.c_str(), r.compression.c_str(), r.schedule.c_str(), (long long)r.capacity,
-                mib(r.oversized_bytes).c_str(), mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(),
-                r.saved_percent(), (long long)r.pool_pages, (long long)r.eager_peak_pages, (long long)r.planned.value,
-                r.host_spill ? "yes" : "no", (long long)r.overflows, gbps(r.live_bytes, r.stash_seconds),
-                gbps(r.live_bytes, r.reload_seconds), parity);
+    // A step that overflowed did not do its work: its saving and its rates are no figures.
+    char saved[16] = "n/a", stash[16] = "n/a", reload[16] = "n/a";
+    if (r.overflows == 0) {
+      std::snprintf(saved, sizeof saved, "%.1f%%", r.saved_percent());
+      std::snprintf(stash, sizeof stash, "%.2f", gbps(r.live_bytes, r.stash_seconds));
+      std::snprintf(reload, sizeof reload, "%.2f", gbps(r.live_bytes, r.reload_seconds));
+    }
+    std::printf("%-28s %-10s %-5s %9lld %10s %10s %10s %7s %6lld %6lld %6lld %6s %5lld %9s %9s  %s\n", r.recipe.c_str(),
+                r.compression.c_str(), r.schedule.c_str(), (long long)r.capacity, mib(r.oversized_bytes).c_str(),
+                mib(r.pool_bytes).c_str(), mib(r.peak_pool_bytes).c_str(), saved, (long long)r.pool_pages,
+                (long long)r.eager_peak_pages, (long long)r.planned.value, r.host_spill ? "yes" : "no",
+                (long long)r.overflows, stash, reload, parity);
   }
   char sizing[96];
   if (o.overflow > 0) std::snprintf(sizing, sizeof sizing, "the sizer's for overflow <= %g per step", o.overflow);
@@ -664,8 +723,16 @@ void print_table(const std::vector<Result>& results, const Options& o) {
       "<= %g per step (pagestash/sizing.hpp: %lld sampled steps, counts from %d draws of the demo's router).\n",
       o.overflow > 0 ? o.overflow : shown_overflow, (long long)sizing_samples, router_draws);
   std::printf(
-      "no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device "
-      "reserve; saved = 1 - pool / no-stash.\n");
+      "no-stash: the saved tensors' full-shape buffers held at the schedule's peak; pool: the pool's device pages; "
+      "peak used: the most of them in use at once (host spill pages apart).\n");
+  char capacity[64];
+  if (o.capacity != 0) std::snprintf(capacity, sizeof capacity, "--capacity %lld", (long long)o.capacity);
+  else std::snprintf(capacity, sizeof capacity, "--capacity-factor %.2f", o.capacity_factor);
+  std::printf(
+      "saved = 1 - pool / no-stash: no-stash grows with the capacity (%s), the pool with the tokens kept and the "
+      "pool's sizing, so saved is about 1 - (pool factor) x (tokens kept) / (capacity); n/a where the step "
+      "overflowed, as are its GB/s.\n",
+      capacity);
   if (o.compression != ps::Lossless::name) {
     std::printf(
         "stash %s: the data paged as FP8 codes and block scales, next to the lossless row; its parity is the reload "
@@ -697,13 +764,19 @@ void print_json(const std::vector<Result>& results) {
   std::printf("{\"results\": [");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
+    // A step that overflowed: its saving and rates are null (the table's n/a).
+    const auto figure = [&](const char* format, double x) {
+      char b[32] = "null";
+      if (r.overflows == 0) std::snprintf(b, sizeof b, format, x);
+      return std::string(b);
+    };
     std::printf(
         "%s\n  {\"recipe\": \"%s\", \"compression\": \"%s\", \"compressible\": %s, "
         "\"parity_reference\": \"%s\", \"schedule\": \"%s\", \"executor\": \"%s\", \"tensors\": %lld, "
         "\"capacity_tokens\": %lld, \"dropped_tokens\": %lld, \"oversized_bytes\": %lld, \"pool_bytes\": %lld, "
-        "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %.3f, \"pool_pages\": %lld, "
-        "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"host_spill\": %s, \"overflows\": %lld, "
-        "\"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %.4f, \"reload_gbps\": %.4f, "
+        "\"host_pool_bytes\": %lld, \"peak_pool_bytes\": %lld, \"saved_percent\": %s, \"pool_pages\": %lld, "
+        "\"eager_peak_pages\": %lld, \"peak_pages\": %lld, \"peak_device_pages\": %lld, \"host_spill\": %s, "
+        "\"overflows\": %lld, \"lost\": %lld, \"live_bytes\": %lld, \"stash_gbps\": %s, \"reload_gbps\": %s, "
         "\"parity_ok\": %lld, \"parity_bad\": %lld, \"parity\": %s, \"sizing\": \"%s\", "
         "\"planned_pages\": %lld, \"planned_pages_low\": %lld, \"planned_pages_high\": %lld, "
         "\"planned_for_overflow\": %g, \"planned_overflow\": %.6f, \"pages_held_at_step_end\": %lld, "
@@ -711,13 +784,15 @@ void print_json(const std::vector<Result>& results) {
         i ? "," : "", r.recipe.c_str(), r.compression.c_str(), r.compressible ? "true" : "false",
         r.compression == ps::Lossless::name ? "source" : "round_trip_blocks", r.schedule.c_str(), r.executor.c_str(),
         (long long)r.tensors, (long long)r.capacity, (long long)r.dropped_tokens, (long long)r.oversized_bytes,
-        (long long)r.pool_bytes, (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes, r.saved_percent(),
-        (long long)r.pool_pages, (long long)r.eager_peak_pages, (long long)r.peak_pages,
-        r.host_spill ? "true" : "false", (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes,
-        gbps(r.live_bytes, r.stash_seconds), gbps(r.live_bytes, r.reload_seconds), (long long)r.parity_ok,
-        (long long)r.parity_bad, r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager",
-        (long long)r.planned.value, (long long)r.planned.low, (long long)r.planned.high, r.planned_for,
-        r.planned_overflow, (long long)r.pages_held_at_step_end, r.growths.size());
+        (long long)r.pool_bytes, (long long)r.host_pool_bytes, (long long)r.peak_pool_bytes,
+        figure("%.3f", r.saved_percent()).c_str(), (long long)r.pool_pages, (long long)r.eager_peak_pages,
+        (long long)r.peak_pages, (long long)r.peak_device_pages, r.host_spill ? "true" : "false",
+        (long long)r.overflows, (long long)r.lost, (long long)r.live_bytes,
+        figure("%.4f", gbps(r.live_bytes, r.stash_seconds)).c_str(),
+        figure("%.4f", gbps(r.live_bytes, r.reload_seconds)).c_str(), (long long)r.parity_ok, (long long)r.parity_bad,
+        r.parity_bad == 0 ? "true" : "false", r.sized_by_sizer ? "sizer" : "eager", (long long)r.planned.value,
+        (long long)r.planned.low, (long long)r.planned.high, r.planned_for, r.planned_overflow,
+        (long long)r.pages_held_at_step_end, r.growths.size());
   }
   std::printf("\n]}\n");
 }
@@ -733,15 +808,11 @@ int main(int argc, char** argv) {
   Options o;
   try {
     o = parse(argc, argv);
+  } catch (const HelpRequested&) {
+    std::fputs(help_text().c_str(), stdout);
+    return 0;
   } catch (const UsageError& e) {
-    if (*e.what()) std::fprintf(stderr, "moe_stash_demo: %s\n", e.what());
-    std::fprintf(stderr,
-                 "usage: moe_stash_demo [--shape %s] [--recipes NAME|FAMILY,...] [--layers N] "
-                 "[--experts N] [--microbatches N] [--tokens N] [--topk N] [--hidden N] "
-                 "[--capacity-factor X | --capacity N] [--pool-factor X | --overflow P] [--spill-factor X] "
-                 "[--page-kib N] [--schedule lifo|1f1b|both] [--seed N] [--executor auto|host|cuda] "
-                 "[--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--grow] [--json]\n",
-                 ps::sizing::model_shape_names("|").c_str());
+    std::fprintf(stderr, "moe_stash_demo: %s\nusage: moe_stash_demo [flags] (--help lists them)\n", e.what());
     return 2;
   }
   const bool gpu = gpu_present();

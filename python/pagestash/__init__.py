@@ -23,6 +23,7 @@ from .resizing import AutoResize
 from .recipes import COMPRESSIONS, FAMILIES, Shape, infer, recipe, recipe_info, recipes
 from .step import PagedStep, PagingWarning, run_step
 from .pipelining import PipelinePaging, pipeline_schedule
+from .te import te_layer
 
 #: Whether this build has the CUDA executor (CUDA tensors); the host executor is always there.
 with_cuda: bool = _C.with_cuda
@@ -31,4 +32,4 @@ __version__: str = _C.version
 __all__ = ["ops", "COMPRESSIONS", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
-           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "mark", "PipelinePaging", "pipeline_schedule", "with_cuda", "__version__"]
+           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "mark", "PipelinePaging", "pipeline_schedule", "te_layer", "with_cuda", "__version__"]

@@ -30,6 +30,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .pool import PagePool
 from .recipes import Shape, compression_of, infer, recipe_info
+from . import te as _te
 
 
 class UnpagedWarning(UserWarning):
@@ -450,6 +451,11 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
 
     def _pack(self, t: torch.Tensor):
         found = self._lookup(t)
+        if found is None and hasattr(t, _te.MARKER):  # TransformerEngine marked it: paged as mark() would (te.py)
+            packed = _te.pack_marked(self, t)
+            if packed is not None:
+                return packed
+            found = self._lookup(t)
         if found is None:
             for ref, group, _, _ in self._entries(t):  # a view over part of a marked tensor's bytes
                 if not ref.expired() and not group.saves and group.saved_part is None:

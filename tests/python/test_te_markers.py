@@ -329,6 +329,14 @@ def test_the_step_sizer_and_auto_resize_know_te_marked_tensors():
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(w_paged, w_eager))
 
 
+def test_the_example_trains_bit_for_bit(monkeypatch, capsys):
+    import te_example
+    monkeypatch.setattr("sys.argv", ["te_example.py", "--steps", "2", "--hidden", "64", "--ffn", "128", "--rows", "256"])
+    te_example.main()  # asserts bit-identical gradients itself
+    out = capsys.readouterr().out
+    assert out.count("bit-identical") == 2 and " paged " in out
+
+
 HAVE_TE = importlib.util.find_spec("transformer_engine") is not None
 
 

@@ -15,7 +15,8 @@ import torch  # noqa: F401  (first: it loads libtorch and libc10, which _C links
 
 from . import _C
 from ._ops import ops
-from .errors import FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning
+from .errors import (FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning,
+                     UnpagedStepsWarning)
 from .hooks import UnpagedWarning, count_activation, mark, paged_saved_tensors
 from .sizing import CurvePoint, PoolSizing, size_pool
 from .pool import PagePool, Record, decode_report
@@ -30,6 +31,6 @@ with_cuda: bool = _C.with_cuda
 __version__: str = _C.version
 
 __all__ = ["ops", "COMPRESSIONS", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
-           "UnpagedWarning", "count_activation",
+           "UnpagedStepsWarning", "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
            "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "mark", "PipelinePaging", "pipeline_schedule", "te_layer", "with_cuda", "__version__"]

@@ -54,3 +54,9 @@ class OverflowRateWarning(UserWarning):
 class PoolCostWarning(UserWarning):
     """A sized pool takes more memory than it saves: its device bytes exceed what the
     marked tensors take without paging less those bytes."""
+
+
+class UnpagedStepsWarning(UserWarning):
+    """A loop that stopped paging: several steps in a row were not kept, each rerun without
+    paging (PagePool.totals' unpaged_streak counts them). It repeats while it lasts, every few
+    steps, saying why (a pool too small, at its reserve, or a misuse)."""

@@ -12,9 +12,12 @@ needs one; `skip_next=K` stashes each only once K later ones are saved, so that 
 (whose backward runs first) are never paged. A mark under no_grad or inside a
 torch.utils.checkpoint region pages nothing: checkpoint frees and recomputes it itself.
 
-Failures: in strict mode (the pool's default: on for CPU pools) the first reload after a
-failed stash, a reset or a misuse raises PagingError naming the flags. Otherwise the flags
-are read once a step, after its last backward. Either way, the whole optimizer step reruns
+Failures: in strict mode (the pool's default: on for CPU pools, but not while the pool
+observes) the first reload after a failed stash, a reset or a misuse finds the flags raised,
+and its backward raises PagingError naming them once autograd has run every node of it (an
+exception in the middle of a backward leaves queued nodes, holding the hook, that torch frees
+after Python has shut down: SIGSEGV at exit). Otherwise the flags are read once a step, after
+its last backward. Either way, the whole optimizer step reruns
 without paging: pagestash.run_step (step.py) does both.
 """
 
@@ -28,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .pool import PagePool
+from .pool import PagePool, _raise_after_backward
 from .recipes import Shape, compression_of, infer, recipe_info
 from . import te as _te
 
@@ -207,7 +210,7 @@ class _Group:
                 self.event = None
             self.unchecked = False
             if strict:
-                self.pool.check(f"at the reload of {self.name}")
+                self.pool._strict_check(f"at the reload of {self.name}")
         return self.reloaded
 
     def __del__(self):
@@ -295,7 +298,8 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
     `zero_tail`: reloaded buffers have their dead rows zeroed (else they are left as
     torch.empty gives them). `poison`: a reload that does not restore fills the buffers with
     poison, NaN (Record.reload; off for those who check the flags). `strict`: raise PagingError
-    at the first reload after a failure (default: the pool's `strict`, on for CPU pools). `warn_unpaged`: warn (UnpagedWarning)
+    when a reload finds the step failed, at the end of its backward (default: the pool's `strict`,
+    on for CPU pools, but off while the pool observes, as under run_step: the step runs to its end). `warn_unpaged`: warn (UnpagedWarning)
     when the context ends for each mark autograd never saved.
 
     `compression`: how marked tensors are paged unless their mark() says otherwise: None or
@@ -320,7 +324,9 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         self.pool = pool
         self.zero_tail = zero_tail
         self.poison = poison
-        self.strict = pool.strict if strict is None else bool(strict)
+        # While the pool observes (observe(), auto_resize()), as under run_step: the step runs to its end, its counts
+        # whole, and decide() reads its flags.
+        self.strict = (pool.strict and not pool.observing) if strict is None else bool(strict)
         self.warn_unpaged = warn_unpaged
         self.prefetch, self.skip_next = prefetch, skip_next
         self._cuda_streams = _SideCudaStreams(pool.device) if pool.device.type == "cuda" else _NoCudaStreams()
@@ -501,9 +507,13 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         if not isinstance(packed, _Packed):
             return packed
         group = packed.group
-        t = group.reload(self.strict, self._cuda_streams)[packed.role]
-        if group.order is not None:
-            self._prefetch(group.order)
+        try:
+            t = group.reload(self.strict, self._cuda_streams)[packed.role]
+            if group.order is not None:
+                self._prefetch(group.order)
+        except Exception as e:  # inside a backward: raised at its end, every node of it run (no queued node left)
+            _raise_after_backward(e)
+            t = _poison(*group.meta[packed.role]) if group.reloaded is None else group.reloaded[packed.role]
         return t if packed.view is None else t.as_strided(*packed.view)
 
     def _prefetch(self, order: int) -> None:
@@ -520,6 +530,15 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             group = ref()
             if group is not None and group.record is not None:
                 group.issue(self._cuda_streams)
+
+
+def _poison(shape, dtype, device) -> torch.Tensor:
+    """A buffer of every byte 0xFF (NaN), as a reload that does not restore leaves it: what backward gets
+    of a marked tensor whose unpack failed, until the error raises at the backward's end."""
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if t.numel():
+        t.view(-1).view(torch.uint8).fill_(0xFF)
+    return t
 
 
 def _checkpointed() -> bool:

@@ -11,6 +11,8 @@ import copy
 import logging
 import math
 import numbers
+import os
+import sys
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -18,7 +20,7 @@ import torch
 
 from . import _C
 from ._ops import ops
-from .errors import FLAG_NAMES, OverflowRateWarning, PagingError, failed_flags
+from .errors import FLAG_CATEGORIES, FLAG_NAMES, OverflowRateWarning, PagingError, UnpagedStepsWarning, failed_flags
 from .recipes import Shape, compression_of, infer
 from .resizing import AutoResize
 
@@ -36,6 +38,44 @@ def _graph_break_for_check() -> None:
         torch._dynamo.graph_break(msg=msg)
     except TypeError:  # torch before graph_break(msg): a graph break all the same
         torch._dynamo.graph_break()
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_stacklevel() -> int:
+    """warnings.warn's stacklevel, from the function that calls this, of the first frame outside the
+    package: the user's call, whether it went through decide() or run_step()."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_deferred: set = set()  # the backwards (graph task ids) whose end raises an error found in them
+
+
+def _raise_after_backward(error: BaseException) -> None:
+    """Raises `error` now, or, inside a backward, once autograd has run every node of it (a final
+    callback of the backward: `backward()` raises it then). An exception raised in the middle of a
+    backward leaves the nodes autograd had queued on the thread, which hold the saved-tensor hooks,
+    until the thread's next backward; with none, torch frees them after Python has shut down and the
+    interpreter ends with SIGSEGV. The first error of a backward is the one raised."""
+    task = torch._C._current_graph_task_id()
+    if task == -1 or torch.compiler.is_compiling():
+        raise error
+    if task in _deferred:
+        return
+
+    def raise_it():
+        _deferred.discard(task)
+        raise error
+
+    try:
+        torch.autograd.Variable._execution_engine.queue_callback(raise_it)
+    except RuntimeError:  # no callback to be had: raised now, as before
+        raise error from None
+    _deferred.add(task)
 
 
 def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignment: int = 256) -> torch.Tensor:
@@ -82,6 +122,11 @@ class PagePool:
         self.steps = 0
         self.overflowed_steps = 0
         self.reruns = 0
+        #: The steps in a row, up to the last decided, whose decision was not 'keep' (each reruns unpaged; 0 after a
+        #: kept step): a pool that stops paging warns (UnpagedStepsWarning) at the 3rd and every 10th after.
+        self.unpaged_streak = 0
+        self._streak_before = 0  # before the step decided last (a step decided again replaces its own)
+        self._failure: Optional[PagingError] = None  # the first PagingError check() raised in the step
         self._target(overflow_target)
         # The step, as the user says it (docs/python.md, "What a step is"): from begin_step() to
         # decide(); PagedStep and run_step begin and decide theirs. _step: the open PagedStep;
@@ -256,16 +301,17 @@ class PagePool:
         """Gives a pool with a reserve `device_pages` and `host_pages` in all (None: as it has), no fewer than it has
         and none beyond the reserve: backs their memory, then adds their ids to the free pages, in the pool's CUDA
         stream order (a CPU pool: now). Records, tensors and captured CUDA graphs stay valid; a graph replayed after
-        it may take the new pages. Not inside an open step, nor while a CUDA stream captures. ValueError for bad
-        pages (nothing changed), RuntimeError when memory runs out (the pool as it was). Logged (`resizes`, and
-        the 'pagestash' logger at INFO)."""
+        it may take the new pages. Not inside an open step (between begin_step() and decide(), or a PagedStep:
+        RuntimeError), nor while a CUDA stream captures. ValueError for bad pages (nothing changed), RuntimeError
+        when memory runs out (the pool as it was). Logged (`resizes`, and the 'pagestash' logger at INFO)."""
         self._resize(True, device_pages, host_pages, why)
 
     def shrink(self, device_pages: Optional[int] = None, host_pages: Optional[int] = None, *,
                why: str = "shrink() called") -> None:
-        """Keeps `device_pages` and `host_pages` (None: as it has) of a pool with a reserve, no more than it has, and
-        gives the memory past them back, between steps, with every page back (after a balanced end_step): else
-        ValueError, nothing changed. A CUDA pool synchronises its stream to know. Logged (`resizes`)."""
+        """Keeps `device_pages` and `host_pages` (None: as it has) of a pool with a reserve, no more than it has (0
+        and 0: none, all its memory back, as a pool may start with none and grow), and gives the memory past them
+        back, between steps (as grow()), with every page back (after a balanced end_step): else ValueError, nothing
+        changed. A CUDA pool synchronises its stream to know. Logged (`resizes`)."""
         self._resize(False, device_pages, host_pages, why)
 
     def _resize(self, growing: bool, device_pages: Optional[int], host_pages: Optional[int], why: str,
@@ -275,6 +321,7 @@ class PagePool:
             raise ValueError(f"pagestash: PagePool.{what}: this pool has no reserve (make it with "
                              "PagePool(..., reserve_bytes=...)); a fixed pool changes size by resize(sizing)")
         self._not_in_step(what)
+        self._not_between_begin_and_decide(what)
         old = (self.device_pages, self.host_pages)
         new = tuple(o if n is None else n for o, n in zip(old, (device_pages, host_pages)))
         for n, name in zip(new, ("device_pages", "host_pages")):
@@ -319,8 +366,10 @@ class PagePool:
     @property
     def totals(self) -> Dict[str, int]:
         """The cumulative counters, kept on the host (no sync): steps decide() counted, those
-        whose decision was not 'keep', and reruns count_rerun() counted."""
-        return dict(steps=self.steps, overflowed_steps=self.overflowed_steps, reruns=self.reruns)
+        whose decision was not 'keep', reruns count_rerun() counted, and the steps in a row, up to
+        the last, whose decision was not 'keep' (unpaged_streak)."""
+        return dict(steps=self.steps, overflowed_steps=self.overflowed_steps, reruns=self.reruns,
+                    unpaged_streak=self.unpaged_streak)
 
     def count_rerun(self) -> None:
         """Counts a step rerun without paging (in `totals`): call it when you rerun one."""
@@ -372,6 +421,8 @@ class PagePool:
 
         if not isinstance(sizing, PoolSizing):
             raise ValueError(f"pagestash: PagePool.resize takes a PoolSizing (from pagestash.size_pool), not {sizing!r}")
+        self._not_in_step("resize")
+        self._not_between_begin_and_decide("resize")
         held = self.pages_in_use()
         if held:
             raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
@@ -487,7 +538,7 @@ class PagePool:
         run and the rerun)."""
         self._not_in_step("reset")
         ops.reset(*self.state)
-        self._first, self._unread = None, None
+        self._first, self._unread, self._failure = None, None, None
 
     def begin_step(self) -> None:
         """Begins a step: every microbatch of one optimizer step (forward and backward) runs
@@ -500,6 +551,7 @@ class PagePool:
 
     def _begin(self) -> None:
         self._begun, self._decision, self._contexts, self._agreed = True, None, 0, False
+        self._failure = None
 
     def _context_entered(self) -> None:
         """A paged context begins (paged_saved_tensors.__enter__): refused once the step is
@@ -511,6 +563,12 @@ class PagePool:
                 "Decide once per step, after its last backward, and begin each step with pool.begin_step() "
                 "(pagestash.run_step does both); to rerun a whole step paged, begin it again")
         self._contexts += 1
+
+    def _not_between_begin_and_decide(self, what: str) -> None:
+        if self._begun:
+            raise RuntimeError(f"pagestash: pool.{what}() inside an open step (between begin_step() and decide()): "
+                               "the step's records may hold pages and its decision is not made. Change the pages "
+                               "between steps, after decide() (auto_resize() does, before the rerun)")
 
     def _not_in_step(self, what: str) -> None:
         if self._step is not None:
@@ -552,7 +610,11 @@ class PagePool:
         (end_step() first). After agree(), every rank decides the same. It counts the step and
         its outcome (`totals`), and warns (OverflowRateWarning) when the steps overflow far
         more often than `overflow_target`. Deciding again with no paged context between (after
-        agree() brought other ranks' flags) decides the same step anew, counted once.
+        agree() brought other ranks' flags) decides the same step anew, counted once. After a
+        PagingError of the step (strict mode, check()), pages still held at end_step (`unbalanced`:
+        microbatches whose backward the error cut short) are its consequence: the decision is the
+        error's ('rerun_without_paging' for an overflow), not 'report_error'. Counts the steps in
+        a row that were not kept (`unpaged_streak`), and warns (UnpagedStepsWarning) while they last.
 
         Raises RuntimeError after paged contexts (paged_saved_tensors) outside a step (no
         begin_step() before them): the pool cannot tell which microbatches a rerun must repeat.
@@ -577,7 +639,13 @@ class PagePool:
                 "pagestash: pool.decide() outside a step: a step is what lies between pool.begin_step() and "
                 "decide(), which ends it once, after its last backward. Call pool.begin_step() before each "
                 "optimizer step's first microbatch, or use pagestash.run_step / PagedStep, which do")
-        decision = _C.decide(list(self.flag_dict().values()))
+        flags = self.flag_dict()
+        decision = _C.decide(list(flags.values()))
+        failure = self._failure
+        if (decision == "report_error" and failure is not None and failure.decision == "rerun_without_paging"
+                and {n for n in failed_flags(flags) if FLAG_CATEGORIES[n] == "misuse"} <= {"unbalanced"}):
+            # A PagingError cut the step short: what its unfinished microbatches hold is its consequence, not a bug.
+            decision = failure.decision
         self._decided(decision)
         return decision
 
@@ -589,13 +657,38 @@ class PagePool:
             self.overflowed_steps -= self._decision != "keep"
         else:
             self.steps += 1
+            self._streak_before = self.unpaged_streak
         self.overflowed_steps += decision != "keep"
         if self._begun or again:
             self._decision = decision  # paged contexts are refused until the next begin_step()
-        self._begun, self._agreed = False, False
+        self._begun, self._agreed, self._failure = False, False, None
+        streak = self.unpaged_streak
+        self.unpaged_streak = 0 if decision == "keep" else self._streak_before + 1
         self._check_overflow_rate()
         if self._auto is not None:
             self._auto.decided(decision)
+        if self.unpaged_streak != streak:
+            self._warn_unpaged(decision)
+
+    UNPAGED_WARN_AFTER, UNPAGED_WARN_EVERY = 3, 10  #: the streak's first warning, and the steps between two
+
+    def _warn_unpaged(self, decision: str) -> None:
+        """Warns (UnpagedStepsWarning) at the UNPAGED_WARN_AFTER-th step in a row that was not kept,
+        and every UNPAGED_WARN_EVERY-th after: a loop that stops paging says so, at a bounded rate."""
+        n = self.unpaged_streak
+        if n < self.UNPAGED_WARN_AFTER or (n - self.UNPAGED_WARN_AFTER) % self.UNPAGED_WARN_EVERY:
+            return
+        if decision == "report_error":
+            why = "its flags report a misuse, a bug to report (decide() gives 'report_error'; run_step names the flags)"
+        elif self._auto is not None and self.device_pages >= self.device_reserve:
+            why = (f"it is at its reserve ({self.device_reserve} device pages), so auto_resize cannot grow it: make "
+                   "it with a larger reserve_bytes")
+        else:
+            why = ("they need more pages than it has: grow it (grow(), auto_resize() on a pool with a reserve) or size "
+                   "it from the run's own steps (observe(), size_pool, resize())")
+        warnings.warn(f"pagestash: the last {n} steps were all rerun without paging (decision {decision!r}; "
+                      f"pool.totals['unpaged_streak']): this pool pages nothing while it lasts, and each step runs "
+                      f"twice. {why[0].upper()}{why[1:]}", UnpagedStepsWarning, stacklevel=_caller_stacklevel())
 
     def check(self, where: str = "") -> None:
         """Raises PagingError naming the raised flags when the step cannot be trusted
@@ -604,8 +697,20 @@ class PagePool:
         flags = self.flag_dict()
         failed = failed_flags(flags)
         if failed:
-            raise PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where, self._first or "",
-                              *self._advice())
+            error = PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where, self._first or "",
+                                *self._advice())
+            if self._failure is None:
+                self._failure = error  # decide() knows what it cut short
+            raise error
+
+    def _strict_check(self, where: str) -> None:
+        """A strict mode's check (of a record's operation, of the hook's reload): check(), whose
+        PagingError, inside a backward, raises at the backward's end (_raise_after_backward), after
+        every node of it has run: the reloads after it restore or poison, and return their pages."""
+        try:
+            self.check(where)
+        except PagingError as e:
+            _raise_after_backward(e)
 
     def _advice(self) -> Tuple[str, ...]:
         """What to do when a check fails in the middle of a step: the gradients hold part of it."""
@@ -613,8 +718,8 @@ class PagePool:
             return ()
         since = "in this step" if self._begun else "since the pool was made or last began a step"
         return (f"{self._contexts} paged context(s) ran {since}, and the gradients hold the backward of every "
-                "microbatch that finished and part of this one's: zero them, reset the pool and rerun the whole step "
-                "without paging (pagestash.run_step does)",)
+                "microbatch that finished (this backward's too, NaN where a reload did not restore): zero them, reset "
+                "the pool and rerun the whole step without paging (pagestash.run_step does)",)
 
     def agree(self, group=None) -> None:
         """All-reduces the flags with MAX over `group` (torch.distributed; the default
@@ -678,14 +783,14 @@ class Record:
         if self.pool.strict if check is None else check:
             if torch.compiler.is_compiling():
                 _graph_break_for_check()
-            self.pool.check(f"at the {op} of {self.name}")
+            self.pool._strict_check(f"at the {op} of {self.name}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,
               amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None, _counts_key=None) -> None:
         """Moves the live bytes of (data, scales) into pages and keeps amax; `counts` (int32,
         one per group, on the pool's device) is read where the op runs, never on the host.
         With `check` (default: the pool's strict), raises PagingError when the pool's flags
-        say the step failed."""
+        say the step failed (inside a backward: at its end, once autograd has run every node)."""
         ops.stash(*self._args(), data, counts, scales, amax, compression=self.compression)
         self.pool._observe_stash(counts, _counts_key)
         self._checked(check, "stash")

@@ -11,6 +11,8 @@ import numbers
 import warnings
 from typing import Optional
 
+import torch
+
 from .errors import PoolCostWarning
 
 _log = logging.getLogger("pagestash")
@@ -33,7 +35,8 @@ class AutoResize:
       rerun, the pool grows to `headroom` x the device pages size_pool(saved,
       counts=observed steps, overflow=`overflow`, **sizing) finds, and at least one page more
       than it has, up to its reserve. Where the sizer cannot answer (no whole step observed:
-      a replayed CUDA graph runs no host code), the pool doubles.
+      a replayed CUDA graph runs no host code; steps it cannot size, logged), the pool doubles;
+      the step reruns either way.
     - After `shrink_after` steps kept in a row since the pool last changed, it is sized again
       from the observed steps and shrinks to that size when it is smaller (the step must be
       balanced: every page back).
@@ -41,6 +44,8 @@ class AutoResize:
     `sizing`: size_pool's arguments but saved, counts and overflow (schedule, layers,
     microbatches, cap_counts, samples, ...); without a schedule, every stash of a step is taken
     as alive at once (an upper bound: schedule 'lifo', one microbatch, a layer per stash).
+    `saved` and `sizing` are checked here, by sizing a step of one token per expert; `headroom`
+    is at least 1 (ValueError).
     Each change is logged once on the 'pagestash' logger (a growth as a warning: its step
     reran) and kept in pool.resizes."""
 
@@ -53,7 +58,10 @@ class AutoResize:
         self.window = _positive(window, "window")
         self.shrink_after = _positive(shrink_after, "shrink_after")
         self.headroom = _positive(headroom, "headroom", integral=False)
-        if not 0 < overflow < 1:
+        if not headroom >= 1:
+            raise ValueError(f"pagestash: auto_resize: headroom = {headroom!r} must be at least 1 (the pool grows to "
+                             "headroom x the pages the observed steps need)")
+        if isinstance(overflow, bool) or not isinstance(overflow, numbers.Real) or not 0 < overflow < 1:
             raise ValueError(f"pagestash: auto_resize: overflow = {overflow!r} must be a probability in (0, 1)")
         for name in ("counts", "page_bytes", "host_pages"):
             if name in sizing:
@@ -65,25 +73,43 @@ class AutoResize:
             raise ValueError(f"pagestash: auto_resize: {e} (the sizing arguments are size_pool's)") from None
         self.pool, self.saved, self.overflow, self.sizing = pool, saved, overflow, sizing
         self._size_pool = size_pool
+        self._check_sizing()
         self.kept_since_change = 0
         self._grown_at: Optional[int] = None  # the step it last grew after (a step decided again grows once)
         self._warned_full = False
 
-    def sized_pages(self) -> Optional[int]:
-        """The device pages the observed steps need at the target, with the headroom; None
-        without a whole observed step."""
-        pool = self.pool
+    def _check_sizing(self) -> None:
+        """Sizes a step of one token per expert as sized_pages() would size observed steps: the recipes, shapes,
+        schedule and sizing arguments are checked here, where they are given (ValueError), not at the first step
+        that overflows."""
+        from .sizing import _saved_list
+
+        layers, microbatches = self.sizing.get("layers"), self.sizing.get("microbatches", 1)
+        stashes = 1
+        if all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n > 0 for n in (layers, microbatches)):
+            stashes = layers * microbatches
         try:
-            counts = pool.observed_counts()
-        except ValueError:
-            return None
+            experts = max(1, _saved_list(self.saved)[0][1].groups)
+            self._sizing(torch.ones(1, stashes, experts, dtype=torch.int32), samples=64)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"pagestash: auto_resize: {str(e).removeprefix('pagestash: ')}") from None
+
+    def _sizing(self, counts, **defaults):
         args = dict(schedule="lifo", layers=counts.shape[1], microbatches=1, samples=2000, bootstrap=0)
+        args.update(defaults)
         args.update(self.sizing)
         with warnings.catch_warnings():  # whether paging pays is the user's choice, made once
             warnings.simplefilter("ignore", PoolCostWarning)
-            sizing = self._size_pool(self.saved, counts=counts, overflow=self.overflow, page_bytes=pool.page_bytes,
-                                     host_pages=0, **args)
-        return math.ceil(sizing.device_pages * self.headroom)
+            return self._size_pool(self.saved, counts=counts, overflow=self.overflow, page_bytes=self.pool.page_bytes,
+                                   host_pages=0, **args)
+
+    def sized_pages(self) -> Optional[int]:
+        """The device pages the observed steps need at the target, with the headroom; None
+        without a whole observed step. ValueError when they cannot be sized (steps of different
+        shapes: a strict context cut one short)."""
+        if not self.pool._observed:
+            return None
+        return math.ceil(self._sizing(self.pool.observed_counts()).device_pages * self.headroom)
 
     def decided(self, decision: str) -> None:
         """What the pool does after its step's decision (PagePool._decided calls it)."""
@@ -102,12 +128,18 @@ class AutoResize:
                     _log.warning("pagestash: the pool overflowed at its reserve (%d device pages): overflowing steps "
                                  "rerun without paging; a larger reserve_bytes would let it grow", reserve)
                 return
-            sized = self.sized_pages()
+            try:
+                sized, unsized = self.sized_pages(), "no whole step observed"
+            except ValueError as e:  # the observed steps' counts (e.g. beyond the capacity): the step reruns all the same
+                sized, unsized = None, f"the observed steps could not be sized ({e})"
             why = (f"step {pool.steps - 1} overflowed; " +
                    (f"{len(pool._observed)} observed steps need {sized} pages at overflow {self.overflow:g}"
-                    if sized is not None else "no whole step observed: doubled"))
-            pool._resize(True, min(reserve, max(have + 1, 2 * have if sized is None else sized)), None, why,
-                         logging.WARNING)
+                    if sized is not None else f"{unsized}: doubled"))
+            try:
+                pool._resize(True, min(reserve, max(have + 1, 2 * have if sized is None else sized)), None, why,
+                             logging.WARNING)
+            except (ValueError, RuntimeError) as e:  # out of memory: the pool as it was, the step reruns
+                _log.warning("pagestash: the pool did not grow (%s): %s", why, e)
             return
         if decision != "keep":
             return
@@ -115,12 +147,15 @@ class AutoResize:
         if self.kept_since_change < self.shrink_after:
             return
         self.kept_since_change = 0
-        sized = self.sized_pages()
+        try:
+            sized = self.sized_pages()
+        except ValueError as e:
+            _log.warning("pagestash: the pool did not shrink: the observed steps could not be sized (%s)", e)
+            return
         if sized is None or sized >= pool.device_pages:
             return
         try:
-            pool.shrink(max(sized, 1 if pool.host_pages == 0 else 0),
-                        why=f"{self.shrink_after} steps kept; {len(pool._observed)} observed steps need {sized} "
+            pool.shrink(sized, why=f"{self.shrink_after} steps kept; {len(pool._observed)} observed steps need {sized} "
                         f"pages at overflow {self.overflow:g}")
         except ValueError as e:  # pages held at the step's end (a misuse the flags report): try again later
             _log.info("pagestash: the pool did not shrink: %s", e)

@@ -140,7 +140,7 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     The gradients start from zero: accumulate across run_step calls by summing yourself.
     `group`, `cuda_streams`: as for PagedStep.finish. `hook_options` go to every
     paged_saved_tensors (zero_tail, strict, ...). In strict mode, the PagingError a reload
-    raises in the middle of backward is caught here, also wrapped in another exception (as
+    raises at the end of its backward is caught here, also wrapped in another exception (as
     torch.distributed.pipelining wraps a stage's): the step reruns. The paged run is not
     strict while the pool observes (so that it stashes the whole step) and with several
     ranks (`group`, or the default group when torch.distributed is initialised): a rank that

@@ -6,6 +6,7 @@ appear late in training under expert parallelism), and the rank's rows double.""
 import logging
 import re
 import sys
+import warnings
 
 import pytest
 
@@ -280,6 +281,172 @@ def test_auto_resize_bad_arguments():
     with pytest.raises(ValueError, match="observes this pool's steps already"):
         pool.observe(2)
     assert pool.auto_resize(None) is None and pool.observing == 0
+
+
+def test_auto_resize_checks_its_arguments_where_they_are_given():
+    """A recipe, a schedule or a sizing argument the sizer refuses, and a headroom below 1, raise at
+    auto_resize(), not at the first step that overflows (where the step was left unrerun, its
+    gradients NaN); the policy before stays."""
+    pool = ps.PagePool(4, page_bytes=PAGE, reserve_bytes=64 * PAGE)
+    policy = pool.auto_resize(SAVED, schedule="1f1b:2", layers=1, microbatches=2)
+    bad_recipe = [("bf16/nope", ps.Shape(E, CAPACITY, H))]
+    for saved, bad, match in ((bad_recipe, {}, r"^pagestash: auto_resize: unknown recipe 'bf16/nope'"),
+                              (SAVED, dict(schedule="zzz"), r"^pagestash: auto_resize: .*unknown schedule 'zzz'"),
+                              (SAVED, dict(headroom=0.5), r"headroom = 0.5 must be at least 1"),
+                              (SAVED, dict(samples=0), r"samples must be at least 1"),
+                              (SAVED, dict(overflow="1e-3"), r"overflow = '1e-3' must be a probability"),
+                              (SAVED, dict(microbatches=2), r"a step of the schedule 2 \(1 layers x 2 microbatches\)"),
+                              ([("bf16/capacity", ps.Shape(E, 100, H))] + SAVED, {}, "capacit")):
+        with pytest.raises(ValueError, match=match):
+            pool.auto_resize(saved, **bad)
+        assert pool._auto is policy
+    pool.auto_resize(SAVED, headroom=1)
+
+
+def test_grow_shrink_and_resize_inside_an_open_step_are_refused():
+    """Between begin_step() and decide() (not only inside a PagedStep), as the docs say."""
+    pool = ps.PagePool(4, page_bytes=PAGE, reserve_bytes=64 * PAGE)
+    sizing = ps.size_pool([("bf16/capacity", ps.Shape(2, 256, 64))], counts=[[8, 8]], layers=3, microbatches=1,
+                          page_bytes=PAGE, samples=10)
+    pool.begin_step()
+    for call in (lambda: pool.grow(8), lambda: pool.shrink(2), lambda: pool.resize(sizing)):
+        with pytest.raises(RuntimeError, match=r"inside an open step \(between begin_step\(\) and decide\(\)\)"):
+            call()
+    assert pool.device_pages == 4 and pool.resizes == []
+    assert pool.decide() == "keep"
+    pool.grow(8)
+    pool.shrink(2)
+    assert [r["new"] for r in pool.resizes] == [(8, 0), (2, 0)]
+
+
+def test_a_pool_with_a_reserve_shrinks_to_no_pages_and_grows_again():
+    """A pool may start at no pages and grow, so it may shrink to none: all its memory back."""
+    pool = ps.PagePool(0, page_bytes=PAGE, reserve_bytes=64 * PAGE)
+    assert pool.device_pages == 0 and pool.memory()["device_bytes"] == 0
+    pool.grow(4)
+    record, data = stash(pool, [32, 32], seed=7)
+    assert reloaded(record, data, [32, 32])
+    pool.end_step()
+    pool.shrink(0)
+    assert pool.device_pages == 0 and pool.memory()["device_bytes"] == 0 and pool.stats()["device_pages"] == 0
+    record, data = stash(pool, [8, 8], seed=8)  # no page: an overflow
+    assert pool.flag_dict()["overflow"] == 1
+    record.discard(check=False)
+    pool.reset()
+    pool.grow(4)
+    record, data = stash(pool, [32, 32], seed=9)
+    assert reloaded(record, data, [32, 32]) and not any(pool.flag_dict().values())
+    assert [r["new"] for r in pool.resizes] == [(4, 0), (0, 0), (4, 0)]
+
+
+class Contexts:
+    """What run() asks of a step: a paged context per microbatch, in a loop of one's own."""
+
+    def __init__(self, pool, strict):
+        self.pool, self.strict = pool, strict
+
+    def paging(self):
+        return ps.paged_saved_tensors(self.pool, strict=self.strict)
+
+
+@pytest.mark.parametrize("strict", [None, True], ids=["pool's", "strict context"])
+def test_the_strict_manual_loop_grows_under_auto_resize_like_run_step(strict):
+    """The documented loop (begin_step, the microbatches, end_step, decide, a rerun by hand) on a
+    CPU pool, strict by default: a context of the pool's strictness does not raise while the pool
+    observes (its step runs to its end, as under run_step); one made strict raises at the end of the
+    backward that finds the failure, and the loop catches it. Either way the overflowing steps decide
+    'rerun_without_paging' (they said 'report_error': overflow, error, unbalanced), the pool grows
+    before their rerun, and the parameters equal eager PyTorch's."""
+    steps, microbatches, drift_at = 8, 3, 4
+    batches = drifting_data(steps, microbatches, drift_at)
+    eager, model = LocalExperts(), LocalExperts()
+    eager_opt, opt = (torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, model))
+    pool = ps.PagePool(8, page_bytes=PAGE, reserve_bytes=4096 * PAGE)  # a CPU pool: strict
+    pool.auto_resize(SAVED, window=4, schedule="1f1b:2", layers=1, microbatches=microbatches)
+    decisions, raised = [], 0
+    for s, batch in enumerate(batches):
+        eager_opt.zero_grad(set_to_none=True)
+        run(eager, batch)
+        eager_opt.step()
+        opt.zero_grad(set_to_none=True)
+        pool.begin_step()
+        try:
+            run(model, batch, Contexts(pool, strict))
+        except ps.PagingError:
+            raised += 1
+        pool.end_step()
+        decisions.append(pool.decide())
+        if decisions[-1] != "keep":
+            pool.reset()
+            pool.count_rerun()
+            opt.zero_grad(set_to_none=True)
+            run(model, batch)
+        opt.step()
+        for a, b in zip(eager.parameters(), model.parameters()):
+            assert torch.equal(a, b), f"step {s} ({decisions[-1]}): parameters differ from eager"
+    reran = [s for s, d in enumerate(decisions) if d != "keep"]
+    assert set(decisions) == {"keep", "rerun_without_paging"}, decisions
+    assert [r["step"] - 1 for r in pool.resizes] == reran and 0 in reran and drift_at in reran, (decisions, pool.resizes)
+    assert raised == (len(reran) if strict else 0) and pool.pages_in_use() == 0
+
+
+def test_a_loop_that_stops_paging_warns_at_a_bounded_rate_and_counts_it(caplog):
+    """A pool at its reserve overflows every step: each reruns unpaged. The loop says so: an
+    UnpagedStepsWarning at the 3rd step in a row and every 10th after (the first naming the
+    reserve), and pool.totals['unpaged_streak'] counts them; a kept step ends the streak. A misuse
+    every step (decide(): 'report_error', which auto_resize never grows for) warns the same."""
+    pool = ps.PagePool(1, page_bytes=PAGE, reserve_bytes=2 * PAGE)  # at most 2 pages; a step takes 6
+    pool.auto_resize([("bf16/capacity", SHAPE)], layers=3)
+
+    def stashes(counts, n=3):
+        def step(step):
+            if not step.paged:  # the rerun: nothing to page
+                return
+            records = [stash(pool, counts, seed=i)[0] for i in range(n)]
+            for record in reversed(records):
+                record.discard(check=False)
+        return step
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        hows = [ps.run_step(pool, stashes([32, 32]), lambda: None) for _ in range(25)]
+        streak = pool.totals["unpaged_streak"]
+        assert ps.run_step(pool, stashes([4, 4], n=1), lambda: None) == "paged"  # one page: kept
+        kept = pool.totals["unpaged_streak"]
+        hows += [ps.run_step(pool, stashes([32, 32]), lambda: None) for _ in range(3)]
+    assert hows == ["rerun"] * 28 and pool.device_pages == 2 and (streak, kept) == (25, 0)
+    said = [str(w.message) for w in seen if issubclass(w.category, ps.UnpagedStepsWarning)]
+    assert [re.search(r"the last (\d+) steps were all rerun without paging", m).group(1) for m in said] == \
+        ["3", "13", "23", "3"], said
+    assert all("at its reserve (2 device pages), so auto_resize cannot grow it: make it with a larger reserve_bytes"
+               in m for m in said)
+    assert pool.totals == dict(steps=29, overflowed_steps=28, reruns=28, unpaged_streak=3)
+    misused = ps.PagePool(4, page_bytes=PAGE, strict=False)
+    with pytest.warns(ps.UnpagedStepsWarning, match=r"the last 3 steps .* Its flags report a misuse") as seen:
+        for _ in range(3):
+            misused.begin_step()
+            misused.flags[ps.FLAG_NAMES.index("bad_counts")] = 1
+            assert misused.decide() == "report_error"
+            misused.reset()
+    assert misused.totals["unpaged_streak"] == 3 and len(seen) == 1
+
+
+def test_a_step_auto_resize_cannot_size_is_still_rerun():
+    """A sizing that fails at a step (here, a sizer that raises) grows the pool by doubling, and
+    the step still reruns: it was left unrerun with NaN gradients, the ValueError out of run_step."""
+    batch = drifting_data(1, 2, drift_at=0)[0]
+    eager, model = LocalExperts(), LocalExperts()
+    run(eager, batch)
+    pool = ps.PagePool(8, page_bytes=PAGE, reserve_bytes=1024 * PAGE)
+    policy = pool.auto_resize(SAVED, window=2, schedule="1f1b:2", layers=1, microbatches=2)
+
+    def refuses(*args, **kwargs):
+        raise ValueError("pagestash.size_pool: counts[0][1][0] = 200 is above the capacity 96")
+
+    policy._size_pool = refuses
+    assert ps.run_step(pool, lambda step: run(model, batch, step), model) == "rerun"
+    assert pool.device_pages == 16 and "could not be sized (pagestash.size_pool: counts" in pool.resizes[-1]["why"]
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(eager.parameters(), model.parameters()))
 
 
 # ---- On a GPU: a graph captured on a small pool keeps working as the pool grows --------------

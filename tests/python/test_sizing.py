@@ -62,7 +62,8 @@ def test_counters_survive_reset_and_count_overflowed_steps_and_reruns():
         step = [full_counts() if h else torch.randint(0, 3, (EXPERTS,), generator=gen, dtype=torch.int32)
                 for _ in range(3)]
         assert run_step(pool, step, source) == ("rerun_without_paging" if h else "keep")
-    expected = dict(steps=12, overflowed_steps=int(heavy.sum()), reruns=int(heavy.sum()))
+    streak = len(heavy) - max(i + 1 for i, h in enumerate(heavy.tolist()) if not h)  # the heavy steps at the end
+    expected = dict(steps=12, overflowed_steps=int(heavy.sum()), reruns=int(heavy.sum()), unpaged_streak=streak)
     assert pool.totals == expected
     stats = pool.stats()
     assert {k: stats[k] for k in expected} == expected
@@ -91,7 +92,7 @@ def test_the_overflow_rate_warning_fires_once_for_a_pool_overflowing_far_above_i
         for _ in range(20):
             run_step(pool, [full_counts()], source)
         assert len(overflow_warnings(seen)) == 1  # once per sizing
-    assert pool.totals == dict(steps=23, overflowed_steps=23, reruns=23)
+    assert pool.totals == dict(steps=23, overflowed_steps=23, reruns=23, unpaged_streak=23)
 
 
 def binomial_tail(n, k, p):
@@ -256,7 +257,8 @@ def test_sizing_from_observed_steps_of_a_correlated_router_holds_the_planned_rat
           f"observed steps at 0.05: {sized.device_pages} pages, {sized.overflowed_steps}/300")
     assert 0.01 * 300 <= sized.overflowed_steps <= 0.05 * 300 * 2.5  # 15 expected; 9 seen
     assert guess.overflowed_steps >= 0.1 * 300  # 0.3 sized; 46 seen
-    assert sized.totals == dict(steps=300, overflowed_steps=sized.overflowed_steps, reruns=sized.overflowed_steps)
+    assert sized.totals == dict(steps=300, overflowed_steps=sized.overflowed_steps, reruns=sized.overflowed_steps,
+                                unpaged_streak=sized.unpaged_streak)
 
 
 def test_a_pool_that_costs_more_than_it_saves_warns_and_one_that_pays_does_not():
@@ -293,7 +295,7 @@ def test_resize_between_steps_keeps_the_counters_and_refuses_while_records_hold_
     old.discard()
     pool.resize(sizing)
     assert (pool.device_pages, pool.overflow_target) == (sizing.device_pages, 1e-3) and sizing.device_pages > 8
-    assert pool.totals == dict(steps=3, overflowed_steps=3, reruns=3)
+    assert pool.totals == dict(steps=3, overflowed_steps=3, reruns=3, unpaged_streak=3)
     with pytest.raises(ValueError, match="another pool"):
         old.discard()  # a record of the old memory
     assert run_step(pool, [full_counts()], source) == "keep"

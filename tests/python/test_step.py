@@ -120,6 +120,66 @@ def test_strict_mode_says_what_the_gradients_hold_when_it_raises():
         loss.backward()
 
 
+# Two paged branches: when backward reloads one, autograd has already queued the other's node,
+# which holds the hook. A raise in the middle of backward left it queued until the thread's next
+# backward; with none, torch freed it after Python had shut down: SIGSEGV at exit (issue 55).
+STRICT_FAILURE_AT_EXIT = """
+import sys, torch, pagestash as ps
+g = torch.Generator().manual_seed(0)
+w1, w2 = (torch.randn(4, 64, 64, generator=g).bfloat16().requires_grad_() for _ in range(2))
+pool = ps.PagePool(4, page_bytes=4096)  # a CPU pool: strict
+counts = torch.full((4,), 32, dtype=torch.int32)
+with ps.paged_saved_tensors(pool) as paging:
+    a = paging.mark(torch.randn(4, 32, 64, generator=g).bfloat16(), counts)
+    b = paging.mark(torch.randn(4, 32, 64, generator=g).bfloat16(), counts)  # no room
+    loss = torch.bmm(a, w1).float().sum() + torch.bmm(b, w2).float().sum()
+if sys.argv[1] == "uncaught":
+    loss.backward()
+try:
+    loss.backward()
+except ps.PagingError as e:
+    print("caught", e.flags, pool.pages_in_use())
+"""
+
+
+@pytest.mark.parametrize("mode", ["caught", "uncaught"])
+def test_a_strict_failure_in_backward_leaves_nothing_that_crashes_at_exit(mode):
+    """The strict raise comes at the end of the backward, once autograd has run every node of it:
+    no node holding the hook is left queued, and the interpreter exits as usual (it was SIGSEGV,
+    exit 139, caught or not)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", STRICT_FAILURE_AT_EXIT, mode], capture_output=True, text=True,
+                          timeout=300)
+    if mode == "caught":
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout == "caught ['overflow'] 0\n"  # every reload ran: every page back
+    else:
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "pagestash.errors.PagingError: pagestash: paging failed at the reload of" in done.stderr
+
+
+def test_a_strict_failure_raises_at_the_end_of_its_backward_which_returns_every_page():
+    """The first failure's PagingError, raised once backward has run every node: the reloads after
+    it poison (NaN gradients, never finite wrong ones) and return their pages."""
+    batch = microbatches()
+    pool = ps.PagePool(device_pages=pages_of(batch, 0) - 1, page_bytes=4096)  # microbatch 0 does not fit
+    model = Experts()
+    pool.begin_step()
+    with ps.paged_saved_tensors(pool) as paging:
+        loss = model(*batch[0], paging=paging)
+    assert pool.pages_in_use() > 0
+    with pytest.raises(ps.PagingError, match=r"paging failed at the reload of marked tensor #\d .*\(overflow") as e:
+        loss.backward()
+    assert e.value.flags == ["overflow"] and e.value.decision == "rerun_without_paging"
+    assert pool.pages_in_use() == 0 and pool.flag_dict()["unbalanced"] == 0
+    assert all(p.grad is not None for p in model.parameters())  # backward ran to its end
+    assert model.w2.grad.isnan().all()  # from the SiLU output that found no room: poisoned
+    pool.end_step()
+    assert pool.decide() == "rerun_without_paging"
+
+
 def test_an_open_step_refuses_the_pools_own_decide_and_reset():
     pool = ps.PagePool(device_pages=64, page_bytes=4096)
     step = ps.PagedStep(pool)

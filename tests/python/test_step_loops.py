@@ -102,7 +102,8 @@ def test_run_step_loops_match_eager(loop, where, strict):
     pool = ps.PagePool(device_pages=4096, page_bytes=4096, strict=strict)
     run_step_loop(paged, pool, data, failures, options["update"], options["zero_grad"], options.get("skip", ()))
     assert same(paged, eager)
-    assert pool.totals == dict(steps=STEPS, overflowed_steps=int(bool(failures[1])), reruns=int(bool(failures[1])))
+    assert pool.totals == dict(steps=STEPS, overflowed_steps=int(bool(failures[1])), reruns=int(bool(failures[1])),
+                               unpaged_streak=0)
     assert pool.pages_in_use() == 0
 
 
@@ -142,6 +143,53 @@ def test_a_loop_of_ones_own_that_decides_once_per_step_matches_eager(where):
     pool = ps.PagePool(device_pages=4096, page_bytes=4096, strict=False)
     own_loop(paged, pool, data, failures)
     assert same(paged, eager)
+
+
+def strict_1f1b_loop(model, pool, data, failed_after):
+    """1F1B by hand (forward i, then backward i - 1) on a strict pool, the losses kept by the loop
+    until the step is decided: the step's stashes run out of room after microbatch `failed_after[s]`
+    of step s stashed, the next backward raises and the loop catches it. Returns each step's flags
+    at decide() and its decision."""
+    seen = []
+    for s, batch in enumerate(data):
+        model.opt.zero_grad(set_to_none=True)
+        pool.begin_step()
+        losses = []
+        try:
+            for i, (x, counts) in enumerate(batch):
+                with ps.paged_saved_tensors(pool) as paging:
+                    losses.append(model(x, counts, paging=paging))
+                if i == failed_after[s]:
+                    overflow(pool)
+                if i:
+                    losses[i - 1].backward()
+            losses[-1].backward()
+        except ps.PagingError:
+            pass
+        pool.end_step()
+        flags = [n for n, v in pool.flag_dict().items() if v]
+        seen.append((flags, pool.decide()))
+        losses.clear()  # what the error cut short: its pages back before the reset
+        if seen[-1][1] != "keep":
+            pool.reset()
+            model.opt.zero_grad(set_to_none=True)
+            for x, counts in batch:
+                model(x, counts).backward()
+        model.opt.step()
+    return seen
+
+
+def test_a_strict_loop_of_ones_own_that_catches_the_error_decides_to_rerun():
+    """The PagingError cuts the step short: microbatch 1's backward never runs, so its pages are
+    still held at end_step (unbalanced). That is the error's consequence, not a bug: decide() says
+    'rerun_without_paging', the error's decision (it said 'report_error'), and the loop matches eager."""
+    data = batches()
+    eager, paged = with_optimizers(Experts(), "own"), with_optimizers(Experts(), "own")
+    own_loop(eager, None, data, [(), (), ()])
+    pool = ps.PagePool(device_pages=4096, page_bytes=4096)  # a CPU pool: strict
+    seen = strict_1f1b_loop(paged, pool, data, failed_after=[None, 1, None])
+    assert seen == [([], "keep"), (["overflow", "error", "unbalanced"], "rerun_without_paging"), ([], "keep")]
+    assert same(paged, eager) and pool.totals["overflowed_steps"] == 1 and pool.pages_in_use() == 0
 
 
 # ---- Deciding per microbatch: refused ------------------------------------------------------------
@@ -191,7 +239,7 @@ def test_a_second_decide_with_nothing_paged_between_decides_the_same_step():
     assert pool.decide() == "keep"
     overflow(pool)
     assert pool.decide() == "rerun_without_paging"
-    assert pool.totals == dict(steps=1, overflowed_steps=1, reruns=0)
+    assert pool.totals == dict(steps=1, overflowed_steps=1, reruns=0, unpaged_streak=1)
     pool.reset()
     pool.begin_step()
     assert pool.decide() == "keep" and pool.totals["steps"] == 2 and pool.totals["overflowed_steps"] == 1

@@ -107,8 +107,8 @@ class PagePool:
     address space (rounded up to whole pages); grow() and shrink() change the pages between
     steps and no page, tensor or captured CUDA graph moves (docs/python.md, "A pool that
     grows"). Its memory is the library's, not PyTorch's allocator's: memory() counts it.
-    `host_reserve_bytes`: the same for a CPU pool's host pages (a CUDA pool's spill pages are
-    fixed).
+    `host_reserve_bytes`: the same for the host pages (a CUDA pool's spill: pinned host memory
+    the library registers for the device as it grows).
     """
 
     def __init__(self, device_pages: int, page_bytes: int = 64 << 10, host_pages: int = 0, device: Device = "cpu",

@@ -496,6 +496,31 @@ def test_cuda_a_graph_captured_on_a_small_pool_replays_after_grow_and_shrink():
     assert torch.equal(out, data) and not any(pool.flag_dict().values())
 
 
+@needs_cuda
+def test_cuda_a_pool_s_spill_grows_in_registered_host_memory_and_shrinks():
+    shape = ps.Shape(2, 64, 64)  # [64, 64] live rows: 16 KiB, 4 pages
+    pool = ps.PagePool(1, page_bytes=PAGE, device="cuda", host_reserve_bytes=16 * PAGE)
+    assert pool.growable and pool.host_arena.is_pinned()  # its first chunk registered from the start
+    data = torch.randn(2, 64, 64, device="cuda").bfloat16()
+    counts = torch.tensor([64, 64], dtype=torch.int32, device="cuda")
+    record = pool.record("bf16/capacity", shape)
+    record.stash(data, counts, check=False)
+    assert pool.flag_dict()["overflow"] == 1  # one device page and no spill
+    record.discard(check=False)
+    pool.reset()
+    for _ in range(2):  # grown, shrunk to no spill (the chunks past the first unregistered), grown again
+        pool.grow(1, 8)
+        out = torch.full_like(data, float("nan"))
+        record.stash(data, counts, check=False)
+        assert record.status()["host_pages"] == 3
+        record.reload(out, check=False)
+        torch.cuda.synchronize()
+        assert torch.equal(out, data) and not any(pool.flag_dict().values())
+        pool.end_step()
+        pool.shrink(1, 0)
+        assert pool.stats()["host_pages"] == 0 and pool.memory()["host_bytes"] == 2 << 20
+
+
 def _two_ranks(rank, world, init_file, results):
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     batch = drifting_data(1, 2, drift_at=0)[0]

@@ -134,6 +134,14 @@ class ReservedMemory {
 #else
     base_ = static_cast<unsigned char*>(::operator new (reserve_, std::align_val_t{granularity_}));  // backed at once
 #endif
+    if (kind == MemoryKind::mapped_host) {  // its first chunk always: where a pool attached over it finds the alias
+      try {
+        back(granularity_);
+      } catch (...) {
+        ReservedMemory unmapped(std::move(*this));
+        throw;
+      }
+    }
   }
   ReservedMemory(ReservedMemory&& o) noexcept { *this = std::move(o); }
   ReservedMemory& operator=(ReservedMemory&& o) noexcept {
@@ -146,7 +154,7 @@ class ReservedMemory {
   ReservedMemory& operator=(const ReservedMemory&) = delete;
   ~ReservedMemory() {
     if (base_ == nullptr) return;
-    if (kind_ != MemoryKind::host) give_back(0);
+    if (kind_ != MemoryKind::host) release(0);
     if (kind_ == MemoryKind::device) {
       DriverMemoryApi::get().free(reinterpret_cast<CUdeviceptr>(base_), reserve_);
       return;
@@ -223,9 +231,13 @@ class ReservedMemory {
     backed_ = want;
   }
 
-  /// Gives back what lies past the first `bytes` (rounded up to the granularity).
+  /// Gives back what lies past the first `bytes` (rounded up to the granularity; mapped host memory keeps a chunk).
   void give_back(std::size_t bytes) {
-    const std::size_t keep = round(bytes);
+    release(kind_ == MemoryKind::mapped_host && bytes < granularity_ ? granularity_ : round(bytes));
+  }
+
+ private:
+  void release(std::size_t keep) {
     if (keep >= backed_) return;
     if (kind_ == MemoryKind::mapped_host)
       for (std::size_t at = keep; at < backed_; at += granularity_) cudaHostUnregister(base_ + at);
@@ -241,7 +253,6 @@ class ReservedMemory {
     backed_ = keep;
   }
 
- private:
   /// A reserve no grow could back is a mistake (a unit's, most likely): refused.
   static void refuse_beyond(std::size_t reserve, std::size_t memory, const std::string& what) {
     if (reserve > memory)

@@ -69,6 +69,15 @@ void every_layout_sequences(int layout_ops, int traits_ops) {
 
 // ---- Helpers ----------------------------------------------------------------------------
 
+/// Every token live: each group's max_tokens, or the first group's of a packed tensor.
+template <class L>
+std::vector<std::int32_t> most_tokens(const ps::GroupedView<L>& shape) {
+  std::vector<std::int32_t> most(static_cast<std::size_t>(shape.groups), 0);
+  for (std::size_t g = 0; g < most.size(); ++g)
+    most[g] = static_cast<std::int32_t>(L::placement::packed && g > 0 ? 0 : shape.max_tokens);
+  return most;
+}
+
 /// Sets the counts and random bytes in every buffer of t (kept in *kept if given).
 template <class L, class Backend>
 void fill(Tensor<L, Backend>& t, const std::vector<std::int32_t>& counts, std::mt19937& rng,
@@ -243,9 +252,7 @@ int graph_after_grow(int replays, std::uint32_t seed) {
   graph.stash(pool, src.view, rec);
   graph.reload(pool, rec, dest.view, true);
   graph.instantiate();
-  std::vector<std::int32_t> most(static_cast<std::size_t>(shape.groups), 0);
-  for (std::size_t g = 0; g < most.size(); ++g)
-    most[g] = static_cast<std::int32_t>(L::placement::packed && g > 0 ? 0 : shape.max_tokens);
+  const std::vector<std::int32_t> most = most_tokens(shape);
   std::array<std::vector<std::uint8_t>, 3> bytes, poisoned;
   const auto replay = [&](const std::vector<std::int32_t>& counts) {
     fill(src, counts, rng, &bytes);
@@ -287,9 +294,7 @@ template <class L, class Backend, class Tr>
 bool full_round_trip(ps::PagePool& from, ps::PagePool& into, Tensor<L, Backend>& src, Tensor<L, Backend>& dest,
                      ps::StashRecord<Tr>& rec, std::mt19937& rng, bool* spilled = nullptr) {
   const auto& shape = src.view;
-  std::vector<std::int32_t> most(static_cast<std::size_t>(shape.groups), 0);
-  for (std::size_t g = 0; g < most.size(); ++g)
-    most[g] = static_cast<std::int32_t>(L::placement::packed && g > 0 ? 0 : shape.max_tokens);
+  const std::vector<std::int32_t> most = most_tokens(shape);
   std::array<std::vector<std::uint8_t>, 3> bytes, poisoned;
   fill(src, most, rng, &bytes);
   poison(dest, rng, poisoned);

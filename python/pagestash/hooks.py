@@ -471,14 +471,19 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             count_activation(self._passed_storages, t)
             return t
         group, role, view = found
+        self._count_save(group)
+        self._stash_behind()
+        return _Packed(group, role, view)
+
+    def _count_save(self, group: "_Group") -> None:
+        """One save of a marked buffer (here, or te.py's): a stashed group's counts as a paged tensor; the first
+        of a group not stashed yet queues it, its version kept."""
         if group.stashed:
             self.paged_tensors += 1
         elif not group.saves:
             group.version = group.buffers["data"]._version
             self._saved.append(group)
         group.saves += 1
-        self._stash_behind()
-        return _Packed(group, role, view)
 
     def _stash_behind(self) -> None:
         """Stashes the saved marked tensors but the last skip_next (0: each when autograd first saves it)."""

@@ -230,16 +230,6 @@ def _refusal(name: str, t: torch.Tensor, layer: te_layer, why: str) -> str:
             f"layout: {why}. Nothing of it was paged (docs/python.md, TransformerEngine's markers)")
 
 
-def _save(paging, group, packed) -> None:
-    """The hook's bookkeeping of one save of a marked buffer (hooks.paged_saved_tensors._pack)."""
-    if group.stashed:
-        paging.paged_tensors += 1
-    elif not group.saves:
-        group.version = group.buffers["data"]._version
-        paging._saved.append(group)
-    group.saves += 1
-
-
 def pack_marked(paging, t: torch.Tensor):
     """The pack hook's part for a tensor TransformerEngine marked that is not marked yet: marks
     it (mark(), as the layer's counts and the inferred recipe) and returns None, for the hook to
@@ -315,9 +305,9 @@ def pack_marked(paging, t: torch.Tensor):
     group = paging._groups[-1]
     for p in pending[2]:
         p.group = group
-        _save(paging, group, p)
+        paging._count_save(group)
     packed = _Packed(group, role, None)
-    _save(paging, group, packed)
+    paging._count_save(group)
     paging._stash_behind()
     layer.saved.append((recipe, shape))
     layer.paged += 1

@@ -5,20 +5,27 @@
 // serialise in the L2; for a small stash of a large capacity-padded record (fine-grained
 // MoE) they, not bandwidth, decide the time. docs/benchmarks.md keeps the table.
 //
-//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json]
+//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds]
 //
 // --blocks/--threads replace the executor's grid (to count another launch shape).
 //
 // A second table counts, for each warp-wide load and store of a stash and a reload (lossless
 // and compressed), the 32-byte sectors and 128-byte lines its lanes touch (SectorCounter).
+//
+// A third (--rounds: only it) counts the dependent rounds of each warp (RoundCounter; docs/design.md's glossary) in a
+// stash and a reload of stash_bench's fine-grained rows: its shapes, means, recipes and counts, on the same grid.
 
 #include <pagestash/pagestash.hpp>
+#include <pagestash/sizing.hpp>
 
 #include "../tests/common/grid_emulator.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -123,21 +130,113 @@ void print_sector_row(const char* name) {
   std::printf("\n");
 }
 
+/// stash_bench's fine-grained counts (dirichlet_counts there): Dirichlet(1) shares of experts x mean tokens, seeded,
+/// none above the capacity.
+std::vector<std::int32_t> dirichlet_counts(int experts, std::int64_t mean, std::int64_t capacity, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::gamma_distribution<double> gamma(1.0, 1.0);
+  std::vector<double> w(static_cast<std::size_t>(experts));
+  double sum = 0;
+  for (double& x : w) sum += (x = gamma(rng));
+  std::vector<std::int32_t> counts;
+  for (double x : w)
+    counts.push_back(static_cast<std::int32_t>(
+        std::min<double>(static_cast<double>(capacity), x / sum * experts * static_cast<double>(mean))));
+  return counts;
+}
+
+/// One fine-grained row's dependent rounds per warp, a stash's and a reload's: stash_bench's fine_row's tensor
+/// (capacity twice the mean, rounded up to the granule; its seed), on the grid the CUDA executor launches for it on
+/// `sms` SMs of compute capability `major`.
+template <class L>
+std::array<pagestash_test::RoundCounter::Count, 2> count_rounds(const ps::sizing::ModelShape& fs, std::int64_t mean,
+                                                                int sms, int major) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v;
+  v.groups = fs.experts;
+  v.hidden = fs.hidden;
+  v.max_tokens = 1;
+  v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
+  const auto counts =
+      dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
+  v.counts = counts.data();
+  AlignedTensor<L> in(v, 11), out(v, 12);
+  in.view.counts = out.view.counts = counts.data();
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, v);
+  LaunchShape grid;
+  ps::with_stash_policy(major, [&](auto policy) {
+    using Policy = decltype(policy);
+    grid.blocks = static_cast<int>(
+        ps::launch_blocks<Policy>(ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
+    grid.threads = Policy::threads_per_block;
+  });
+  grid.slots = 2;
+  grid.random_delays = false;
+  std::array<pagestash_test::RoundCounter::Count, 2> c;
+  {
+    pagestash_test::RoundCounter rounds;
+    Emulator{grid}.stash(pool, in.view, rec);
+    c[0] = rounds.count();
+  }
+  {
+    pagestash_test::RoundCounter rounds;
+    Emulator{grid}.reload(pool, rec, out.view, false);
+    c[1] = rounds.count();
+  }
+  if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_rounds: not reloaded");
+  return c;
+}
+
+/// The rounds table: every fine-grained row (both shapes, means 32-256, every capacity-padded recipe).
+void print_rounds(int sms, int major) {
+  std::printf(
+      "Dependent rounds per warp (grid emulator, counted: a round is a lane's loads up to where it uses them; a tile's "
+      "are\nits slowest lane's, a warp's the sum over the tiles of one claim), stash_bench's fine-grained rows, grid "
+      "as on %d SMs "
+      "of sm_%d0\n\n",
+      sms, major);
+  std::printf("%-12s %-28s %5s %6s %10s %10s %10s %10s\n", "shape", "recipe", "mean", "tiles", "stash max",
+              "stash mean", "reload max", "reload mean");
+  for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
+    for (std::int64_t mean : {32, 64, 128, 256}) {
+      ps::for_each_recipe([&](auto r) {
+        using R = decltype(r);
+        if (std::string(R::placement) != "capacity") return;
+        const auto c = count_rounds<typename R::layout>(fs, mean, sms, major);
+        std::printf("%-12s %-28s %5lld %6lld %10lld %10.1f %10lld %10.1f\n", fs.name, R::name().c_str(),
+                    static_cast<long long>(mean), static_cast<long long>(c[0].tiles),
+                    static_cast<long long>(c[0].max_warp), c[0].mean_warp(), static_cast<long long>(c[1].max_warp),
+                    c[1].mean_warp());
+        std::fflush(stdout);
+      });
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int sms = 132, major = 9, blocks = 0, threads = 0;
-  bool json = false;
+  bool json = false, rounds = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sms") && i + 1 < argc) sms = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--major") && i + 1 < argc) major = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--rounds")) rounds = true;
     else {
-      std::fprintf(stderr, "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds]\n", argv[0]);
       return 2;
     }
+  }
+  if (rounds) {
+    print_rounds(sms, major);
+    return 0;
   }
 
   ps::GroupedView<Layout> shape;

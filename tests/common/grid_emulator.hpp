@@ -179,6 +179,8 @@ struct EmulatedThread {
   int warp = 0;
   std::int64_t tile = 0;             ///< tiles begun by this lane in this block
   std::int64_t ordinal[2][17] = {};  ///< [store][bytes]: accesses of that kind in this tile
+  std::int64_t rounds = 0;           ///< dependent rounds of this lane in this tile (RoundCounter)
+  bool loading = false;              ///< loads since the last round ended
 };
 inline EmulatedThread& emulated_thread() {
   thread_local EmulatedThread t;
@@ -222,6 +224,7 @@ class SectorCounter {
       std::memset(t.ordinal, 0, sizeof t.ordinal);
       return;
     }
+    if (access == ps::VectorAccess::use) return;
     const bool store = access == ps::VectorAccess::store;
     const Key key{t.block, t.warp, t.tile, store, bytes, t.ordinal[store][bytes]++};
     auto* self = static_cast<SectorCounter*>(context);
@@ -257,6 +260,77 @@ class SectorCounter {
 
   mutable std::mutex m_;
   std::map<Key, std::vector<std::uintptr_t>> accesses_;
+};
+
+/// Counts the dependent rounds of each warp through the library's vector observer (docs/design.md's glossary, "round"):
+/// a lane's round is a run of its loads that ends where the lane uses them (a store, or the copy engine's `use` where
+/// it merges loaded words before it loads more): loads in one round are in flight together, each round waits a memory
+/// latency. A tile's rounds are its slowest lane's (a warp's lanes run in step); a warp's are the sum over the tiles of
+/// one claim (StashPolicy::tiles_per_warp_claim consecutive tiles, moved in turn: a warp's whole work when a launch's
+/// tiles fit its warps' first claims, as on a GPU a fine-grained stash's do). One at a time (the vector observer).
+class RoundCounter {
+ public:
+  struct Count {
+    std::int64_t warps = 0;     ///< warp claims that moved a tile
+    std::int64_t tiles = 0;     ///< tiles moved
+    std::int64_t max_warp = 0;  ///< rounds of the slowest warp claim
+    std::int64_t max_tile = 0;  ///< rounds of the slowest tile
+    std::int64_t rounds = 0;    ///< of all claims
+    double mean_warp() const { return warps ? static_cast<double>(rounds) / static_cast<double>(warps) : 0; }
+  };
+
+  RoundCounter() { ps::vector_observer().set(&RoundCounter::observe, this); }
+  ~RoundCounter() { ps::vector_observer().clear(); }
+  RoundCounter(const RoundCounter&) = delete;
+  RoundCounter& operator=(const RoundCounter&) = delete;
+
+  Count count() const {
+    std::lock_guard<std::mutex> lock(m_);
+    Count c;
+    // (block, warp, claim): rounds of its tiles. A warp's tiles 1, 2, ... in a block: its claims in turn (only the
+    // launch's last chunk can give it fewer than a claim's tiles).
+    constexpr std::int64_t per_claim = ps::StashPolicy::tiles_per_warp_claim;
+    std::map<Key, std::int64_t> warps;
+    for (const auto& [key, rounds] : tiles_) {
+      ++c.tiles;
+      c.max_tile = std::max(c.max_tile, rounds);
+      warps[Key{std::get<0>(key), std::get<1>(key), (std::get<2>(key) - 1) / per_claim}] += rounds;
+    }
+    for (const auto& w : warps) {
+      ++c.warps;
+      c.rounds += w.second;
+      c.max_warp = std::max(c.max_warp, w.second);
+    }
+    return c;
+  }
+
+ private:
+  using Key = std::tuple<std::int64_t, int, std::int64_t>;  // block, warp, tile
+
+  static void observe(const void*, int, ps::VectorAccess access, void* context) {
+    EmulatedThread& t = emulated_thread();
+    auto* self = static_cast<RoundCounter*>(context);
+    if (access == ps::VectorAccess::tile) {
+      if (t.loading) self->end_round(t);  // loads never used: a round of the tile they belong to
+      ++t.tile;
+      t.rounds = 0;
+      std::lock_guard<std::mutex> lock(self->m_);
+      self->tiles_.emplace(Key{t.block, t.warp, t.tile}, 0);  // a tile of no loads has none
+      return;
+    }
+    if (access == ps::VectorAccess::load) t.loading = true;
+    else if (t.loading) self->end_round(t);
+  }
+  void end_round(EmulatedThread& t) {
+    t.loading = false;
+    ++t.rounds;
+    std::lock_guard<std::mutex> lock(m_);
+    std::int64_t& r = tiles_[Key{t.block, t.warp, t.tile}];
+    r = std::max(r, t.rounds);
+  }
+
+  mutable std::mutex m_;
+  std::map<Key, std::int64_t> tiles_;
 };
 
 /// Preemption at every device atomic and fence of the library's code (through its atomic

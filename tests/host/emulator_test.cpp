@@ -853,3 +853,54 @@ TEST_CASE("emulated grid: a compressed stash's warp accesses use their sectors w
   check(sector_counts<ps::StashTraits<RuBf16>>(3), sector_counts<traits::Bf16Mx4>(3));
   check(sector_counts<ps::StashTraits<RuFp16Cap>>(4), sector_counts<traits::Fp16CapB128>(4));
 }
+
+namespace {
+/// One stash and one reload (no zero_tail) of Tr on the emulator, one group of `count` tokens, hidden 4096, capacity
+/// 128: the dependent rounds of each (RoundCounter).
+template <class Tr>
+std::array<RoundCounter::Count, 2> round_counts(std::int32_t count) {
+  using L = typename Tr::layout;
+  ps::GroupedView<L> shape;
+  shape.groups = 1;
+  shape.hidden = 4096;
+  shape.max_tokens = 128;
+  std::mt19937 rng(5);
+  Buffers<L> in(shape, rng), out(shape, rng);
+  in.counts[0] = out.counts[0] = count;
+  ps::PagePool pool(room_for<Tr>(shape, 1 << 16, 1), ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, shape);
+  std::array<RoundCounter::Count, 2> c;
+  {
+    RoundCounter rounds;
+    Emulator{LaunchShape{}}.stash(pool, in.view, rec);
+    c[0] = rounds.count();
+  }
+  {
+    RoundCounter rounds;
+    Emulator{LaunchShape{}}.reload(pool, rec, out.view, false);
+    c[1] = rounds.count();
+  }
+  REQUIRE(rec.status().state == ps::RecordState::reloaded);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and one a gathered run piece") {
+  // BF16 rows of 2 tokens: 16 KiB of aligned lines, 4 tiles of 8 vectors a lane, 4 loads in flight: 2 rounds a tile.
+  const auto bf16 = round_counts<ps::StashTraits<RuBf16Cap>>(2);
+  for (const auto& c : bf16) {
+    CHECK(c.tiles == 4);
+    CHECK(c.max_tile == 2);
+    CHECK(c.max_warp == 4);  // a claim of 2 tiles
+    CHECK(c.rounds == 8);
+  }
+  // NVFP4 columnwise of 2 tokens: its data and compact scales are each 4096 lines of 1-byte runs, a tile each. A
+  // stash's lane gathers its 8 vectors a run piece at a time, 16 a vector: 128 rounds a tile, 256 the warp that claims
+  // both; a reload's lane loads each stream vector once and scatters it: 8.
+  const auto nvfp4 = round_counts<ps::StashTraits<ColNv4CapCo>>(2);
+  CHECK(nvfp4[0].tiles == 2);
+  CHECK(nvfp4[0].max_tile == 128);
+  CHECK(nvfp4[0].max_warp == 256);
+  CHECK(nvfp4[1].max_tile == 8);
+  CHECK(nvfp4[1].max_warp == 16);
+}

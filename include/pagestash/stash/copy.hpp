@@ -52,8 +52,10 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
 }
 
 /// A lane's access to the buffer or the pages, as a host observer sees it (vector_observer): a load or store of
-/// `bytes`, or the start of a tile (address null), after which the lanes of a warp make their accesses in step again.
-enum class VectorAccess : int { load, store, tile };
+/// `bytes`, the start of a tile (address null), after which the lanes of a warp make their accesses in step again, or
+/// a use (address null): the lane uses the values it loaded before it loads again, as a store of them does (a round,
+/// docs/design.md's glossary).
+enum class VectorAccess : int { load, store, tile, use };
 
 #if !defined(__CUDA_ARCH__)
 using VectorObserver = void (*)(const void* address, int bytes, VectorAccess access, void* context);
@@ -180,6 +182,8 @@ PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word(const unsigned char* 
 /// Bytes [0, n) (n < 4) of the aligned word at `word`, zero above: a 2-byte and a byte load, so nothing after is read.
 PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t load_word_head(const unsigned char* word, unsigned n) {
   cuda::std::uint32_t w = 0;
+  if (n >= 2) observe_vector(word, 2, VectorAccess::load);
+  if (n % 2 == 1) observe_vector(word + n - 1, 1, VectorAccess::load);
 #if defined(__CUDA_ARCH__)
   if (n >= 2) w = __ldcs(reinterpret_cast<const unsigned short*>(word));
   if (n % 2 == 1) w |= cuda::std::uint32_t{__ldcs(word + n - 1)} << (8 * (n - 1));
@@ -219,6 +223,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsig
 /// is 4-byte aligned, else bytes. Every index into x.w is a constant (unrolled loops, and a
 /// shift for the last word): a run-time index would put x in local memory.
 PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16& x, unsigned n) {
+  observe_vector(nullptr, 0, VectorAccess::use);  // its stores are not observed, its use of x is
   if (reinterpret_cast<cuda::std::uintptr_t>(dst) % 4 == 0) {
     PAGESTASH_UNROLL
     for (unsigned k = 0; k < 4; ++k) {
@@ -266,6 +271,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 gather_vector(const TileSpan& s, cuda::std
   Vector16 x{};
   for_each_run_piece(s, q, n, p, [&](const unsigned char* at, cuda::std::uint32_t done, cuda::std::uint32_t m) {
     const Vector16 part = shift_bytes(load_bytes(at, m), done, true);
+    observe_vector(nullptr, 0, VectorAccess::use);  // the next piece's loads wait for this one's: a round each
     PAGESTASH_UNROLL
     for (int k = 0; k < 4; ++k) x.w[k] |= part.w[k];
   });

@@ -25,9 +25,8 @@ namespace pagestash_torch {
 
 #ifdef PAGESTASH_TORCH_CUDA
 // ops_cuda.cu
-void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const std::string& compression,
-              const PoolParts& pool, const Shape& s, const RecordMemory& record, const Buffers& buffers,
-              ps::ReloadOptions options);
+void run_cuda(cudaStream_t stream, Op op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
+              const Buffers& buffers, ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst);
 void resize_cuda(cudaStream_t stream, ps::PagePool& pool, bool growing, std::int64_t device_pages,
@@ -49,8 +48,8 @@ cudaStream_t stream_on(const at::Device&) {
               "need a build with it");
   return nullptr;
 }
-void run_cuda(cudaStream_t, Op, const std::string&, const std::string&, const PoolParts&, const Shape&,
-              const RecordMemory&, const Buffers&, ps::ReloadOptions) {}
+void run_cuda(cudaStream_t, Op, Kind, const PoolParts&, const Shape&, const RecordMemory&, const Buffers&,
+              ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
 void resize_cuda(cudaStream_t, ps::PagePool&, bool, std::int64_t, std::int64_t) {}
@@ -132,15 +131,17 @@ at::ScalarType torch_type() {
 
 /// The element type of the recipe's data or scales (raw bytes, uint8, fit too); Undefined
 /// for 'plain' data (any dtype: rows of bytes).
-at::ScalarType element_type(const std::string& recipe, bool scales) {
-  return with_recipe(recipe, [&](auto r) {
+at::ScalarType element_type(Kind k, bool scales) {
+  return with_kind(k, [&](auto r, auto) {
     using L = typename decltype(r)::layout;
     return scales ? torch_type<typename L::scale_type>() : torch_type<typename L::data_type>();
   });
 }
 
 void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int64_t bytes, const at::Device& device,
-                  const std::string& recipe, bool scales) {
+                  Kind k, bool scales) {
+  const std::string& recipe = name_of(k);
+  const bool is_amax = std::strcmp(what, "amax") == 0;
   if (bytes == 0) {
     TORCH_CHECK_VALUE(!t.has_value() || t->numel() == 0, "pagestash: recipe '", recipe, "' has no ", what,
                       "; pass None");
@@ -149,18 +150,18 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
   TORCH_CHECK_VALUE(t.has_value(), "pagestash: recipe '", recipe, "' needs ", what, " (", bytes, " bytes)");
   TORCH_CHECK_VALUE(t->device() == device, "pagestash: ", what, " is on ", t->device(), ", the pool on ", device);
   TORCH_CHECK_VALUE(t->is_contiguous(), "pagestash: ", what, " must be contiguous");
-  if (std::string(what) == "amax") {
+  if (is_amax) {
     TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat, "pagestash: amax must be torch.float32 (one per group), not ",
                       torch_name(t->scalar_type()));
-  } else if (const at::ScalarType want = element_type(recipe, scales); want != at::ScalarType::Undefined) {
+  } else if (const at::ScalarType want = element_type(k, scales); want != at::ScalarType::Undefined) {
     TORCH_CHECK_VALUE(t->scalar_type() == want || t->scalar_type() == at::kByte, "pagestash: ", what, " of recipe '",
                       recipe, "' must be ", torch_name(want), " (or torch.uint8 bytes), not ",
                       torch_name(t->scalar_type()));
   }
   // The library's own check names the layout and an address: name the tensor and the fix.
   const auto address = reinterpret_cast<std::uintptr_t>(t->data_ptr());
-  TORCH_CHECK_VALUE(std::string(what) == "amax" || address % ps::buffer_alignment == 0, "pagestash: ", what,
-                    " must be ", ps::buffer_alignment, "-byte aligned (the ops copy ", ps::buffer_alignment,
+  TORCH_CHECK_VALUE(is_amax || address % ps::buffer_alignment == 0, "pagestash: ", what, " must be ",
+                    ps::buffer_alignment, "-byte aligned (the ops copy ", ps::buffer_alignment,
                     "-byte vectors), but its data_ptr() % ", ps::buffer_alignment, " = ",
                     address % ps::buffer_alignment, " (storage_offset() = ", t->storage_offset(), "): pass ", what,
                     ".clone() (PyTorch's allocator aligns a new tensor), or a view that starts a multiple of ",
@@ -173,8 +174,8 @@ void check_buffer(const std::optional<at::Tensor>& t, const char* what, std::int
 /// Unquantized data is rows of tokens: its last dimension must be one token's row (for
 /// 'plain', `hidden` is the row's bytes), so that a transposed tensor of the right size is
 /// refused rather than paged as rows.
-void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& s) {
-  const std::int64_t row_bytes = with_recipe(recipe, [&](auto r) -> std::int64_t {
+void check_rows(const at::Tensor& data, Kind k, const Shape& s) {
+  const std::int64_t row_bytes = with_kind(k, [&](auto r, auto) -> std::int64_t {
     using L = typename decltype(r)::layout;
     if constexpr (!std::is_void_v<typename L::scale_type>) return 0;  // quantized: bytes only
     else return s.hidden * static_cast<std::int64_t>(sizeof(typename L::data_type));
@@ -187,14 +188,14 @@ void check_rows(const at::Tensor& data, const std::string& recipe, const Shape& 
 }
 
 /// The buffers of a grouped tensor, checked against the recipe's geometry for `s`.
-Buffers buffers_of(const std::string& recipe, const std::string& compression, const Shape& s, const at::Device& device,
-                   const at::Tensor& data, const std::optional<at::Tensor>& scales,
-                   const std::optional<at::Tensor>& amax, const std::optional<at::Tensor>& counts) {
-  const RecipeInfo info = checked([&] { return recipe_info(recipe, compression, s); });
-  check_buffer(data, "data", info.data_bytes, device, recipe, false);
-  check_rows(data, recipe, s);
-  check_buffer(scales, "scales", info.scales_bytes, device, recipe, true);
-  check_buffer(amax, "amax", info.amax_bytes, device, recipe, false);
+Buffers buffers_of(Kind k, const Shape& s, const at::Device& device, const at::Tensor& data,
+                   const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
+                   const std::optional<at::Tensor>& counts) {
+  const RecipeInfo info = checked([&] { return recipe_info(k, s); });
+  check_buffer(data, "data", info.data_bytes, device, k, false);
+  check_rows(data, k, s);
+  check_buffer(scales, "scales", info.scales_bytes, device, k, true);
+  check_buffer(amax, "amax", info.amax_bytes, device, k, false);
   Buffers b;
   b.data = data.data_ptr();
   if (info.scales_bytes) b.scales = scales->data_ptr();
@@ -231,13 +232,19 @@ ps::HostExecutor host_executor() {
 
 /// One stash, reload or discard.
 void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
-            std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, const std::string& compression,
-            const Shape& s, const Buffers& buffers, ps::ReloadOptions options) {
+            std::int64_t page_bytes, at::Tensor& record, Kind k, const Shape& s, const Buffers& buffers,
+            ps::ReloadOptions options) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   on_executor(
-      control, [&] { run(host_executor(), op, recipe, compression, pool, s, rec, buffers, options); },
-      [&](cudaStream_t stream) { run_cuda(stream, op, recipe, compression, pool, s, rec, buffers, options); });
+      control, [&] { run(host_executor(), op, k, pool, s, rec, buffers, options); },
+      [&](cudaStream_t stream) { run_cuda(stream, op, k, pool, s, rec, buffers, options); });
+}
+
+/// The recipe and compression named, resolved once per call (kind_of: the registry's names compared, no allocation);
+/// ValueError for an unknown one.
+Kind kind(const std::string& recipe, const std::string& compression) {
+  return checked([&] { return kind_of(recipe, compression); });
 }
 
 /// A shape as the ops take it: [groups, tokens, hidden], the order of a capacity tensor's
@@ -249,15 +256,16 @@ Shape shape_of(at::IntArrayRef shape) {
 
 /// `shape` for `recipe` and `compression`, checked in the ops' terms (shape[i], the recipe, the
 /// fix) before the library's own check (validate_shape), whose message names the layout's fields.
-/// An unknown compression, or one the recipe cannot take, is refused here too (with_recipe's message).
-Shape checked_shape(const std::string& recipe, const std::string& compression, at::IntArrayRef shape) {
+/// The recipe and compression are resolved before (kind_of: an unknown compression, or one the recipe cannot take,
+/// is refused there, with with_recipe's message).
+Shape checked_shape(Kind k, at::IntArrayRef shape) {
   const Shape s = shape_of(shape);
   checked([&] {
-    with_recipe(recipe, compression, [&](auto tag, auto c) {
+    with_kind(k, [&](auto tag, auto c) {
       using C = decltype(c);
       using L = typename decltype(tag)::layout;
       const auto refuse = [&](const auto&... what) {
-        TORCH_CHECK_VALUE(false, "pagestash: shape ", shape, " does not fit recipe '", recipe, "': ", what...);
+        TORCH_CHECK_VALUE(false, "pagestash: shape ", shape, " does not fit recipe '", name_of(k), "': ", what...);
       };
       if (s.groups < 1 || s.groups > INT32_MAX) refuse("shape[0] (groups) = ", s.groups, " must be in [1, 2^31)");
       if (s.tokens < 0) refuse("shape[1] (tokens) = ", s.tokens, " is negative");
@@ -290,26 +298,29 @@ void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_ar
               at::Tensor& record, const std::string& recipe, at::IntArrayRef shape, const at::Tensor& data,
               const at::Tensor& counts, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
               const std::string& compression) {
-  const Shape s = checked_shape(recipe, compression, shape);
-  const Buffers b = buffers_of(recipe, compression, s, control.device(), data, scales, amax, counts);
-  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, recipe, compression, s, b, {});
+  const Kind k = kind(recipe, compression);
+  const Shape s = checked_shape(k, shape);
+  const Buffers b = buffers_of(k, s, control.device(), data, scales, amax, counts);
+  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, k, s, b, {});
 }
 
 void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
                at::Tensor& data, const std::optional<at::Tensor>& scales, const std::optional<at::Tensor>& amax,
                bool zero_tail, bool poison, const std::string& compression) {
-  const Shape s = checked_shape(recipe, compression, shape);
-  const Buffers b = buffers_of(recipe, compression, s, control.device(), data, scales, amax, std::nullopt);
-  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, recipe, compression, s, b,
+  const Kind k = kind(recipe, compression);
+  const Shape s = checked_shape(k, shape);
+  const Buffers b = buffers_of(k, s, control.device(), data, scales, amax, std::nullopt);
+  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, k, s, b,
          ps::ReloadOptions{zero_tail, poison});
 }
 
 void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
                 std::int64_t page_bytes, at::Tensor& record, const std::string& recipe, at::IntArrayRef shape,
                 const std::string& compression) {
-  const Shape s = checked_shape(recipe, compression, shape);
-  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, recipe, compression, s, Buffers{}, {});
+  const Kind k = kind(recipe, compression);
+  const Shape s = checked_shape(k, shape);
+  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, k, s, Buffers{}, {});
 }
 
 void pool_step_op(PoolStep step, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -372,8 +383,8 @@ py::list recipe_table() {
 }
 
 py::dict info_dict(const std::string& recipe, const std::vector<std::int64_t>& shape, const std::string& compression) {
-  const RecipeInfo i =
-      checked([&] { return recipe_info(recipe, compression, checked_shape(recipe, compression, shape)); });
+  const Kind k = kind(recipe, compression);
+  const RecipeInfo i = checked([&] { return recipe_info(k, checked_shape(k, shape)); });
   py::dict d;
   d["data_bytes"] = i.data_bytes;
   d["scales_bytes"] = i.scales_bytes;
@@ -407,9 +418,8 @@ std::int64_t record_bytes_py(at::Tensor control, at::Tensor device_arena, at::Te
                              const std::string& compression) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  return checked([&] {
-    return record_bytes(recipe, compression, pool, space_of(control), checked_shape(recipe, compression, shape));
-  });
+  const Kind k = kind(recipe, compression);
+  return checked([&] { return record_bytes(k, pool, space_of(control), checked_shape(k, shape)); });
 }
 
 void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host_arena, std::int64_t page_bytes,
@@ -418,9 +428,8 @@ void init_record_py(at::Tensor control, at::Tensor device_arena, at::Tensor host
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  checked([&] {
-    init_record(recipe, compression, pool, space_of(control), checked_shape(recipe, compression, shape), rec);
-  });
+  const Kind k = kind(recipe, compression);
+  checked([&] { init_record(k, pool, space_of(control), checked_shape(k, shape), rec); });
 }
 
 /// A pool with a reserve (PagePool(reserve_bytes=...)): the library maps its memory as it grows, so the library owns
@@ -531,9 +540,9 @@ py::dict record_status_py(at::Tensor control, at::Tensor device_arena, at::Tenso
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
   const RecordMemory rec = record_memory(record, control);
   const at::OptionalDeviceGuard guard(at::device_of(control));  // the pool's device current
-  const ps::RecordStatus s = checked([&] {
-    return record_status(recipe, compression, pool, space_of(control), checked_shape(recipe, compression, shape), rec);
-  });
+  const Kind k = kind(recipe, compression);
+  const ps::RecordStatus s =
+      checked([&] { return record_status(k, pool, space_of(control), checked_shape(k, shape), rec); });
   py::dict d;  // every field of the C++ table, under its name; states and flags by name
   ps::for_each_field(s, [&](const char* name, auto value) {
     if constexpr (std::is_enum_v<decltype(value)>) d[name] = ps::name_of(value);

@@ -1,18 +1,19 @@
 // The extension's CUDA side (nvcc): the CUDA executor on pointers ops.cpp has checked. No
 // PyTorch headers here, so this translation unit compiles in the time the kernels take.
 
-// The CUDA executor's overloads first: recipes.hpp's templates call pagestash::stash etc.
-// by qualified name, which sees the declarations before it.
-#include <pagestash/pagestash.cuh>
-
+// In any order: recipes.hpp includes pagestash.cuh itself under nvcc, so its templates' qualified calls
+// (pagestash::stash etc.) see the CUDA executor's overloads whatever came first. recipes.hpp comes first here on
+// purpose: the order that failed before (no CUDA overload of pagestash::stash), compiled by the
+// pagestash_python_cuda target (tests/CMakeLists.txt) as by pip.
 #include "recipes.hpp"
+
+#include <pagestash/pagestash.cuh>
 
 namespace pagestash_torch {
 
-void run_cuda(cudaStream_t stream, Op op, const std::string& recipe, const std::string& compression,
-              const PoolParts& pool, const Shape& s, const RecordMemory& record, const Buffers& buffers,
-              ps::ReloadOptions options) {
-  run(ps::on(stream), op, recipe, compression, pool, s, record, buffers, options);
+void run_cuda(cudaStream_t stream, Op op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
+              const Buffers& buffers, ps::ReloadOptions options) {
+  run(ps::on(stream), op, k, pool, s, record, buffers, options);
 }
 
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step) {

@@ -7,6 +7,13 @@
 // their state lives in the caller's tensors, so an operation is a function of its
 // arguments, as torch.library's functionalization and opcheck expect.
 
+// Every overload the templates below call, whatever the includer included before: with nvcc, the CUDA executor's
+// (pagestash.cuh declares them beside the host's). Their calls are qualified (pagestash::stash), which sees only the
+// overloads declared before the template, so this header declares them all itself rather than rely on the includer's
+// order (issue 56).
+#ifdef __CUDACC__
+#  include <pagestash/pagestash.cuh>
+#endif
 #include <pagestash/layouts/recipes.hpp>
 #include <pagestash/pagestash.hpp>
 
@@ -24,6 +31,69 @@ namespace ps = pagestash;
 using ps::compression_names;
 using ps::recipe_names;
 using ps::with_recipe;
+
+/// A recipe and a compression resolved to the registry's types once (kind_of): their indices in recipe_names() and
+/// compression_names(), on which every function below dispatches (with_kind) by comparing integers, never names.
+struct Kind {
+  int recipe = 0;
+  int compression = 0;  // 0: lossless
+};
+
+/// The registry's names and whether each recipe takes a lossy compression, made once (the first call).
+struct Registry {
+  std::vector<std::string> recipes = recipe_names(), compressions = compression_names();
+  std::vector<bool> compressible;
+  Registry() {
+    ps::for_each_recipe([&](auto r) { compressible.push_back(ps::compressible<typename decltype(r)::layout>); });
+  }
+};
+inline const Registry& registry() {
+  static const Registry r;
+  return r;
+}
+
+/// The recipe called `recipe` with `compression` ("" or "lossless": lossless): compares the names with the registry's,
+/// made once (no allocation); throws with_recipe's std::invalid_argument for an unknown name or a pair it refuses.
+inline Kind kind_of(const std::string& recipe, const std::string& compression) {
+  const Registry& r = registry();
+  const auto index = [](const std::vector<std::string>& names, const std::string& name) {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return static_cast<int>(i);
+    return -1;
+  };
+  const Kind k{index(r.recipes, recipe), compression.empty() ? 0 : index(r.compressions, compression)};
+  if (k.recipe < 0 || k.compression < 0 || (k.compression > 0 && !r.compressible[k.recipe]))
+    with_recipe(recipe, compression, [](auto, auto) {});  // throws, naming the choices
+  return k;
+}
+
+/// The recipe's name (the registry's: no allocation).
+inline const std::string& name_of(Kind k) { return registry().recipes[k.recipe]; }
+
+namespace detail {
+template <class R, class F>
+decltype(auto) with_compression(R recipe, int compression, F& f) {
+  if constexpr (ps::compressible<typename R::layout>) {
+    int i = 1;
+#define PAGESTASH_TORCH_COMPRESSION(Format) \
+  if (compression == i++) return f(recipe, ps::Compressed<Format>{});
+    PAGESTASH_FOR_EACH_COMPRESSION(PAGESTASH_TORCH_COMPRESSION)
+#undef PAGESTASH_TORCH_COMPRESSION
+  }
+  return f(recipe, ps::Lossless{});  // kind_of gives a compressed index only to a compressible recipe
+}
+}  // namespace detail
+
+/// f(Recipe<Layout>{}, Compression{}) for `k` (with_recipe(name, compression, f) by index).
+template <class F>
+decltype(auto) with_kind(Kind k, F&& f) {
+  int i = 0;
+#define PAGESTASH_TORCH_RECIPE(L) \
+  if (k.recipe == i++) return detail::with_compression(ps::Recipe<PAGESTASH_LAYOUT(L)>{}, k.compression, f);
+  PAGESTASH_FOR_EACH_RECIPE(PAGESTASH_TORCH_RECIPE)
+#undef PAGESTASH_TORCH_RECIPE
+  throw std::invalid_argument("pagestash: no recipe " + std::to_string(k.recipe));
+}
 
 /// The traits an op instantiates for a recipe and a compression (with_recipe(recipe, compression, f)'s two tags).
 template <class RecipeTag, class Compression>
@@ -115,8 +185,8 @@ struct RecipeInfo {
   bool packed = false, scales_paged = false, amax_kept = false;
 };
 
-inline RecipeInfo recipe_info(const std::string& recipe, const std::string& compression, const Shape& s) {
-  return with_recipe(recipe, compression, [&](auto tag, auto c) {
+inline RecipeInfo recipe_info(Kind k, const Shape& s) {
+  return with_kind(k, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     using Tr = traits_of<decltype(tag), decltype(c)>;
     const ps::GroupedView<L> v = view_of<L>(s);
@@ -134,10 +204,9 @@ inline RecipeInfo recipe_info(const std::string& recipe, const std::string& comp
   });
 }
 
-inline std::int64_t record_bytes(const std::string& recipe, const std::string& compression, const PoolParts& pool,
-                                 ps::MemorySpace space, const Shape& s) {
+inline std::int64_t record_bytes(Kind k, const PoolParts& pool, ps::MemorySpace space, const Shape& s) {
   const ps::PagePool p = attach_pool(pool, space);
-  return with_recipe(recipe, compression, [&](auto tag, auto c) {
+  return with_kind(k, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     return static_cast<std::int64_t>(
         ps::StashRecord<traits_of<decltype(tag), decltype(c)>>::bytes_needed(p, view_of<L>(s)));
@@ -162,10 +231,10 @@ void check_record_bytes(const ps::PagePool& p, const ps::GroupedView<typename Tr
 }
 
 /// Writes an empty record's header into `record`.
-inline void init_record(const std::string& recipe, const std::string& compression, const PoolParts& pool,
-                        ps::MemorySpace space, const Shape& s, const RecordMemory& record) {
+inline void init_record(Kind k, const PoolParts& pool, ps::MemorySpace space, const Shape& s,
+                        const RecordMemory& record) {
   const ps::PagePool p = attach_pool(pool, space);
-  with_recipe(recipe, compression, [&](auto tag, auto c) {
+  with_kind(k, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     using Tr = traits_of<decltype(tag), decltype(c)>;
     check_record_bytes<Tr>(p, view_of<L>(s), record);
@@ -191,12 +260,12 @@ ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedVi
 }
 
 /// One operation with executor `exec` (pagestash::host, or pagestash::on(stream) from CUDA
-/// code) on the pool in `pool` and the record in `record`, made with `compression`.
+/// code) on the pool in `pool` and the record in `record`, of kind `k` (its recipe and compression).
 template <class Exec>
-void run(const Exec& exec, Op op, const std::string& recipe, const std::string& compression, const PoolParts& pool,
-         const Shape& s, const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
+void run(const Exec& exec, Op op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
+         const Buffers& buffers, ps::ReloadOptions options) {
   ps::PagePool p = attach_pool(pool, Exec::memory);
-  with_recipe(recipe, compression, [&](auto tag, auto c) {
+  with_kind(k, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     using Tr = traits_of<decltype(tag), decltype(c)>;
     auto rec = attach_record<Tr>(p, view_of<L>(s), record, op == Op::stash);
@@ -225,10 +294,10 @@ void run_report(const Exec& exec, const PoolParts& pool, ps::PoolStats* dst) {
 }
 
 /// The record's status (synchronises, as StashRecord::status does), `stale` included.
-inline ps::RecordStatus record_status(const std::string& recipe, const std::string& compression, const PoolParts& pool,
-                                      ps::MemorySpace space, const Shape& s, const RecordMemory& record) {
+inline ps::RecordStatus record_status(Kind k, const PoolParts& pool, ps::MemorySpace space, const Shape& s,
+                                      const RecordMemory& record) {
   const ps::PagePool p = attach_pool(pool, space);
-  return with_recipe(recipe, compression, [&](auto tag, auto c) {
+  return with_kind(k, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     return attach_record<traits_of<decltype(tag), decltype(c)>>(p, view_of<L>(s), record).status(p);
   });

@@ -116,7 +116,7 @@ inline sizing::Layer layer_of(const SizingRequest& r) {
     sizing::SavedTensor t = saved_tensor(r.recipes[i], compression, s);
     const std::string what = r.recipes[i] + " [" + std::to_string(s.groups) + ", " + std::to_string(s.tokens) + ", " +
                              std::to_string(s.hidden) + "]";
-    if (recipe_info(r.recipes[i], ps::Lossless::name, s).packed && s.tokens != t.capacity() * s.groups)
+    if (recipe_info(kind_of(r.recipes[i], ps::Lossless::name), s).packed && s.tokens != t.capacity() * s.groups)
       refuse_request("size_pool: " + what + ": a packed tensor's tokens must be groups x capacity (" +
                      "a multiple of " + std::to_string(s.groups) + ")");
     if (!tensors.empty() && t.capacity() != tensors.front().capacity())

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Every function of the public namespace (pagestash and its public sub-namespaces; detail and reference/ apart) is
 named in the docs: a public function is a documented one. The functions public today that no doc names yet are listed
-below, to be documented or moved into detail; the list only shrinks (a listed name that a doc now names, or that is
-gone, fails too, so that the list is kept exact).
+below, to be documented or moved into namespace detail, and the list only shrinks (a listed name that a doc now
+names, or that is gone, fails too, so that the list is kept exact).
 
 Usage: check_documented.py SOURCE_ROOT"""
 import pathlib

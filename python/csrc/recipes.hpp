@@ -70,7 +70,7 @@ inline Kind kind_of(const std::string& recipe, const std::string& compression) {
 /// The recipe's name (the registry's: no allocation).
 inline const std::string& name_of(Kind k) { return registry().recipes[k.recipe]; }
 
-namespace detail {
+namespace by_index {
 template <class R, class F>
 decltype(auto) with_compression(R recipe, int compression, F& f) {
   if constexpr (ps::compressible<typename R::layout>) {
@@ -82,14 +82,14 @@ decltype(auto) with_compression(R recipe, int compression, F& f) {
   }
   return f(recipe, ps::Lossless{});  // kind_of gives a compressed index only to a compressible recipe
 }
-}  // namespace detail
+}  // namespace by_index
 
 /// f(Recipe<Layout>{}, Compression{}) for `k` (with_recipe(name, compression, f) by index).
 template <class F>
 decltype(auto) with_kind(Kind k, F&& f) {
   int i = 0;
 #define PAGESTASH_TORCH_RECIPE(L) \
-  if (k.recipe == i++) return detail::with_compression(ps::Recipe<PAGESTASH_LAYOUT(L)>{}, k.compression, f);
+  if (k.recipe == i++) return by_index::with_compression(ps::Recipe<PAGESTASH_LAYOUT(L)>{}, k.compression, f);
   PAGESTASH_FOR_EACH_RECIPE(PAGESTASH_TORCH_RECIPE)
 #undef PAGESTASH_TORCH_RECIPE
   throw std::invalid_argument("pagestash: no recipe " + std::to_string(k.recipe));

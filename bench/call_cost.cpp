@@ -9,8 +9,7 @@
 //               strings)
 // For bf16/capacity (the registry's 3rd recipe) and nvfp4/capacity/swizzled (its last), [8, 128, 7168].
 //
-//   g++ -std=c++17 -O2 -Iinclude -Ipython/csrc -I$CUDA_HOME/include/cccl -I$CUDA_HOME/include bench/call_cost.cpp
-//       -L$CUDA_HOME/lib64 -lcudart -o call_cost && ./call_cost [calls]   (docs/benchmarks.md, "Call cost")
+//   build/bench/pagestash_call_cost [calls]   (the target pagestash_call_cost; docs/benchmarks.md, "Call cost")
 #include "recipes.hpp"
 
 #include <algorithm>

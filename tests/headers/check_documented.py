@@ -10,11 +10,11 @@ import re
 import sys
 
 NOT_DOCUMENTED_YET = {
-    "check_pool_and_record", "check_reload", "code_tile", "compressed_stream_bytes", "count_fits", "decision_of",
-    "device_blocks", "draw_step", "flag_at", "for_each_recipe", "for_each_role", "for_each_token_role", "free_host",
-    "host_alignment", "launch_blocks", "max_work_items", "model_shape_names", "prefetch_dead_lines",
-    "prefetches_dead_lines", "quantile_value", "resolve_coded_tile", "run_tile", "state_after_stash", "tile_op",
-    "tile_shift_for", "to_float", "validate_compression", "vector_observer", "walk_step", "with_stash_policy",
+    "check_pool_and_record", "check_reload", "code_tile", "compressed_stream_bytes", "count_fits", "device_blocks",
+    "draw_step", "free_host", "host_alignment", "launch_blocks", "max_work_items", "model_shape_names",
+    "prefetch_dead_lines", "prefetches_dead_lines", "quantile_value", "resolve_coded_tile", "run_tile",
+    "state_after_stash", "tile_op", "tile_shift_for", "to_float", "validate_compression", "vector_observer",
+    "walk_step", "with_stash_policy",
 }
 
 # A declaration at namespace scope starts in column 0: specifiers, a return type, the name, "(".

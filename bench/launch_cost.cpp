@@ -19,6 +19,7 @@
 #include <pagestash/sizing.hpp>
 
 #include "../tests/common/grid_emulator.hpp"
+#include "fine_grained.hpp"
 
 #include <algorithm>
 #include <array>
@@ -130,19 +131,20 @@ void print_sector_row(const char* name) {
   std::printf("\n");
 }
 
-/// stash_bench's fine-grained counts (dirichlet_counts there): Dirichlet(1) shares of experts x mean tokens, seeded,
-/// none above the capacity.
-std::vector<std::int32_t> dirichlet_counts(int experts, std::int64_t mean, std::int64_t capacity, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::gamma_distribution<double> gamma(1.0, 1.0);
-  std::vector<double> w(static_cast<std::size_t>(experts));
-  double sum = 0;
-  for (double& x : w) sum += (x = gamma(rng));
-  std::vector<std::int32_t> counts;
-  for (double x : w)
-    counts.push_back(static_cast<std::int32_t>(
-        std::min<double>(static_cast<double>(capacity), x / sum * experts * static_cast<double>(mean))));
-  return counts;
+/// The grid the CUDA executor launches for a record of `max_tiles` tiles with the device's policy (stash/policy.hpp):
+/// the kernel's occupancy is min_blocks_per_sm (its launch bound, at <= 64 registers); two blocks resident at a time,
+/// started in order.
+LaunchShape executor_grid(std::int64_t max_tiles, int sms, int major) {
+  LaunchShape grid;
+  ps::with_stash_policy(major, [&](auto policy) {
+    using Policy = decltype(policy);
+    grid.blocks = static_cast<int>(
+        ps::launch_blocks<Policy>(ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, max_tiles));
+    grid.threads = Policy::threads_per_block;
+  });
+  grid.slots = 2;
+  grid.random_delays = false;
+  return grid;
 }
 
 /// One fine-grained row's dependent rounds per warp, a stash's and a reload's: stash_bench's fine_row's tensor
@@ -152,13 +154,8 @@ template <class L>
 std::array<pagestash_test::RoundCounter::Count, 2> count_rounds(const ps::sizing::ModelShape& fs, std::int64_t mean,
                                                                 int sms, int major) {
   using Tr = ps::StashTraits<L>;
-  ps::GroupedView<L> v;
-  v.groups = fs.experts;
-  v.hidden = fs.hidden;
-  v.max_tokens = 1;
-  v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
-  const auto counts =
-      dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
+  ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
+  const auto counts = pagestash_bench::fine_counts(fs, mean, v.max_tokens);
   v.counts = counts.data();
   AlignedTensor<L> in(v, 11), out(v, 12);
   in.view.counts = out.view.counts = counts.data();
@@ -167,15 +164,7 @@ std::array<pagestash_test::RoundCounter::Count, 2> count_rounds(const ps::sizing
   cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Tr>(pool, v);
-  LaunchShape grid;
-  ps::with_stash_policy(major, [&](auto policy) {
-    using Policy = decltype(policy);
-    grid.blocks = static_cast<int>(
-        ps::launch_blocks<Policy>(ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
-    grid.threads = Policy::threads_per_block;
-  });
-  grid.slots = 2;
-  grid.random_delays = false;
+  const LaunchShape grid = executor_grid(rec.max_tiles(), sms, major);
   std::array<pagestash_test::RoundCounter::Count, 2> c;
   {
     pagestash_test::RoundCounter rounds;
@@ -255,20 +244,9 @@ int main(int argc, char** argv) {
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Traits>(pool, shape);
 
-  // The grid the CUDA executor launches for this record with the device's policy
-  // (stash/policy.hpp): the kernel's occupancy is min_blocks_per_sm (its launch bound, at
-  // <= 64 registers).
-  LaunchShape grid;
-  ps::with_stash_policy(major, [&](auto policy) {
-    using Policy = decltype(policy);
-    grid.blocks = static_cast<int>(
-        ps::launch_blocks<Policy>(ps::device_blocks<Policy>(sms, Policy::min_blocks_per_sm), 0, rec.max_tiles()));
-    grid.threads = Policy::threads_per_block;
-  });
+  LaunchShape grid = executor_grid(rec.max_tiles(), sms, major);
   if (blocks > 0) grid.blocks = blocks;
   if (threads > 0) grid.threads = threads;
-  grid.slots = 2;
-  grid.random_delays = false;
 
   std::vector<Row> rows;
   for (const auto& [name, bytes] :

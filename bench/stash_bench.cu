@@ -21,6 +21,8 @@
 #include <pagestash/reference/reference.cuh>
 #include <pagestash/sizing/model_shapes.hpp>
 
+#include "fine_grained.hpp"
+
 #include <benchmark/benchmark.h>
 #include <cub/device/device_memcpy.cuh>
 
@@ -711,22 +713,7 @@ void print_table() {
 
 // ---- Fine-grained MoE ------------------------------------------------------------------------
 
-// A fine-grained layer's expert buffers, for each model shape (sizing::model_shapes: its
-// hidden size and experts): `experts` groups of capacity twice the mean (rounded up to the
-// layout's granule), Dirichlet(1) counts (seeded), clamped to it.
-
-std::vector<std::int32_t> dirichlet_counts(int experts, int64_t mean, int64_t capacity, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::gamma_distribution<double> gamma(1.0, 1.0);
-  std::vector<double> w(static_cast<std::size_t>(experts));
-  double sum = 0;
-  for (double& x : w) sum += (x = gamma(rng));
-  std::vector<std::int32_t> counts;
-  for (double x : w)
-    counts.push_back(static_cast<std::int32_t>(
-        std::min<double>(static_cast<double>(capacity), x / sum * experts * static_cast<double>(mean))));
-  return counts;
-}
+// A fine-grained layer's expert buffers, for each model shape: fine_grained.hpp.
 
 /// The median seconds of each of `ops`, timed in turn, round after round (at least 5 rounds,
 /// about 0.1 s in all on the host), so that the machine's drift reaches each of them alike.
@@ -789,13 +776,8 @@ double time_op(Op op, ps::PagePool& pool, ps::StashRecord<ps::StashTraits<L>>& r
 template <class L>
 void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean) {
   using Tr = ps::StashTraits<L>;
-  ps::GroupedView<L> v;
-  v.groups = fs.experts;
-  v.hidden = fs.hidden;
-  v.max_tokens = 1;
-  v.max_tokens = (2 * mean + v.granule() - 1) / v.granule() * v.granule();
-  const auto counts =
-      dirichlet_counts(fs.experts, mean, v.max_tokens, static_cast<std::uint32_t>(mean * 131 + fs.experts));
+  const ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
+  const auto counts = pagestash_bench::fine_counts(fs, mean, v.max_tokens);
   const ps::WorkTotals plan = ps::plan_work<Tr>(v, counts.data(), false, nullptr);
   const ps::PoolConfig cfg = pool_for(ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, 64 << 10));
   const int64_t pages = ps::pages_for(plan.stream_bytes, cfg.page_bytes);

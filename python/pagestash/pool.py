@@ -449,6 +449,8 @@ class PagePool:
             self._auto = None
             self.step_log.stop_observing()
             return None
+        if self.auto_resize_policy is None:  # set by pagestash.resizing, which `import pagestash` imports
+            raise RuntimeError("pagestash: auto_resize needs pagestash.resizing imported (import pagestash does)")
         self._auto = self.auto_resize_policy(self, saved, window=window, shrink_after=shrink_after,
                                              overflow=overflow, headroom=headroom, **sizing)
         self.step_log.observe(1, window=self._auto.window)
@@ -686,8 +688,8 @@ class Record:
 
     def _args(self):
         if self._pool_memory is not self.pool.memory_owner:
-            raise ValueError(f"pagestash: {self.name} is another pool's: it was made before pool.reallocate() "
-                             "(or resize()) replaced the pool's memory. Make a new record (pool.record(...)) after "
+            raise ValueError(f"pagestash: {self.name} is another pool's: it was made before pool.resize() or "
+                             "reallocate() replaced the pool's memory. Make a new record (pool.record(...)) after "
                              "reallocating")
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
 
@@ -729,5 +731,6 @@ class Record:
         table's order: state ('empty', 'stashed', 'overflowed', 'failed', 'reloaded',
         'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group, generation,
         pages, device_pages, stream_bytes, live_bytes, host_pages, refused_blocks,
-        launch_in_flight (synchronises)."""
+        launch_in_flight (synchronises). Its pages are the record's, those it holds: not the
+        pool's device_pages and host_pages."""
         return _C.record_status(*self._args(), self.compression)

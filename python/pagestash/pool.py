@@ -149,7 +149,7 @@ class PagePool:
                         "Save its config (pool.config) and make a new pool from it, or copy.deepcopy(pool) for an "
                         "empty pool with its own id")
 
-    def ran(self, operation: str) -> None:
+    def _ran(self, operation: str) -> None:
         """Notes that `operation` (e.g. 'the stash of a bf16/capacity record (2, 32, 64)')
         was enqueued on the pool, for PagingError's `first`. Not inside torch.compile: traced
         code may not change Python state (a higher-order op, as autograd.Function, refuses it)."""
@@ -511,7 +511,7 @@ class PagePool:
                     current.wait_stream(s)
         ops.end_step(*self.state)
         self.step_log.close_observed_step()
-        self.ran("the end_step")
+        self._ran("the end_step")
 
     def flag_dict(self) -> Dict[str, int]:
         """Each flag by name, read back (synchronises for a CUDA pool)."""
@@ -652,7 +652,7 @@ class PagePool:
             dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
             self.flags.copy_(staged)
         self.step_log.agreed = True
-        self.ran("agree() (the flags of every rank)")
+        self._ran("agree() (the flags of every rank)")
 
 
 def decode_report(report: torch.Tensor) -> dict:
@@ -694,7 +694,7 @@ class Record:
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
 
     def _checked(self, check: Optional[bool], op: str) -> None:
-        self.pool.ran(f"the {op} of {self.name}")
+        self.pool._ran(f"the {op} of {self.name}")
         if self.pool.strict if check is None else check:
             if torch.compiler.is_compiling():
                 _graph_break_for_check()

@@ -34,6 +34,13 @@ def _modules(package: str) -> Dict[str, ast.Module]:
     return out
 
 
+def _constant_name(call: ast.Call):
+    """getattr/setattr/hasattr(obj, "name")'s name when it is a constant string, else None."""
+    if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str):
+        return call.args[1].value
+    return None
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -96,9 +103,10 @@ def _defined(tree: ast.Module) -> Set[str]:
                         names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             names.add(node.attr)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-            names.add(node.args[1].value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            name = _constant_name(node)
+            if name is not None:
+                names.add(name)
     return {n for n in names if _private(n)}
 
 
@@ -165,10 +173,10 @@ def torch_pipeline_privates(package: str = PACKAGE) -> List[str]:
             continue
         if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in ours:
             out.append(f"pipelining:{node.lineno}: .{node.attr}")
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-              and isinstance(node.args[1].value, str) and _private(node.args[1].value) and node.args[1].value not in ours):
-            out.append(f"pipelining:{node.lineno}: getattr {node.args[1].value!r}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
+            name = _constant_name(node)
+            if name is not None and _private(name) and name not in ours:
+                out.append(f"pipelining:{node.lineno}: getattr {name!r}")
     return out
 
 
@@ -186,7 +194,8 @@ def test_torch_pipeline_privates_in_one_place():
 
 def test_the_checks_find_what_they_look_for(tmp_path):
     """A cycle through a function-level import, and a private read, in a made-up package, are found."""
-    (tmp_path / "a.py").write_text("from .b import thing\nclass A:\n    def __init__(self):\n        self._secret = 1\n")
+    (tmp_path / "a.py").write_text("from .b import thing\n"
+                                   "class A:\n    def __init__(self):\n        self._secret = 1\n")
     (tmp_path / "b.py").write_text("thing = 1\ndef f(a):\n    from .a import A\n    return a._secret\n")
     assert import_cycles(str(tmp_path)) == [["a", "b"]]
     assert private_reads(str(tmp_path)) == ["b:4: a._secret (a's)"]

@@ -273,8 +273,9 @@ Shape checked_shape(Kind k, at::IntArrayRef shape) {
       if (s.hidden % L::hidden_multiple != 0)
         refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", L::hidden_multiple,
                " for this recipe: pad hidden to ", (s.hidden / L::hidden_multiple + 1) * L::hidden_multiple);
-      const std::string refusal = ps::compression_refusal<C>(s.hidden);  // "" (no allocation) when it fits
-      if (!refusal.empty()) refuse("shape[2] (hidden) = ", s.hidden, " ", refusal, ", or pass compression 'lossless'");
+      const std::string compression = ps::compression_refusal<C>(s.hidden);
+      if (!compression.empty())
+        refuse("shape[2] (hidden) = ", s.hidden, " ", compression, ", or pass compression 'lossless'");
       ps::GroupedView<L> v;
       v.max_tokens = s.tokens;
       v.hidden = s.hidden;

@@ -371,6 +371,24 @@ struct PoolResize {
     if (pool.host_reserved_.get()) pool.host_reserved_.give_back(static_cast<std::size_t>(host_pages) * page);
     set(pool, device_pages, host_pages);
   }
+  /// grow on either executor: checked, the memory backed, the new pages' ids added (`add`: the executor's grow_pages),
+  /// the pool's config set.
+  template <class Add>
+  static void grow(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages, Add&& add) {
+    check("pagestash::grow", pool, device_pages, host_pages, true);
+    back(pool, device_pages, host_pages);
+    add();
+    set(pool, device_pages, host_pages);
+  }
+  /// shrink on either executor: checked, the pages taken (`take`: the executor's shrink_pages, returning the state's
+  /// `resized` word), refused unless they were, the memory past them given back.
+  template <class Take>
+  static void shrink(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages, Take&& take) {
+    check("pagestash::shrink", pool, device_pages, host_pages, false);
+    if (take() != 1)
+      throw_invalid("pagestash::shrink", "refused: records hold pages (shrink after a balanced end_step)");
+    give_back(pool, device_pages, host_pages);
+  }
   static void set(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
     pool.config_.device_reserve = pool.config_.reserved_device_pages();  // kept as the pages change
     pool.config_.host_reserve = pool.config_.reserved_host_pages();

@@ -807,11 +807,14 @@ void bm_grow_shrink(benchmark::State& state, int64_t mib) {
 /// GPU microseconds per operation of each graph row (graph32_stash, graph32_reload, graph32_discard), for the summary.
 std::map<std::string, double> g_graph_us;
 
+/// What a graph row times.
+enum class Graphed { stash, reload, discard };
+
 /// The launch-bound regime: 32 operations of 1 MiB (bf16/capacity) on 32 records captured in one graph, replayed, and
 /// GPU time per operation, of that operation alone. Three graphs: 32 stashes, 32 reloads, 32 discards. A replay of
 /// the stash graph is timed, then the discard graph empties the records, untimed; a replay of the reload (or discard)
 /// graph is timed after the stash graph, untimed, has filled them (a reload returns the pages, as a discard does).
-void bm_graph32(benchmark::State& state, Op op, bool discard) {
+void bm_graph32(benchmark::State& state, Graphed op) {
   using Tr = ps::StashTraits<Bf16>;
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<Bf16>(1, counts);
@@ -842,8 +845,9 @@ void bm_graph32(benchmark::State& state, Op op, bool discard) {
   cudaGraphExec_t stashes = capture([&](std::size_t i) { ps::stash(ex, pool, tensors[i]->view, recs[i]); });
   cudaGraphExec_t discards = capture([&](std::size_t i) { ps::discard(ex, pool, recs[i]); });
   cudaGraphExec_t reloads = capture([&](std::size_t i) { ps::reload(ex, pool, recs[i], tensors[i]->view); });
-  const cudaGraphExec_t timed = op == Op::stash ? stashes : discard ? discards : reloads;
-  const cudaGraphExec_t before = op == Op::stash ? nullptr : stashes, after = op == Op::stash ? discards : nullptr;
+  const cudaGraphExec_t timed = op == Graphed::stash ? stashes : op == Graphed::reload ? reloads : discards;
+  const cudaGraphExec_t before = op == Graphed::stash ? nullptr : stashes;
+  const cudaGraphExec_t after = op == Graphed::stash ? discards : nullptr;
   Events events;
   double seconds = 0;
   int64_t n = 0;
@@ -858,7 +862,7 @@ void bm_graph32(benchmark::State& state, Op op, bool discard) {
   PAGESTASH_CUDA_TRY(cudaStreamSynchronize(bench_stream()));
   const double us = n > 0 ? seconds / static_cast<double>(n) / 32 * 1e6 : 0;
   state.counters["us_per_op"] = us;
-  g_graph_us[op == Op::stash ? "stash" : discard ? "discard" : "reload"] = us;
+  g_graph_us[op == Graphed::stash ? "stash" : op == Graphed::reload ? "reload" : "discard"] = us;
   for (cudaGraphExec_t e : {stashes, discards, reloads}) cudaGraphExecDestroy(e);
 }
 
@@ -1224,11 +1228,10 @@ int main(int argc, char** argv) {
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
-    for (const char* op : {"stash", "reload", "discard"}) {
-      const std::string name = op;
-      benchmark::RegisterBenchmark(
-          ("graph32_" + name + "/bf16/1MiB").c_str(),
-          [name](benchmark::State& s) { bm_graph32(s, name == "stash" ? Op::stash : Op::reload, name == "discard"); })
+    for (const auto& [name, op] : {std::pair{"stash", Graphed::stash}, std::pair{"reload", Graphed::reload},
+                                   std::pair{"discard", Graphed::discard}}) {
+      benchmark::RegisterBenchmark((std::string("graph32_") + name + "/bf16/1MiB").c_str(),
+                                   [op = op](benchmark::State& s) { bm_graph32(s, op); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }

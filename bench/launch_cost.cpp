@@ -5,7 +5,7 @@
 // serialise in the L2; for a small stash of a large capacity-padded record (fine-grained
 // MoE) they, not bandwidth, decide the time. docs/benchmarks.md keeps the table.
 //
-//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds]
+//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds | --critical-path]
 //
 // --blocks/--threads replace the executor's grid (to count another launch shape).
 //
@@ -14,6 +14,10 @@
 //
 // A third (--rounds: only it) counts the dependent rounds of each warp (RoundCounter; docs/design.md's glossary) in a
 // stash and a reload of stash_bench's fine-grained rows: its shapes, means, recipes and counts, on the same grid.
+//
+// A fourth (--critical-path: only it) counts each kernel family's critical path up to its first copy (CriticalPath):
+// the owner's dependent global accesses and fences before its verdict, any other block's before its first data load,
+// and the block barriers between verdict and first load, for a 1 MiB stash of a BF16, an MXFP8 and an NVFP4 layout.
 
 #include <pagestash/pagestash.hpp>
 #include <pagestash/sizing.hpp>
@@ -48,13 +52,15 @@ constexpr std::int32_t kExperts = 32;
 
 /// Counts with at least `bytes` of stream (the fewest tokens that give it), spread unevenly
 /// over the experts as a Dirichlet(1) router does (seeded), none above the capacity.
-std::vector<std::int32_t> counts_for(const ps::GroupedView<Layout>& shape, std::int64_t bytes) {
+template <class L = Layout>
+std::vector<std::int32_t> counts_for(const ps::GroupedView<L>& shape, std::int64_t bytes) {
+  using Tr = ps::StashTraits<L>;
   std::vector<std::int32_t> counts(kExperts, 0);
   std::mt19937 rng(7);
   std::vector<double> w(kExperts);
   double sum = 0;
   for (double& x : w) sum += (x = std::exponential_distribution<double>(1.0)(rng));
-  for (std::int64_t tokens = 0; ps::plan_work<Traits>(shape, counts.data(), false, nullptr).stream_bytes < bytes;
+  for (std::int64_t tokens = 0; ps::plan_work<Tr>(shape, counts.data(), false, nullptr).stream_bytes < bytes;
        tokens += 16) {
     for (int g = 0; g < kExperts; ++g) {
       const auto m = static_cast<std::int64_t>(static_cast<double>(tokens) * w[static_cast<std::size_t>(g)] / sum);
@@ -180,6 +186,59 @@ std::array<pagestash_test::RoundCounter::Count, 2> count_rounds(const ps::sizing
   return c;
 }
 
+/// One row of the critical-path table: a 1 MiB stash of L (capacity-padded, kExperts x kCapacity x kHidden), its
+/// reload and a discard, on the executor's grid.
+template <class L>
+void print_critical_path_row(const char* name, int sms, int major) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v;
+  v.max_tokens = kCapacity;
+  v.hidden = kHidden;
+  v.groups = kExperts;
+  const std::vector<std::int32_t> counts = counts_for(v, 1 << 20);
+  v.counts = counts.data();
+  AlignedTensor<L> in(v, 21), out(v, 22);
+  in.view.counts = out.view.counts = counts.data();
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  // The executor's blocks and threads, but 4 blocks at most: every block's path is the same whatever the grid (a
+  // block of a larger grid only waits longer), and 4 blocks of 512 threads emulate quickly.
+  LaunchShape grid = executor_grid(ps::make_record<Tr>(pool, v).max_tiles(), sms, major);
+  grid.blocks = std::min(grid.blocks, 4);
+  const auto c = pagestash_test::count_critical_paths<Tr>(pool, in.view, out.view, grid);
+  const char* family[] = {"stash", "reload", "discard"};
+  for (int f = 0; f < 3; ++f) {
+    const auto& k = c[static_cast<std::size_t>(f)];
+    char barriers[2][16], other[32];
+    std::snprintf(barriers[0], sizeof barriers[0], "%lld", static_cast<long long>(k.owner_barriers));
+    std::snprintf(barriers[1], sizeof barriers[1], "%lld", static_cast<long long>(k.other_barriers));
+    std::snprintf(other, sizeof other, "%lld + %lld", static_cast<long long>(k.other.accesses),
+                  static_cast<long long>(k.other.fences));
+    std::printf("%-26s %-8s %5d %12lld + %-5lld %8s %7lld %15s %8s\n", name, family[f], grid.blocks,
+                static_cast<long long>(k.owner.accesses), static_cast<long long>(k.owner.fences),
+                k.owner_barriers < 0 ? "-" : barriers[0], static_cast<long long>(k.others), k.others ? other : "-",
+                k.others ? barriers[1] : "-");
+  }
+}
+
+/// The critical-path table (CriticalPath, tests/common/grid_emulator.hpp).
+void print_critical_paths(int sms, int major) {
+  std::printf(
+      "Critical path to the first copy (grid emulator, counted: dependent global accesses + device fences; a barrier "
+      "joins\na block's threads), a 1 MiB stash of %d experts x %lld tokens x hidden %lld, capacity-padded, its "
+      "reload and a\ndiscard; blocks of the executor's threads as on %d SMs of sm_%d0 (4 of its blocks; which block "
+      "gets tiles\nvaries with timing, the longest path is given)\n\n",
+      kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major);
+  std::printf("%-26s %-8s %5s %20s %8s %7s %15s %8s\n", "layout", "kernel", "grid", "owner to verdict", "barriers",
+              "others", "to first load", "barriers");
+  print_critical_path_row<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>("rowwise BF16", sms, major);
+  print_critical_path_row<Layout>("columnwise MXFP8, compact", sms, major);
+  print_critical_path_row<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>>(
+      "rowwise NVFP4, swizzled", sms, major);
+}
+
 /// The rounds table: every fine-grained row (both shapes, means 32-256, every capacity-padded recipe).
 void print_rounds(int sms, int major) {
   std::printf(
@@ -210,7 +269,7 @@ void print_rounds(int sms, int major) {
 
 int main(int argc, char** argv) {
   int sms = 132, major = 9, blocks = 0, threads = 0;
-  bool json = false, rounds = false;
+  bool json = false, rounds = false, critical = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sms") && i + 1 < argc) sms = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--major") && i + 1 < argc) major = std::atoi(argv[++i]);
@@ -218,13 +277,20 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--rounds")) rounds = true;
+    else if (!std::strcmp(argv[i], "--critical-path")) critical = true;
     else {
-      std::fprintf(stderr, "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds | --critical-path]\n",
+                   argv[0]);
       return 2;
     }
   }
   if (rounds) {
     print_rounds(sms, major);
+    return 0;
+  }
+  if (critical) {
+    print_critical_paths(sms, major);
     return 0;
   }
 

@@ -37,6 +37,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -158,7 +159,8 @@ class CostCounter {
       case ps::AtomicAccess::load: ++self->totals_.loads; break;
       case ps::AtomicAccess::store: ++self->totals_.stores; break;
       case ps::AtomicAccess::fence: ++self->totals_.fences; break;
-      case ps::AtomicAccess::pause: break;  // not an access
+      case ps::AtomicAccess::pause: break;       // not an access
+      case ps::AtomicAccess::plain_load: break;  // not an atomic (CriticalPath counts it)
       case ps::AtomicAccess::rmw:
         ++self->totals_.rmw;
         ++self->line_rmw_[reinterpret_cast<std::uintptr_t>(address) / 128];
@@ -181,6 +183,11 @@ struct EmulatedThread {
   std::int64_t ordinal[2][17] = {};  ///< [store][bytes]: accesses of that kind in this tile
   std::int64_t rounds = 0;           ///< dependent rounds of this lane in this tile (RoundCounter)
   bool loading = false;              ///< loads since the last round ended
+  // CriticalPath's: this thread's path so far (after the block's barriers joined it), its barriers in this block.
+  std::int64_t path_accesses = 0, path_fences = 0;
+  std::int64_t syncs = 0;
+  bool polling = false;  ///< paused in a poll: its further loads are the same wait
+  bool loaded = false;   ///< has made a data load in this block
 };
 inline EmulatedThread& emulated_thread() {
   thread_local EmulatedThread t;
@@ -347,7 +354,8 @@ class PreemptAtAtomics {
   PreemptAtAtomics& operator=(const PreemptAtAtomics&) = delete;
 
  private:
-  static void observe(const void*, ps::AtomicAccess, void* context) {
+  static void observe(const void*, ps::AtomicAccess access, void* context) {
+    if (access == ps::AtomicAccess::plain_load) return;  // not an atomic: no preemption point
     const auto* self = static_cast<const PreemptAtAtomics*>(context);
     // Per thread: the seed, this thread and its count of accesses (splitmix64).
     thread_local std::uint64_t state = 0;
@@ -387,7 +395,17 @@ struct EmulatedBlock {
   alignas(16) unsigned char slot[64] = {};
   std::vector<std::int64_t> sums;  ///< one per thread, for exclusive_sum
   std::unique_ptr<EmulatedWarp[]> warps;
+  /// CriticalPath's: each thread's path (accesses, fences) at a barrier, alternating between two sets by the barrier's
+  /// parity (a thread writes the set of barrier k + 2 only after every thread passed barrier k + 1, so done reading k).
+  std::vector<std::array<std::int64_t, 2>> paths[2] = {std::vector<std::array<std::int64_t, 2>>(sums.size()),
+                                                       std::vector<std::array<std::int64_t, 2>>(sums.size())};
 };
+
+inline std::atomic<bool>& critical_path_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+inline bool critical_path_active() { return critical_path_flag().load(std::memory_order_relaxed); }
 
 /// A block team of host threads (the Team interface of detail/team.hpp).
 struct EmulatedTeam {
@@ -398,13 +416,17 @@ struct EmulatedTeam {
   bool leader() const { return r == 0; }
   void sync() const {
     if (r == 0 && CostCounter::active() != nullptr) CostCounter::active()->count_barrier();
+    const bool path = critical_path_active();
+    if (path) path_arrive();
     block->barrier.wait();
+    if (path) path_join();
   }
   /// The barrier's mutex orders the block, atomics the rest; a block's publish is one
   /// device fence (__threadfence) and a barrier on the device.
   void publish() const {
     if (r == 0 && CostCounter::active() != nullptr) CostCounter::active()->count_fence();
     sync();
+    if (r == 0 && critical_path_active()) ++emulated_thread().path_fences;
   }
   template <class T>
   T share(T x) const {
@@ -415,6 +437,18 @@ struct EmulatedTeam {
     T y;
     std::memcpy(&y, block->slot, sizeof(T));
     return y;
+  }
+  /// CriticalPath: at a barrier every thread's path becomes the longest of its block's (they all wait for it).
+  void path_arrive() const {
+    const EmulatedThread& t = emulated_thread();
+    block->paths[t.syncs % 2][static_cast<std::size_t>(r)] = {t.path_accesses, t.path_fences};
+  }
+  void path_join() const {
+    EmulatedThread& t = emulated_thread();
+    for (const auto& p : block->paths[t.syncs % 2]) {
+      if (p[0] + p[1] > t.path_accesses + t.path_fences) t.path_accesses = p[0], t.path_fences = p[1];
+    }
+    ++t.syncs;
   }
   std::int64_t exclusive_sum(std::int64_t x, std::int64_t& total) const {
     sync();  // the slots' previous use is over
@@ -450,6 +484,116 @@ struct EmulatedLanes {
 };
 
 using EmulatedContext = ps::GridContext<EmulatedTeam, EmulatedLanes>;
+
+/// The critical path of one launch up to its first copy (issue 53), counted through the library's atomic and vector
+/// observers and the emulated barriers: the round trips a thread waits on (dependent global accesses: atomic loads and
+/// read-modify-writes, and the plain loads of a launch's bookkeeping that note_load reports: the record's header,
+/// counts, items and page ids, the pool's counters and stacks; a poll counts once, however long it spins; stores are
+/// posted, not waited on, and cost only at the next fence) and device fences, along the longest chain: a thread's
+/// count grows with its own accesses, and at a block barrier every thread's becomes the longest of its block's.
+/// Counted:
+///   - the owner (the block that publishes the verdict): its path before that store;
+///   - every other block: its path up to its first data load (the first, over its threads);
+///   - block barriers between the verdict (its store, or a block's last poll of it) and the block's first data load.
+/// One at a time (it is the process's atomic and vector observer).
+class CriticalPath {
+ public:
+  struct Path {
+    std::int64_t accesses = 0, fences = 0;
+    std::int64_t total() const { return accesses + fences; }
+  };
+  struct Count {
+    bool decided = false;              ///< a block published the verdict
+    Path owner;                        ///< before the verdict
+    std::int64_t owner_barriers = -1;  ///< verdict to the owner's first data load (-1: it loaded none)
+    std::int64_t others = 0;           ///< other blocks that loaded data
+    Path other;                        ///< the longest, before an other block's first data load
+    std::int64_t other_barriers = -1;  ///< the most, between verdict and an other block's first data load
+  };
+
+  explicit CriticalPath(const void* verdict_word) : verdict_(verdict_word) {
+    ps::atomic_observer().set(&CriticalPath::observe_atomic, this);
+    ps::vector_observer().set(&CriticalPath::observe_vector, this);
+    critical_path_flag().store(true);
+  }
+  ~CriticalPath() {
+    critical_path_flag().store(false);
+    ps::atomic_observer().clear();
+    ps::vector_observer().clear();
+  }
+  CriticalPath(const CriticalPath&) = delete;
+  CriticalPath& operator=(const CriticalPath&) = delete;
+
+  Count count() const {
+    std::lock_guard<std::mutex> lock(m_);
+    Count c;
+    for (const auto& [block, b] : blocks_) {
+      if (b.owner) {
+        c.decided = true;
+        c.owner = b.at_verdict;
+        if (b.loaded) c.owner_barriers = b.barriers;
+      } else if (b.loaded) {
+        ++c.others;
+        if (b.first_load.total() > c.other.total()) c.other = b.first_load;
+        c.other_barriers = std::max(c.other_barriers, b.barriers);
+      }
+    }
+    return c;
+  }
+
+ private:
+  struct Block {
+    bool owner = false, loaded = false;
+    Path at_verdict, first_load;
+    std::int64_t verdict_syncs = 0, barriers = 0;
+  };
+
+  static void observe_atomic(const void* address, ps::AtomicAccess access, void* context) {
+    EmulatedThread& t = emulated_thread();
+    if (t.block < 0) return;  // not an emulated block's thread
+    auto* self = static_cast<CriticalPath*>(context);
+    const bool poll = t.polling && access == ps::AtomicAccess::load;  // the same wait, spinning
+    if (access != ps::AtomicAccess::load) t.polling = false;
+    switch (access) {
+      case ps::AtomicAccess::pause: t.polling = true; break;
+      case ps::AtomicAccess::fence: ++t.path_fences; break;
+      case ps::AtomicAccess::store:
+        if (address == self->verdict_) {
+          std::lock_guard<std::mutex> lock(self->m_);
+          Block& b = self->blocks_[t.block];
+          b.owner = true;
+          b.at_verdict = Path{t.path_accesses, t.path_fences};
+          b.verdict_syncs = t.syncs;
+        }
+        break;
+      case ps::AtomicAccess::load:
+      case ps::AtomicAccess::rmw:
+      case ps::AtomicAccess::plain_load:
+        if (!poll) ++t.path_accesses;
+        if (address == self->verdict_ && access == ps::AtomicAccess::load) {
+          std::lock_guard<std::mutex> lock(self->m_);
+          self->blocks_[t.block].verdict_syncs = t.syncs;  // the last poll is the one that saw the verdict
+        }
+        break;
+    }
+  }
+  static void observe_vector(const void*, int, ps::VectorAccess access, void* context) {
+    EmulatedThread& t = emulated_thread();
+    if (access != ps::VectorAccess::load || t.loaded || t.block < 0) return;
+    t.loaded = true;
+    auto* self = static_cast<CriticalPath*>(context);
+    std::lock_guard<std::mutex> lock(self->m_);
+    Block& b = self->blocks_[t.block];
+    const Path p{t.path_accesses, t.path_fences};
+    if (!b.loaded || p.total() < b.first_load.total()) b.first_load = p;
+    if (!b.loaded) b.barriers = t.syncs - b.verdict_syncs;
+    b.loaded = true;
+  }
+
+  const void* verdict_;
+  mutable std::mutex m_;
+  std::map<std::int64_t, Block> blocks_;
+};
 
 /// n host threads kept for the process, that run fn(i), i < n, one call at a time.
 /// Creating a thread is the dearest part of a launch (under TSan most of all), so the
@@ -672,6 +816,41 @@ std::array<SectorCounter::Count, 4> count_sectors(ps::PagePool& pool, const ps::
     c[2] = sectors.loads(), c[3] = sectors.stores();
   }
   if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_sectors: not reloaded");
+  return c;
+}
+
+/// The critical paths (CriticalPath) of a stash of `in`, a reload of it into `out`, and a discard of a second stash of
+/// `in`, each one launch of `grid`, on a new record of Tr in `pool`.
+template <class Tr>
+std::array<CriticalPath::Count, 3> count_critical_paths(ps::PagePool& pool,
+                                                        const ps::GroupedView<typename Tr::layout>& in,
+                                                        const ps::GroupedView<typename Tr::layout>& out,
+                                                        const LaunchShape& grid) {
+  auto rec = ps::make_record<Tr>(pool, in);
+  const void* verdict = &rec.ref().header->launch.verdict;
+  std::array<CriticalPath::Count, 3> c;
+  const auto expect = [&](ps::RecordState state, const char* what) {
+    if (rec.status().state != state) throw std::runtime_error(std::string("count_critical_paths: ") + what);
+  };
+  {
+    CriticalPath path(verdict);
+    Emulator{grid}.stash(pool, in, rec);
+    c[0] = path.count();
+  }
+  expect(ps::RecordState::stashed, "not stashed");
+  {
+    CriticalPath path(verdict);
+    Emulator{grid}.reload(pool, rec, out, false);
+    c[1] = path.count();
+  }
+  expect(ps::RecordState::reloaded, "not reloaded");
+  Emulator{grid}.stash(pool, in, rec);
+  {
+    CriticalPath path(verdict);
+    Emulator{grid}.discard(pool, rec);
+    c[2] = path.count();
+  }
+  expect(ps::RecordState::discarded, "not discarded");
   return c;
 }
 

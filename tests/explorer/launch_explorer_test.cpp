@@ -142,7 +142,8 @@ class Scheduler {
 
   static void observe(const void* address, ps::AtomicAccess access, void* context) {
     auto* s = static_cast<Scheduler*>(context);
-    if (self_ < 0) return;  // not a block's leader
+    if (self_ < 0) return;                               // not a block's leader
+    if (access == ps::AtomicAccess::plain_load) return;  // a plain load: no scheduling point, no write
     if (address == s->refused_word_) {
       std::lock_guard<std::mutex> lock(s->m_);
       s->refused_launch_[static_cast<std::size_t>(s->launch_of(self_))] = true;

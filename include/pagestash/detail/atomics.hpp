@@ -24,6 +24,9 @@ enum class AtomicAccess : int {
   rmw,    ///< a read-modify-write: fetch_add, exchange, compare-exchange
   fence,  ///< a fence (address null)
   pause,  ///< a spin-wait's pause (address null): the thread waits for another's write
+  /// A plain load of a launch's bookkeeping (the record's header, counts, items and page ids, the pool's counters and
+  /// stacks): not an atomic, but a round trip a launch's critical path waits on (note_load). Not a preemption point.
+  plain_load,
 };
 
 #if !defined(__CUDA_ARCH__)
@@ -118,6 +121,15 @@ PAGESTASH_HOST_DEVICE inline void acquire_fence() {
   cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
 #else
   observe_atomic(nullptr, AtomicAccess::fence);
+#endif
+}
+
+/// Tells the host observer of a plain load of a launch's bookkeeping (AtomicAccess::plain_load); nothing on the device.
+PAGESTASH_HOST_DEVICE inline void note_load(const void* address) {
+#if defined(__CUDA_ARCH__)
+  (void)address;
+#else
+  observe_atomic(address, AtomicAccess::plain_load);
 #endif
 }
 

@@ -72,6 +72,7 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
   Taken t{TakeResult::taken, 0, 0};
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
+    note_load(&n);  // the counters: one round trip
     t.generation = n.generation;
     if (overflow_raised(pool)) {
       t.result = TakeResult::overflow_set;
@@ -105,6 +106,8 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
   if (t.result == TakeResult::taken) {
     // The ids just above the new tops are ours; copy them before a push can reuse the slots.
     for (cuda::std::int64_t i = team.rank(); i < need; i += team.size()) {
+      note_load(i < t.device_pages ? &pool.device_stack[device_top + i]
+                                   : &pool.host_stack[host_top + i - t.device_pages]);
       ids[i] = i < t.device_pages ? pool.device_stack[device_top + i] : pool.host_stack[host_top + i - t.device_pages];
     }
   }
@@ -122,6 +125,7 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
   PoolCounters& n = pool.state->counters;
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
+    note_load(&n);
     device_top = n.device_pages_free;
     host_top = n.host_pages_free;
     n.device_pages_free += device_pages;
@@ -132,6 +136,7 @@ PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, c
   device_top = team.share(device_top);
   host_top = team.share(host_top);
   for (cuda::std::int64_t i = team.rank(); i < count; i += team.size()) {
+    note_load(&ids[i]);
     if (i < device_pages) {
       pool.device_stack[device_top + i] = ids[i];
     } else {

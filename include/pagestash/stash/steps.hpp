@@ -56,6 +56,7 @@ PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const R
 /// page ids, counts and plan are not this pool's. Every step checks it first, on the leader,
 /// before it reads or writes anything else of the record, the pool or the pages.
 PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHeader& h) {
+  note_load(&h.pool_id);  // with the pool's id: one round trip
   return h.pool_id != pool.state->id;
 }
 
@@ -68,6 +69,7 @@ PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHe
 /// stay in memory of its own size (Python's ops attach a stash only to that).
 PAGESTASH_HOST_DEVICE inline bool is_other_kind(const RecordHeader& h, const RecordKind& kind, bool taller_ok = false) {
   const RecordKind& made = h.made_for;
+  note_load(&made);
   const bool tokens = taller_ok ? made.max_tokens <= kind.max_tokens : made.max_tokens == kind.max_tokens;
   return made.traits != kind.traits || !tokens || made.hidden != kind.hidden || made.groups != kind.groups;
 }
@@ -93,7 +95,10 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     else h.made_for = record_kind<Traits>(v);  // what the record holds from now on: its reloads and discards compare
   }
   if (team.share(refused) != Flag::none) return false;
-  for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) rec.counts[g] = v.counts[g];
+  for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) {
+    note_load(&v.counts[g]);
+    rec.counts[g] = v.counts[g];
+  }
   team.sync();
 
   // The count check and the plan, by the whole team (block scans over groups and segments).
@@ -170,6 +175,7 @@ template <class Team>
 PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, const RecordRef& rec,
                                       RecordState final_state = RecordState::reloaded) {
   RecordHeader& h = *rec.header;
+  note_load(&h.summary);
   return_pages(team, pool, rec.page_ids, h.summary.pages, h.summary.device_pages, h.summary.stream_bytes);
   if (team.leader()) {
     h.summary.state = final_state;
@@ -184,6 +190,7 @@ template <class Traits>
 PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
                                          const RecordRef& rec, bool to_pages) {
   TileWork w{};
+  note_load(rec.header);  // its items and tile shift, with the tiles run_operation reads: one round trip
   w.data = static_cast<unsigned char*>(v.buffer(BufferRole::data));
   w.scales = static_cast<unsigned char*>(v.buffer(BufferRole::scales));
   w.items = rec.items;

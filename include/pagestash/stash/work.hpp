@@ -89,6 +89,7 @@ struct SegmentsAt {
   static constexpr bool bound = false;
   const cuda::std::int32_t* counts;
   PAGESTASH_HOST_DEVICE Segment operator()(const BufferGeometry& geo, cuda::std::int32_t s) const {
+    detail::note_load(counts + s);  // the critical path's counter (detail/atomics.hpp)
     return geo.segment(s, counts);
   }
 };
@@ -176,6 +177,7 @@ PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedVie
   cuda::std::int64_t before = 0;  // tokens of the chunks done
   for (cuda::std::int32_t base = 0; base < v.groups; base += team.size()) {
     const cuda::std::int32_t g = base + team.rank();
+    if (g < v.groups) detail::note_load(counts + g);
     const cuda::std::int64_t m = g < v.groups ? counts[g] : 0;
     cuda::std::int64_t chunk_tokens = 0, bad_groups = 0, first_plus_one = 0;
     const cuda::std::int64_t next = before + team.exclusive_sum(m, chunk_tokens);
@@ -241,10 +243,12 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
   cuda::std::int32_t lo = c.item >= 0 && tile >= c.end ? c.item + 1 : 0, hi = w.item_count;  // answer in [lo, hi)
   while (hi - lo > 1) {
     const cuda::std::int32_t mid = lo + (hi - lo) / 2;
+    note_load(&w.items[mid]);
     if (w.items[mid].first_tile <= tile) lo = mid;
     else hi = mid;
   }
   c.item = lo;
+  note_load(&w.items[lo]);  // with the next item's: one round trip
   c.first = static_cast<cuda::std::int32_t>(w.items[lo].first_tile);
   c.end = lo + 1 < w.item_count ? static_cast<cuda::std::int32_t>(w.items[lo + 1].first_tile)
                                 : static_cast<cuda::std::int32_t>(max_plan_tiles);
@@ -268,6 +272,7 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
   detail::seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
+  detail::note_load(&item);
   const Segment& seg = item.segment;
   const bool copy = item.kind == WorkKind::copy;
   const cuda::std::int64_t run = detail::item_line_bytes(seg, item.kind);
@@ -300,6 +305,7 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   s.stream = nullptr;
   if (copy) {
     const cuda::std::int64_t pos = item.stream + a;  // one page holds the whole tile
+    detail::note_load(&w.page_ids[pos >> w.pool.page_shift]);
     s.stream = w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & (w.pool.page_bytes - 1));
   }
   return s;

@@ -1,0 +1,103 @@
+// The launch's critical path up to its first copy (issue 53), counted on the grid emulator (CriticalPath,
+// tests/common/grid_emulator.hpp) for each kernel family, and held: a change that lengthens it fails here.
+// docs/benchmarks.md ("Critical path") keeps the table, bench/launch_cost.cpp (--critical-path) prints it.
+
+#include "../common/grid_emulator.hpp"
+#include "../common/host_tensor.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+#include <type_traits>
+
+namespace {
+
+using namespace pagestash_test;
+
+// The most each path may be (accesses + fences, barriers), as reached. Issue 53's targets: the owner's <= 8, an other
+// block's <= 2, barriers between verdict and first load 0.
+struct Held {
+  std::int64_t owner[3];  ///< stash, reload, discard: before the verdict
+  std::int64_t other;     ///< an other block, before its first data load
+  std::int64_t barriers;  ///< between verdict and first data load, any block
+};
+constexpr Held held{{23, 17, 22}, 18, 4};
+
+/// A seeded tensor of L: 32 experts of hidden 7168, capacity 512, 4-20 tokens each (a few MiB: every block of the grid
+/// finds tiles), random bytes.
+template <class L>
+HostTensor<L> tensor(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> counts(32);
+  for (auto& c : counts) c = static_cast<std::int32_t>(4 + rng() % 17);
+  HostTensor<L> t(512, 7168, 32, counts);
+  for (auto* buf : {&t.data, &t.scales})
+    for (auto& b : *buf) b = static_cast<std::uint8_t>(rng() & 0x3F);
+  return t;
+}
+
+template <class L>
+void check_paths(std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  HostTensor<L> in = tensor<L>(seed), out = tensor<L>(seed + 1);
+  out.counts = in.counts;
+  out.view.counts = out.counts.data();
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(in.view).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  LaunchShape grid;
+  grid.blocks = 4;
+  grid.threads = ps::StashPolicy::threads_per_block;
+  grid.slots = 2;
+  grid.seed = seed;
+  grid.random_delays = false;
+  const auto c = count_critical_paths<Tr>(pool, in.view, out.view, grid);
+  // The reload restored the stash's bytes: the data of every live row (rowwise, capacity-padded: rows of hidden
+  // values).
+  if constexpr (L::placement::packed == false &&
+                !std::is_same_v<L, ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>>) {
+    const std::int64_t row = in.view.buffer_bytes(ps::BufferRole::data) / (512 * 32);
+    for (int g = 0; g < 32; ++g)
+      CHECK(std::memcmp(in.data.data() + g * 512 * row, out.data.data() + g * 512 * row,
+                        static_cast<std::size_t>(in.counts[static_cast<std::size_t>(g)] * row)) == 0);
+  }
+  const char* family[] = {"stash", "reload", "discard"};
+  for (int f = 0; f < 3; ++f) {
+    const CriticalPath::Count& k = c[static_cast<std::size_t>(f)];
+    CAPTURE(family[f]);
+    CAPTURE(k.owner.accesses);
+    CAPTURE(k.owner.fences);
+    CAPTURE(k.other.accesses);
+    CAPTURE(k.other.fences);
+    REQUIRE(k.decided);
+    CHECK(k.owner.total() <= held.owner[f]);
+    CHECK(k.owner.total() > 0);  // counted at all
+    if (f == 2) {
+      CHECK(k.others == 0);  // a discard copies nothing
+      continue;
+    }
+    CHECK(k.owner_barriers <= held.barriers);
+    if (k.others > 0) {
+      CHECK(k.other.total() <= held.other);
+      CHECK(k.other_barriers <= held.barriers);
+    }
+  }
+  // Some other block copied in the stash or the reload (4 blocks, two at a time, ~100 tiles each).
+  CHECK(c[0].others + c[1].others > 0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "critical path: the owner's path to its verdict, an other block's to its first copy, and the barriers "
+    "between, held for stash, reload and discard") {
+  SUBCASE("rowwise BF16, capacity-padded") { check_paths<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>(3); }
+  SUBCASE("columnwise MXFP8, capacity-padded, compact scales") {
+    check_paths<ps::ColumnwiseQuantized<ps::MXFP8_E4M3, ps::CapacityPadded, ps::CompactScales>>(5);
+  }
+  SUBCASE("rowwise NVFP4, capacity-padded, swizzled scales") {
+    check_paths<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>>(7);
+  }
+}

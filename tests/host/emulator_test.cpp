@@ -7,6 +7,7 @@
 #include <pagestash/pagestash.hpp>
 #include <pagestash/reference/record_words.hpp>
 #include <pagestash/reference/serial_plan.hpp>
+#include <pagestash/sizing.hpp>
 
 #include <cuda/atomic>
 #include <doctest/doctest.h>
@@ -16,6 +17,7 @@
 #include "../common/overlap.hpp"
 #include "../common/stash_sequence.hpp"
 #include "../common/suite_backends.hpp"
+#include "../../bench/fine_grained.hpp"
 
 #include <array>
 #include <chrono>
@@ -903,4 +905,83 @@ TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and o
   CHECK(nvfp4[0].max_warp == 256);
   CHECK(nvfp4[1].max_tile == 8);
   CHECK(nvfp4[1].max_warp == 16);
+}
+
+namespace {
+
+/// The most dependent rounds of one warp claim (RoundCounter) in a stash and a reload of a fine-grained row
+/// (bench/fine_grained.hpp: the shape's experts, capacity twice the mean, Dirichlet(1) counts) of recipe layout L, on
+/// a small grid (the rounds of a claim are its two tiles', whatever the grid). Zeroed buffers: the bytes don't matter.
+template <class L>
+std::array<RoundCounter::Count, 2> fine_row_rounds(const ps::sizing::ModelShape& fs, std::int64_t mean) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
+  const std::vector<std::int32_t> counts = pagestash_bench::fine_counts(fs, mean, v.max_tokens);
+  std::vector<std::vector<unsigned char>> memory;
+  auto buffers = [&](ps::GroupedView<L>& view) {
+    view.counts = counts.data();
+    auto aligned = [&](ps::BufferRole role) {
+      memory.emplace_back(static_cast<std::size_t>(view.buffer_bytes(role)) + 256);
+      const auto at = reinterpret_cast<std::uintptr_t>(memory.back().data());
+      return memory.back().data() + (256 - at % 256) % 256;
+    };
+    view.data = reinterpret_cast<typename L::data_type*>(aligned(ps::BufferRole::data));
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view.scales = reinterpret_cast<typename L::scale_type*>(aligned(ps::BufferRole::scales));
+    view.amax = L::has(ps::BufferRole::amax) ? reinterpret_cast<float*>(aligned(ps::BufferRole::amax)) : nullptr;
+  };
+  ps::GroupedView<L> in = v, out = v;
+  buffers(in);
+  buffers(out);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, v);
+  LaunchShape grid;
+  grid.blocks = 2;
+  grid.threads = 64;
+  grid.slots = 2;
+  grid.random_delays = false;
+  std::array<RoundCounter::Count, 2> c;
+  {
+    RoundCounter rounds;
+    Emulator{grid}.stash(pool, in, rec);
+    c[0] = rounds.count();
+  }
+  {
+    RoundCounter rounds;
+    Emulator{grid}.reload(pool, rec, out, false);
+    c[1] = rounds.count();
+  }
+  REQUIRE(rec.status().state == ps::RecordState::reloaded);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("emulated grid: fine-grained rows, at most 8 dependent rounds a warp claim (short lines staged)") {
+  // Every capacity-padded columnwise recipe (MXFP8 and NVFP4, compact and swizzled scales) of both model shapes at
+  // means 32-256, the rowwise ones (whole aligned rows: 4 at every mean, launch_cost's table) at 32 only, to stay
+  // under a minute: a claim is two tiles, a tile of short lines at most 256 of them (max_tile_lines) in one to three
+  // rounds of the staged mover. Before it, an NVFP4 stash's slowest claim waited 192-256 rounds (docs/benchmarks.md,
+  // "Dependent rounds per warp").
+  std::int64_t most = 0;
+  for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
+    for (std::int64_t mean : {32, 64, 128, 256}) {
+      ps::for_each_recipe([&](auto r) {
+        using R = decltype(r);
+        if (std::string(R::placement) != "capacity") return;
+        if (std::string(R::scales).empty() && mean != 32) return;  // rowwise
+        const auto c = fine_row_rounds<typename R::layout>(fs, mean);
+        INFO(fs.name << ", " << R::name() << ", mean " << mean << ": stash " << c[0].max_warp << ", reload "
+                     << c[1].max_warp);
+        CHECK(c[0].tiles > 0);
+        CHECK(c[0].max_warp <= 8);
+        CHECK(c[1].max_warp <= 8);
+        most = std::max({most, c[0].max_warp, c[1].max_warp});
+      });
+    }
+  }
+  MESSAGE("the slowest warp claim of a fine-grained row: " << most << " dependent rounds");
 }

@@ -887,7 +887,7 @@ std::array<RoundCounter::Count, 2> round_counts(std::int32_t count) {
 }
 }  // namespace
 
-TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and one a gathered run piece") {
+TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and one a staged round") {
   // BF16 rows of 2 tokens: 16 KiB of aligned lines, 4 tiles of 8 vectors a lane, 4 loads in flight: 2 rounds a tile.
   const auto bf16 = round_counts<ps::StashTraits<RuBf16Cap>>(2);
   for (const auto& c : bf16) {
@@ -896,22 +896,24 @@ TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and o
     CHECK(c.max_warp == 4);  // a claim of 2 tiles
     CHECK(c.rounds == 8);
   }
-  // NVFP4 columnwise of 2 tokens: its data and compact scales are each 4096 lines of 1-byte runs, a tile each. A
-  // stash's lane gathers its 8 vectors a run piece at a time, 16 a vector: 128 rounds a tile, 256 the warp that claims
-  // both; a reload's lane loads each stream vector once and scatters it: 8.
+  // NVFP4 columnwise of 2 tokens: its data (a 64-byte pitch) and compact scales (8) are each 4096 lines of 1-byte
+  // runs, 16 tiles of 256 lines each (max_tile_lines), staged: a lane loads its 8 chunks (data: one from each line's
+  // start; scales: the aligned chunks over the dense lines) in one round, and a reload's its stream vectors. One round
+  // a tile, 2 a claim. (The gather, on 4 KiB tiles: 128 rounds a tile, a run piece at a time for each of a lane's 8
+  // vectors, 256 the claim; its reload 8 and 16.)
   const auto nvfp4 = round_counts<ps::StashTraits<ColNv4CapCo>>(2);
-  CHECK(nvfp4[0].tiles == 2);
-  CHECK(nvfp4[0].max_tile == 128);
-  CHECK(nvfp4[0].max_warp == 256);
-  CHECK(nvfp4[1].max_tile == 8);
-  CHECK(nvfp4[1].max_warp == 16);
+  CHECK(nvfp4[0].tiles == 32);
+  for (const auto& c : nvfp4) {
+    CHECK(c.max_tile == 1);
+    CHECK(c.max_warp == 2);
+  }
 }
 
 namespace {
 
 /// The most dependent rounds of one warp claim (RoundCounter) in a stash and a reload of a fine-grained row
 /// (bench/fine_grained.hpp: the shape's experts, capacity twice the mean, Dirichlet(1) counts) of recipe layout L, on
-/// a small grid (the rounds of a claim are its two tiles', whatever the grid). Zeroed buffers: the bytes don't matter.
+/// one warp (the rounds of a claim are its two tiles', whatever the grid). Zeroed buffers: the bytes don't matter.
 template <class L>
 std::array<RoundCounter::Count, 2> fine_row_rounds(const ps::sizing::ModelShape& fs, std::int64_t mean) {
   using Tr = ps::StashTraits<L>;
@@ -939,9 +941,9 @@ std::array<RoundCounter::Count, 2> fine_row_rounds(const ps::sizing::ModelShape&
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Tr>(pool, v);
   LaunchShape grid;
-  grid.blocks = 2;
-  grid.threads = 64;
-  grid.slots = 2;
+  grid.blocks = 1;  // one warp claims every chunk in turn: its claims are two consecutive tiles, as on a GPU
+  grid.threads = 32;
+  grid.slots = 1;
   grid.random_delays = false;
   std::array<RoundCounter::Count, 2> c;
   {

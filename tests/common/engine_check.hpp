@@ -157,7 +157,11 @@ inline std::string check_engine(const EngineCase& c) {
         ps::ItemCursor cursor;
         for (std::int32_t t : order) {
           const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
-          ps::copy_tile_vectors(ThreadLane{lane, c.lanes, &barrier, aligned}, s, ps::tile_op(w, cursor));
+          const ps::TileOp op = ps::tile_op(w, cursor);
+          const ThreadLane lanes{lane, c.lanes, &barrier, aligned};
+          // The staged mover wherever it can move the tile, whether or not the policy has the kernels stage.
+          if (ps::tile_stageable(s, op)) ps::copy_tile_staged(lanes, s, op);
+          else ps::copy_tile_vectors(lanes, s, op);
         }
       });
       return;

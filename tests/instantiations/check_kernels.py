@@ -12,8 +12,9 @@ and the reset kernel, per architecture in the library:
     and narrow stores); a stash kernel's gather has at least WORDS_PER_VECTOR x
     loads_in_flight 4-byte evict-first loads (LDG.E.EF, the buffer's words) issued before
     the first instruction that reads one of them (the table shows words / 4);
-  - a stash kernel's staged mover of short lines (copy_tile_staged) has at least staged_loads
-    128-bit evict-first loads (its chunks) issued before the first instruction that reads one;
+  - a stash kernel's staged mover of short lines (copy_tile_staged), where the policy has the
+    kernels stage (StashPolicy::staged), has at least staged_loads 128-bit evict-first loads
+    (its chunks) issued before the first instruction that reads one;
   - no integer division (I2F.U32.RP, the start of its reciprocal) inside a per-vector copy loop
     (an innermost loop with a 128-bit global load or store): divisions are once a tile;
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
@@ -60,6 +61,8 @@ WORDS_PER_VECTOR = 4
 MIN_LOADS_IN_FLIGHT = min(policy_values("loads_in_flight"))  # the copy loop's, at the least
 # The staged mover of short lines (copy_tile_staged): its 128-bit chunk loads a lane has in flight before it reads one.
 MIN_STAGED_LOADS = min(policy_values("staged_loads"))
+with open(POLICY) as _f:  # whether the kernels stage at all (StashPolicy::staged; off: no staged loads to count)
+    STAGED = re.search(r"static constexpr bool staged = true;", _f.read()) is not None
 THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in every policy
 # CCTL.IVALL in a kernel's code (each acquire: arrival, verdict, lock, finish, in the steps
 # the kernel inlines); none may be in a spin loop.
@@ -352,7 +355,7 @@ def main():
         if gathers and k.get("gather", 0) < WORDS_PER_VECTOR * MIN_LOADS_IN_FLIGHT:
             why.append(f"the gather has {k.get('gather', 0)} word loads in flight "
                        f"(< {WORDS_PER_VECTOR} x {MIN_LOADS_IN_FLIGHT} vectors)")
-        if gathers and k.get("staged", 0) < MIN_STAGED_LOADS:
+        if STAGED and gathers and k.get("staged", 0) < MIN_STAGED_LOADS:
             why.append(f"the staged mover has {k.get('staged', 0)} 128-bit loads in flight (< {MIN_STAGED_LOADS})")
         if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"the scatter has {k.get('scatter', 0)} 128-bit loads in flight (< {MIN_LOADS_IN_FLIGHT})")

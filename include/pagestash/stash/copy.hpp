@@ -433,23 +433,18 @@ PAGESTASH_HOST_DEVICE inline void store_staged(unsigned char* at, const Vector16
 #endif
 }
 
-/// Whether copy_tile_staged moves the tile: a copy of short runs, not aligned alike, whose line starts (and so the
-/// chunks it loads, up to the pitch) are on 16 bytes, or whose lines are dense (a short pitch: it loads the aligned
-/// chunks over them), by lanes that stage.
-template <class Lanes>
-PAGESTASH_HOST_DEVICE bool tile_staged(const TileSpan& s, TileOp op) {
-  if constexpr (!Stages<Lanes>::value || !StashPolicy::staged) {
-    (void)s, (void)op;
-    return false;
-  } else {
-    if (op == TileOp::zero || s.run > StashPolicy::staged_max_run || tile_aligned(s)) return false;
-    return (s.pitch % 16 == 0 && aligned16(s.body)) || s.pitch <= StashPolicy::staged_max_dense_pitch;
-  }
-}
-
 }  // namespace detail
 
-/// The lanes of a warp move a tile of short lines through their stage (see the top of this file; tile_staged).
+/// Whether copy_tile_staged can move the tile: a copy of short runs, not aligned alike, whose line starts (and so the
+/// chunks it loads, up to the pitch) are on 16 bytes, or whose lines are dense (a short pitch: it loads the aligned
+/// chunks over them). copy_tile_vectors stages such tiles when StashPolicy::staged and its lanes stage.
+PAGESTASH_HOST_DEVICE inline bool tile_stageable(const TileSpan& s, TileOp op) {
+  using namespace detail;
+  if (op == TileOp::zero || s.run > StashPolicy::staged_max_run || tile_aligned(s)) return false;
+  return (s.pitch % 16 == 0 && aligned16(s.body)) || s.pitch <= StashPolicy::staged_max_dense_pitch;
+}
+
+/// The lanes of a warp move a tile of short lines through their stage (see the top of this file; tile_stageable).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& s, TileOp op) {
   using namespace detail;  // the vector and run helpers above
@@ -606,7 +601,7 @@ template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
   using namespace detail;  // the vector and run helpers above
   if constexpr (Stages<Lanes>::value && StashPolicy::staged)
-    if (tile_staged<Lanes>(s, op)) return copy_tile_staged(lanes, s, op);
+    if (tile_stageable(s, op)) return copy_tile_staged(lanes, s, op);
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());
@@ -632,21 +627,16 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
       }
     }
   } else if (op != TileOp::stash) {
-    // Scattered: the stream's vectors are whole and aligned, their stores are not. A batch loads all its vectors
-    // before it stores any: one that lies in one run (the common case) is stored whole, one across a run's end a run
-    // piece at a time.
+    // Scattered: the stream's vectors are whole and aligned, their stores are not. A batch whose vectors each lie in
+    // one run (the common case) loads them all before it stores any; one across a run's end moves a vector at a time.
     for (; whole_batch(); v += in_flight * stride) {
+      if (!batch_in_runs<in_flight>(s, op, v, stride, 16)) continue;
       Vector16 x[in_flight];
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < in_flight; ++k)
         x[k] = op == TileOp::reload ? load_vector<16>(s.stream + 16 * (v + k * stride)) : Vector16{};
       PAGESTASH_UNROLL
-      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) {
-        const cuda::std::uint32_t q = 16 * (v + k * stride);
-        const Piece p = locate(s, q);
-        if (p.room >= 16) store_bytes(p.at, x[k], 16);
-        else scatter_vector(s, q, 16, p, x[k]);
-      }
+      for (cuda::std::uint32_t k = 0; k < in_flight; ++k) store_bytes(locate(s, 16 * (v + k * stride)).at, x[k], 16);
     }
   } else {
     constexpr cuda::std::uint32_t gather = StashPolicy::gather_vectors;

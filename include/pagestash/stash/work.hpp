@@ -250,11 +250,10 @@ struct TileSpan {
   unsigned char* head;    ///< the buffer byte of the tile's first byte
   unsigned char* body;    ///< the start of the next line's run
   cuda::std::int64_t pitch;
-  cuda::std::uint32_t bytes;           ///< of the tile
-  cuda::std::uint32_t head_bytes;      ///< <= bytes
-  cuda::std::uint32_t run;             ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
-  cuda::std::uint32_t run_reciprocal;  ///< detail::ShortDivisor(run)'s, for a run under 2^16 (locate)
-  bool last;                           ///< the item's last tile
+  cuda::std::uint32_t bytes;       ///< of the tile
+  cuda::std::uint32_t head_bytes;  ///< <= bytes
+  cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
+  bool last;                       ///< the item's last tile
 };
 
 namespace detail {
@@ -281,12 +280,6 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
 struct ShortDivisor {
   cuda::std::uint32_t m;
   PAGESTASH_HOST_DEVICE explicit ShortDivisor(cuda::std::uint32_t d) : m(d <= 1 ? 0u : 0xFFFFFFFFu / d + 1) {}
-  /// The divisor whose m this is (a tile keeps its run's, TileSpan::run_reciprocal).
-  PAGESTASH_HOST_DEVICE static ShortDivisor with_reciprocal(cuda::std::uint32_t m) {
-    ShortDivisor x(1);
-    x.m = m;
-    return x;
-  }
   PAGESTASH_HOST_DEVICE cuda::std::uint32_t of(cuda::std::uint32_t n) const {
 #if defined(__CUDA_ARCH__)
     return m == 0 ? n : __umulhi(n, m);
@@ -302,14 +295,9 @@ struct Piece {
   cuda::std::uint32_t room;
 };
 
-static_assert(HostPolicy::tile_shift <= 16 && StashPolicy90::tile_shift <= 16, "locate's reciprocal: tiles of 64 KiB");
 PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t q) {
   if (q < s.head_bytes) return {s.head + q, s.head_bytes - q};
-  // No division per vector: a multiply-high by the run's reciprocal (a tile is at most 2^16 bytes, so q d < 2^32 for a
-  // run under 2^16; a longer run outlasts the tile: line 0).
-  const cuda::std::uint32_t d = q - s.head_bytes;
-  const cuda::std::uint32_t line = s.run > 0xFFFFu ? 0u : ShortDivisor::with_reciprocal(s.run_reciprocal).of(d);
-  const cuda::std::uint32_t col = d - line * s.run;
+  const cuda::std::uint32_t d = q - s.head_bytes, line = d / s.run, col = d % s.run;
   return {s.body + static_cast<cuda::std::int64_t>(line) * s.pitch + col, s.run - col};
 }
 
@@ -348,7 +336,6 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   s.body = line_start + seg.pitch;
   s.pitch = seg.pitch;
   s.run = static_cast<cuda::std::uint32_t>(run < 0x80000000LL ? run : 0x80000000LL);
-  s.run_reciprocal = s.run <= 0xFFFFu ? detail::ShortDivisor(s.run).m : 0u;
   s.last = e == bytes;
   s.stream = nullptr;
   if (copy) {

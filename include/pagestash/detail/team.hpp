@@ -16,6 +16,8 @@
 // The lanes of a warp (the team that moves one tile) have rank() and size(), and
 //   max_over(x, group)  each x[k] the largest over the aligned group of lanes this one is in
 //                    (a shuffle on the device; every lane of the warp calls it)
+//   sync_lanes()     the warp's barrier over its stage (shared memory, stash/copy.hpp); lanes
+//                    without it (a test's lanes run one after another) never stage
 
 #include <pagestash/detail/atomics.hpp>
 
@@ -85,6 +87,8 @@ struct BlockTeam {
 struct WarpLanes {
   __device__ static int rank() { return static_cast<int>(threadIdx.x % 32); }
   __device__ static constexpr int size() { return 32; }
+  /// The warp's lanes wait for each other; their shared-memory writes before it are visible to all after it.
+  __device__ static void sync_lanes() { __syncwarp(); }
   /// Each x[k] becomes its largest over the aligned `group` lanes (a power of two) this lane is one of. Every lane of
   /// the warp calls it.
   template <int N>

@@ -480,7 +480,7 @@ class Step {
       Pass(*this, eager, r, false).run(events);
       observed = eager.stats();
     }
-    r.eager_peak_pages = observed.peak_pages_used;
+    r.eager_peak_pages = observed.peak_pages_held;
 
     // The sizer's pool for the tensor the demo stashes (its layout and shape), the
     // schedule's peak and the demo's router.
@@ -533,9 +533,9 @@ class Step {
     r.pool_pages = pool.config().device_pages;
     r.pool_bytes = pool.config().device_bytes();
     r.host_pool_bytes = pool.config().host_bytes();
-    r.peak_pages = st.peak_pages_used;
-    r.peak_device_pages = st.peak_device_pages_used;
-    r.peak_pool_bytes = st.peak_device_pages_used * pool.config().page_bytes;
+    r.peak_pages = st.peak_pages_held;
+    r.peak_device_pages = st.peak_device_pages_held;
+    r.peak_pool_bytes = st.peak_device_pages_held * pool.config().page_bytes;
     r.host_spill = st.flags.host_spill != 0;
     r.overflows = st.failures();
     r.pages_held_at_step_end = st.pages_held_at_step_end;

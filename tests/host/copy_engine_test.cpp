@@ -112,7 +112,7 @@ TEST_CASE("copy engine: one tile covers hundreds of short lines, at most max_til
   w.pool.page_shift = 16;
   std::vector<unsigned char> fake_arena(1 << 16);
   w.pool.device_arena = fake_arena.data();
-  w.pool.device_pages = 1;
+  w.pool.reserved_device_pages = 1;
   const std::int32_t page0 = 0;
   w.page_ids = &page0;
   ps::ItemCursor cursor;

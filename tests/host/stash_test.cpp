@@ -342,7 +342,7 @@ TEST_CASE("reload into a larger destination, and the zero tail reaches its end")
 TEST_CASE("the sizing helper turns an observed peak into a pool") {
   ps::PoolStats observed{};
   observed.config.page_bytes = 4096;
-  observed.peak_pages_used = 1000;
+  observed.peak_pages_held = 1000;
   const ps::PoolConfig c = ps::size_from_peak(observed);
   CHECK(c.page_bytes == 4096);
   CHECK(c.device_pages == 1100);
@@ -366,7 +366,7 @@ TEST_CASE("the sizing helper turns an observed peak into a pool") {
   const std::int64_t pages_a = ra.status().pages;
   ps::reload(ps::host, big, ra, a.view);
   const ps::PoolStats seen = big.stats();
-  CHECK(seen.peak_pages_used == pages_a + rb.status().pages);
+  CHECK(seen.peak_pages_held == pages_a + rb.status().pages);
   CHECK(seen.peak_live_bytes == ra.status().stream_bytes + rb.status().stream_bytes);
   CHECK(seen.live_bytes == rb.status().stream_bytes);
 

@@ -167,8 +167,9 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
     const cuda::std::int64_t stream = t.stream_bytes + team.exclusive_sum(copy ? stream_size : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);
-    const cuda::std::int64_t tiles =
-        mine ? detail::item_tiles(seg, stream, coded ? values : bytes, copy, !coded, SegmentOf::bound, tile_shift) : 0;
+    const cuda::std::int64_t tiles = mine ? detail::item_tiles(seg, stream, coded ? values : bytes, copy,
+                                                               !Compression::compressed, SegmentOf::bound, tile_shift)
+                                          : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
     if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
     t.stream_bytes += chunk_stream;
@@ -307,8 +308,11 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 
 }  // namespace detail
 
-/// Resolves tile `tile` of the plan; moves the cursor to its item.
-PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
+/// Resolves tile `tile` of the plan; moves the cursor to its item. `capped`: whether the plan capped its copy items'
+/// tiles in lines (item_tile_shift; a compressed stash's are coded, and never come here: a constant false there lets
+/// the compiler drop the cap, which cost sm_100's compressed FP16 stash a spill).
+PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile,
+                                                   bool capped = true) {
   detail::seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
   detail::note_load(&item);
@@ -319,7 +323,7 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   // The tile's bytes [a, e) of the item: the grid is the stream's for a copy item.
   const cuda::std::int64_t origin = copy ? item.stream : 0;
   const cuda::std::int64_t j = tile - cursor.first;
-  const int shift = detail::item_tile_shift(seg, copy, w.tile_shift);  // coded items never come here
+  const int shift = detail::item_tile_shift(seg, capped && copy, w.tile_shift);
   const cuda::std::int64_t cell = ((origin >> shift) + j) << shift;
   const cuda::std::int64_t a = (cell > origin ? cell : origin) - origin;
   const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << shift) - origin;

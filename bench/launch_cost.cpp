@@ -13,7 +13,8 @@
 // and compressed), the 32-byte sectors and 128-byte lines its lanes touch (SectorCounter).
 //
 // A third (--rounds: only it) counts the dependent rounds of each warp (RoundCounter; docs/design.md's glossary) in a
-// stash and a reload of stash_bench's fine-grained rows: its shapes, means, recipes and counts, on the same grid.
+// stash and a reload of stash_bench's fine-grained rows: its shapes, means, recipes and counts, on one warp (or the
+// --blocks and --threads given); it fails if a warp claim waits more than fine_rounds_bound (a ctest holds it).
 //
 // A fourth (--critical-path: only it) counts each kernel family's critical path up to its first copy (CriticalPath):
 // the owner's dependent global accesses and fences before its verdict, any other block's before its first data load,
@@ -22,6 +23,7 @@
 #include <pagestash/pagestash.hpp>
 #include <pagestash/sizing.hpp>
 
+#include "../tests/common/fine_rounds.hpp"
 #include "../tests/common/grid_emulator.hpp"
 #include "fine_grained.hpp"
 
@@ -153,39 +155,6 @@ LaunchShape executor_grid(std::int64_t max_tiles, int sms, int major) {
   return grid;
 }
 
-/// One fine-grained row's dependent rounds per warp, a stash's and a reload's: stash_bench's fine_row's tensor
-/// (capacity twice the mean, rounded up to the granule; its seed), on the grid the CUDA executor launches for it on
-/// `sms` SMs of compute capability `major`.
-template <class L>
-std::array<pagestash_test::RoundCounter::Count, 2> count_rounds(const ps::sizing::ModelShape& fs, std::int64_t mean,
-                                                                int sms, int major) {
-  using Tr = ps::StashTraits<L>;
-  ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
-  const auto counts = pagestash_bench::fine_counts(fs, mean, v.max_tokens);
-  v.counts = counts.data();
-  AlignedTensor<L> in(v, 11), out(v, 12);
-  in.view.counts = out.view.counts = counts.data();
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1 << 16;
-  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
-  ps::PagePool pool(cfg, ps::MemorySpace::host);
-  auto rec = ps::make_record<Tr>(pool, v);
-  const LaunchShape grid = executor_grid(rec.max_tiles(), sms, major);
-  std::array<pagestash_test::RoundCounter::Count, 2> c;
-  {
-    pagestash_test::RoundCounter rounds;
-    Emulator{grid}.stash(pool, in.view, rec);
-    c[0] = rounds.count();
-  }
-  {
-    pagestash_test::RoundCounter rounds;
-    Emulator{grid}.reload(pool, rec, out.view, false);
-    c[1] = rounds.count();
-  }
-  if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_rounds: not reloaded");
-  return c;
-}
-
 /// One row of the critical-path table: a 1 MiB stash of L (capacity-padded, kExperts x kCapacity x kHidden), its
 /// reload and a discard, on the executor's grid.
 template <class L>
@@ -239,30 +208,28 @@ void print_critical_paths(int sms, int major) {
       "rowwise NVFP4, swizzled", sms, major);
 }
 
-/// The rounds table: every fine-grained row (both shapes, means 32-256, every capacity-padded recipe).
-void print_rounds(int sms, int major) {
+/// The rounds table (tests/common/fine_rounds.hpp's rows) on `grid`; false if a row waits more than at_most rounds.
+bool print_rounds(const LaunchShape& grid, std::int64_t at_most) {
   std::printf(
       "Dependent rounds per warp (grid emulator, counted: a round is a lane's loads up to where it uses them; a tile's "
-      "are\nits slowest lane's, a warp's the sum over the tiles of one claim), stash_bench's fine-grained rows, grid "
-      "as on %d SMs "
-      "of sm_%d0\n\n",
-      sms, major);
+      "are\nits slowest lane's, a warp's the sum over the tiles of one claim), stash_bench's fine-grained rows, %d "
+      "block(s) of %d threads\n\n",
+      grid.blocks, grid.threads);
   std::printf("%-12s %-28s %5s %6s %10s %10s %10s %10s\n", "shape", "recipe", "mean", "tiles", "stash max",
               "stash mean", "reload max", "reload mean");
-  for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
-    for (std::int64_t mean : {32, 64, 128, 256}) {
-      ps::for_each_recipe([&](auto r) {
-        using R = decltype(r);
-        if (std::string(R::placement) != "capacity") return;
-        const auto c = count_rounds<typename R::layout>(fs, mean, sms, major);
-        std::printf("%-12s %-28s %5lld %6lld %10lld %10.1f %10lld %10.1f\n", fs.name, R::name().c_str(),
-                    static_cast<long long>(mean), static_cast<long long>(c[0].tiles),
-                    static_cast<long long>(c[0].max_warp), c[0].mean_warp(), static_cast<long long>(c[1].max_warp),
-                    c[1].mean_warp());
-        std::fflush(stdout);
-      });
-    }
-  }
+  std::int64_t most = 0;
+  pagestash_test::for_each_fine_row([&](const ps::sizing::ModelShape& fs, std::int64_t mean, auto r) {
+    using R = decltype(r);
+    const auto c = pagestash_test::count_fine_rounds<typename R::layout>(fs, mean, grid);
+    std::printf("%-12s %-28s %5lld %6lld %10lld %10.1f %10lld %10.1f\n", fs.name, R::name().c_str(),
+                static_cast<long long>(mean), static_cast<long long>(c[0].tiles), static_cast<long long>(c[0].max_warp),
+                c[0].mean_warp(), static_cast<long long>(c[1].max_warp), c[1].mean_warp());
+    std::fflush(stdout);
+    most = std::max({most, c[0].max_warp, c[1].max_warp});
+  });
+  std::printf("\nthe slowest warp claim: %lld dependent rounds (at most %lld)\n", static_cast<long long>(most),
+              static_cast<long long>(at_most));
+  return most <= at_most;
 }
 
 }  // namespace
@@ -286,8 +253,11 @@ int main(int argc, char** argv) {
     }
   }
   if (rounds) {
-    print_rounds(sms, major);
-    return 0;
+    // One warp (its claims are the grid's: two consecutive tiles), or the blocks and threads given.
+    LaunchShape grid = pagestash_test::one_warp();
+    if (blocks > 0) grid.blocks = blocks;
+    if (threads > 0) grid.threads = threads;
+    return print_rounds(grid, pagestash_test::fine_rounds_bound) ? 0 : 1;
   }
   if (critical) {
     print_critical_paths(sms, major);

@@ -1,0 +1,95 @@
+#pragma once
+// The dependent rounds per warp (RoundCounter) of stash_bench's fine-grained rows, one driver for the host test that
+// holds them and launch_cost's table (--rounds).
+
+#include <pagestash/pagestash.hpp>
+#include <pagestash/sizing.hpp>
+
+#include "../../bench/fine_grained.hpp"
+#include "grid_emulator.hpp"
+
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace pagestash_test {
+
+/// The most rounds one warp claim may wait on a fine-grained row: two tiles of the staged mover's one to three rounds
+/// (and a round to spare), or, with the kernels' staging off, two capped tiles of one-byte runs gathered a piece at a
+/// time (16 a tile).
+constexpr std::int64_t fine_rounds_bound = pagestash::StashPolicy::staged ? 8 : 32;
+
+/// One emulated warp: its claims are two consecutive tiles, as on a GPU's grid (whatever the grid, a claim's rounds
+/// are its two tiles'), and it emulates far faster than the executor's grid.
+inline LaunchShape one_warp() {
+  LaunchShape grid;
+  grid.blocks = 1;
+  grid.threads = 32;
+  grid.slots = 1;
+  grid.random_delays = false;
+  return grid;
+}
+
+/// The rows of the rounds table: every capacity-padded recipe of both model shapes at means 32-256, but the rowwise
+/// ones (whole aligned rows: 4 rounds at every mean) at 32 only. f(shape, mean, recipe) for each.
+template <class F>
+void for_each_fine_row(F&& f) {
+  for (const pagestash::sizing::ModelShape& fs : pagestash::sizing::model_shapes)
+    for (std::int64_t mean : {32, 64, 128, 256})
+      pagestash::for_each_recipe([&](auto r) {
+        using R = decltype(r);
+        if (std::string(R::placement) != "capacity") return;
+        if (std::string(R::scales).empty() && mean != 32) return;
+        f(fs, mean, r);
+      });
+}
+
+/// The rounds of one stash and one reload (no zero_tail) of a fine-grained row of layout L on `grid`: the row's
+/// tensor and counts (bench/fine_grained.hpp), 64 KiB pages. Zeroed buffers: the bytes don't matter to the count.
+template <class L>
+std::array<RoundCounter::Count, 2> count_fine_rounds(const pagestash::sizing::ModelShape& fs, std::int64_t mean,
+                                                     const LaunchShape& grid) {
+  namespace ps = pagestash;
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
+  const std::vector<std::int32_t> counts = pagestash_bench::fine_counts(fs, mean, v.max_tokens);
+  v.counts = counts.data();
+  std::vector<std::vector<unsigned char>> memory;
+  auto buffers = [&](ps::GroupedView<L>& view) {
+    auto aligned = [&](ps::BufferRole role) {
+      memory.emplace_back(static_cast<std::size_t>(view.buffer_bytes(role)) + 256);
+      const auto at = reinterpret_cast<std::uintptr_t>(memory.back().data());
+      return memory.back().data() + (256 - at % 256) % 256;
+    };
+    view.data = reinterpret_cast<typename L::data_type*>(aligned(ps::BufferRole::data));
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view.scales = reinterpret_cast<typename L::scale_type*>(aligned(ps::BufferRole::scales));
+    view.amax = L::has(ps::BufferRole::amax) ? reinterpret_cast<float*>(aligned(ps::BufferRole::amax)) : nullptr;
+  };
+  ps::GroupedView<L> in = v, out = v;
+  buffers(in);
+  buffers(out);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, v);
+  std::array<RoundCounter::Count, 2> c;
+  {
+    RoundCounter rounds;
+    Emulator{grid}.stash(pool, in, rec);
+    c[0] = rounds.count();
+  }
+  {
+    RoundCounter rounds;
+    Emulator{grid}.reload(pool, rec, out, false);
+    c[1] = rounds.count();
+  }
+  if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_fine_rounds: not reloaded");
+  return c;
+}
+
+}  // namespace pagestash_test

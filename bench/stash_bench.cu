@@ -478,6 +478,27 @@ std::vector<pagestash_bench::BulkPiece> live_pieces(const ps::GroupedView<L>& sh
   return out;
 }
 
+/// A rotation of tensors of a recipe's shape, and the pages a real stash of the first moved it into: what the bulk
+/// baselines copy into (cub_batched, tma_bulk).
+template <class L>
+struct StashedPages {
+  using Tr = ps::StashTraits<L>;
+  std::vector<std::int32_t> counts;
+  ps::GroupedView<L> shape;
+  std::vector<std::unique_ptr<Tensor<L>>> tensors;
+  ps::PagePool pool;
+  decltype(ps::make_record<Tr>(std::declval<ps::PagePool&>(), std::declval<const ps::GroupedView<L>&>())) rec;
+  std::vector<std::int32_t> ids;
+  explicit StashedPages(int64_t mib)
+      : shape(shape_for<L>(mib, counts)), tensors(rotation(shape, counts, true)),
+        pool(pool_for(ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1)),
+        rec(ps::make_record<Tr>(pool, shape)) {
+    ps::stash(ps::on(bench_stream()), pool, tensors[0]->view, rec);
+    PAGESTASH_CUDA_TRY(cudaStreamSynchronize(bench_stream()));
+    ids = rec.page_ids();
+  }
+};
+
 /// live_pieces of tensor `t` into the pages `ids` of `pool`.
 template <class L>
 std::vector<pagestash_bench::BulkPiece> pieces_into_pages(const ps::GroupedView<L>& shape,
@@ -494,14 +515,11 @@ std::vector<pagestash_bench::BulkPiece> pieces_into_pages(const ps::GroupedView<
 /// piece of a run inside one page.
 template <class L>
 void bm_cub_batched(benchmark::State& state, int64_t mib) {
-  using Tr = ps::StashTraits<L>;
-  std::vector<std::int32_t> counts;
-  const auto shape = shape_for<L>(mib, counts);
-  auto tensors = rotation(shape, counts, true);
-  ps::PagePool pool(pool_for(ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1));
-  auto rec = ps::make_record<Tr>(pool, shape);
-  ps::stash(ps::on(bench_stream()), pool, tensors[0]->view, rec);
-  const std::vector<std::int32_t> ids = rec.page_ids();
+  StashedPages<L> run(mib);
+  const auto &counts = run.counts, &ids = run.ids;
+  const auto& shape = run.shape;
+  auto& tensors = run.tensors;
+  auto& pool = run.pool;
   // Each tensor copy gets its own list of (source, destination, size).
   struct List {
     std::unique_ptr<Bytes> src, dst, sizes;
@@ -657,19 +675,15 @@ std::pair<std::int64_t, std::int64_t> unaligned_pieces(int64_t mib) {
 /// byte for byte against the stash's pages (the pages poisoned in between).
 template <class L>
 void bm_tma_bulk(benchmark::State& state, int64_t mib) {
-  using Tr = ps::StashTraits<L>;
   if (const std::string why = tma_unavailable(); !why.empty()) {
     state.SkipWithError(("tma_bulk skipped: " + why).c_str());
     return;
   }
-  std::vector<std::int32_t> counts;
-  const auto shape = shape_for<L>(mib, counts);
-  auto tensors = rotation(shape, counts, true);
-  ps::PagePool pool(pool_for(ps::work_bounds<Tr>(shape).stream_bytes / (64 << 10) + 1));
-  auto rec = ps::make_record<Tr>(pool, shape);
-  ps::stash(ps::on(bench_stream()), pool, tensors[0]->view, rec);
-  PAGESTASH_CUDA_TRY(cudaStreamSynchronize(bench_stream()));
-  const std::vector<std::int32_t> ids = rec.page_ids();
+  StashedPages<L> run(mib);
+  const auto &counts = run.counts, &ids = run.ids;
+  const auto& shape = run.shape;
+  auto& tensors = run.tensors;
+  auto& pool = run.pool;
   struct List {
     std::unique_ptr<Bytes> pieces, first;
     std::vector<pagestash_bench::BulkPiece> host;

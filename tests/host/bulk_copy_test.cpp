@@ -52,13 +52,13 @@ TEST_CASE("bulk mover: aligned runs of 16 B to 5 KiB at 16-byte offsets move the
   // one piece a window) or with dead rests; pages of 256 B (tiles cut inside a run) to 64 KiB; empty segments beside.
   int cases = 0, bulk_cases = 0;
   for (int page_shift : {8, 12, 16}) {
-    for (std::int64_t run : {16, 128, 144, 512, 1024, 1040, 4096, 5136}) {
-      for (std::int64_t offset : {0, 16, 48, 240, 496}) {
+    for (std::int64_t run : {16, 128, 144, 1024, 1040, 5136}) {
+      for (std::int64_t offset : {0, 16, 240, 496}) {
         for (std::int64_t dead : {0, 16, 48}) {
           EngineCase c;
           c.page_shift = page_shift;
           c.zero_tail = dead == 16;
-          const std::int64_t pitch = run + dead, lines = std::max<std::int64_t>(2, 12000 / pitch);
+          const std::int64_t pitch = run + dead, lines = std::max<std::int64_t>(2, 6000 / pitch);
           c.segments = Segments{{offset, 0, 16, 0},
                                 {offset, lines, pitch, run},
                                 {offset + lines * pitch, 3, 32, 0},

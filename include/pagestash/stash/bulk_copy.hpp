@@ -221,17 +221,12 @@ PAGESTASH_HOST_DEVICE void copy_tile_bulk(const Lanes& lanes, const TileSpan& s,
     const u32 bytes = s.bytes, windows = (bytes + window - 1) / window;
     const bool stash = op == TileOp::stash;
     const auto size_of = [&](u32 k) { return bytes - k * window < window ? bytes - k * window : window; };
-    // fn(buffer address, offset in the window, bytes) for the buffer pieces of window k, adjacent ones merged.
+    // fn(buffer address, offset in the window, bytes) for the buffer pieces of window k: one where lines are dense.
     const auto pieces = [&](u32 k, const auto& fn) {
-      unsigned char* at = nullptr;
-      u32 from = 0, n = 0;
       const u32 q = k * window;
-      for_each_run_piece(s, q, size_of(k), locate(s, q), [&](unsigned char* p, u32 done, u32 m) {
-        if (n > 0 && at + n == p) return static_cast<void>(n += m);
-        if (n > 0) fn(at, from, n);
-        at = p, from = done, n = m;
-      });
-      fn(at, from, n);
+      const Piece first = locate(s, q);
+      if (s.pitch == s.run) return fn(first.at, 0u, size_of(k));
+      for_each_run_piece(s, q, size_of(k), first, fn);
     };
     const auto issue_load = [&](u32 k) {
       unsigned char* const slot = stage + (k % stages) * window;

@@ -2,7 +2,8 @@
 // The copy engine (stash/copy.hpp) on hand-made segments, against a plain byte-for-byte
 // oracle: every mover (the host executor's pieces, the warp's 16-byte vectors with `lanes`
 // lanes run one after another, and the same lanes as a warp of host threads with a stage,
-// which stages short lines) stash the segments into pages given in a shuffled
+// which stages short lines, or moves bulk-copyable tiles by the bulk mover, stash/bulk_copy.hpp,
+// in cases that have such tiles) stash the segments into pages given in a shuffled
 // order, and reload them into a poisoned buffer, with or without zero_tail. Shared by the
 // host tests and the fuzz target; a mismatch is returned as a message, not asserted, so
 // that either can report it its own way.
@@ -149,7 +150,7 @@ inline std::string check_engine(const EngineCase& c) {
     std::vector<std::int32_t> order(static_cast<std::size_t>(tiles));
     std::iota(order.begin(), order.end(), 0);
     if (shuffled) std::shuffle(order.begin(), order.end(), rng);
-    if (mover == 2) {  // a warp of host threads, each with its own cursor, through the same tiles
+    if (mover >= 2) {  // a warp of host threads, each with its own cursor, through the same tiles
       HostBarrier barrier(c.lanes);
       std::vector<unsigned char> stage(ps::StashPolicy::stage_bytes + 16);
       unsigned char* const aligned = stage.data() + (16 - reinterpret_cast<std::uintptr_t>(stage.data()) % 16) % 16;
@@ -159,8 +160,9 @@ inline std::string check_engine(const EngineCase& c) {
           const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
           const ps::TileOp op = ps::tile_op(w, cursor);
           const ThreadLane lanes{lane, c.lanes, &barrier, aligned};
-          // The staged mover wherever it can move the tile, whether or not the policy has the kernels stage.
-          if (ps::tile_stageable(s, op)) ps::copy_tile_staged(lanes, s, op);
+          // The staged (bulk) mover wherever it can move the tile, whether or not the policy has the kernels use it.
+          if (mover == 3 && ps::tile_bulk_copyable(s, op)) ps::copy_tile_bulk(lanes, s, op);
+          else if (ps::tile_stageable(s, op)) ps::copy_tile_staged(lanes, s, op);
           else ps::copy_tile_vectors(lanes, s, op);
         }
       });
@@ -181,9 +183,22 @@ inline std::string check_engine(const EngineCase& c) {
   reload_items = engine_items(c, true, reload_totals);
   std::vector<unsigned char> dest_mem(source_mem.size());
   unsigned char* const dest = dest_mem.data() + (source - source_mem.data());
-  for (int mover = 0; mover < 3; ++mover) {
+  // The bulk mover only where it has tiles to move (one of the stash's or the reload's).
+  const auto has_bulk = [&](const std::vector<ps::WorkItem>& items, std::int64_t tiles, bool to_pages) {
+    const ps::TileWork w = work_for(items, source, to_pages);
+    ps::ItemCursor cursor;
+    for (std::int32_t t = 0; t < tiles; ++t) {
+      const ps::TileSpan s = ps::resolve_tile(w, cursor, t);  // moves the cursor tile_op reads
+      if (ps::tile_bulk_copyable(s, ps::tile_op(w, cursor))) return true;
+    }
+    return false;
+  };
+  const int movers =
+      has_bulk(stash_items, stash_totals.tiles, true) || has_bulk(reload_items, reload_totals.tiles, false) ? 4 : 3;
+  for (int mover = 0; mover < movers; ++mover) {
     const bool vectors = mover >= 1;
-    const char* name = mover == 0 ? "pieces" : (mover == 1 ? "vectors" : "staged");
+    const char* const names[] = {"pieces", "vectors", "staged", "bulk"};
+    const char* name = names[mover];
     std::memset(ref.device_arena, 0xEE, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
     run(work_for(stash_items, source, true), stash_totals.tiles, mover, vectors);
     for (std::int64_t p = 0; p < static_cast<std::int64_t>(stream.size()); ++p)

@@ -233,7 +233,8 @@ class SectorCounter {
     }
     if (access == ps::VectorAccess::use) return;
     const bool store = access == ps::VectorAccess::store;
-    const Key key{t.block, t.warp, t.tile, store, bytes, t.ordinal[store][bytes]++};
+    // A bulk copy (stash/bulk_copy.hpp: one lane's, of more than a vector) is a request of its own.
+    const Key key{t.block, t.warp, t.tile, store, bytes, t.ordinal[store][bytes <= 16 ? bytes : 0]++};
     auto* self = static_cast<SectorCounter*>(context);
     std::lock_guard<std::mutex> lock(self->m_);
     self->accesses_[key].push_back(reinterpret_cast<std::uintptr_t>(address));

@@ -10,7 +10,7 @@
 // value), and on the device the FP8 codes come from the hardware's conversions (cvt with satfinite, round to nearest
 // even). The device and the host read and write the same bytes.
 
-#include <pagestash/stash/copy.hpp>
+#include <pagestash/stash/bulk_copy.hpp>
 
 #if defined(__CUDA_ARCH__)
 #  include <cuda_bf16.h>
@@ -448,7 +448,7 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemC
     }
   }
   const TileSpan s = resolve_tile(w, cursor, tile, !Compression::compressed);
-  copy_tile_vectors(lanes, s, tile_op(w, cursor));
+  copy_tile<Traits>(lanes, s, tile_op(w, cursor));
 }
 
 PAGESTASH_NAMESPACE_END

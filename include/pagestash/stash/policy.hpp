@@ -58,6 +58,12 @@ struct StashPolicy90 {
   /// The block scan of the count check and the plan (512 int64 values): the one that leaves the stash kernels within 64
   /// registers with no stack frame (check_kernels.py). The default raking scan spills on sm_90.
   static constexpr BlockScan block_scan = BlockScan::raking_memoize;
+  /// The bulk mover (stash/bulk_copy.hpp): whether kernels move aligned tiles by TMA bulk copies where their traits
+  /// don't say (BulkCopy does), the slots of the warp's stage it rings through (of stage_bytes), and the shortest run
+  /// it takes (each run piece is a copy of one lane's). Off until a GPU has measured it.
+  static constexpr bool bulk = false;
+  static constexpr cuda::std::uint32_t bulk_stages = 4;
+  static constexpr cuda::std::uint32_t bulk_min_run = 128;
 };
 
 /// B200 (sm_100 and later).

@@ -24,6 +24,7 @@
 
 #include "bulk_chunks.hpp"
 #include "fine_grained.hpp"
+#include "sector_floor.hpp"
 
 #include <benchmark/benchmark.h>
 #include <cub/device/device_memcpy.cuh>
@@ -1141,13 +1142,15 @@ void fine_row(const char* recipe, const ps::sizing::ModelShape& fs, int64_t mean
   double buffers = 0;  // how sparse the live bytes are: what a stash reads from
   for (ps::BufferRole role : {ps::BufferRole::data, ps::BufferRole::scales})
     if (ps::handling_of<Tr>(role) == ps::Handling::paged) buffers += static_cast<double>(v.buffer_bytes(role));
-  std::printf("%-12s %-28s %5lld %4lld %9.2f %7.2f %8.4f %8.4f %8.1f %8.1f %6.2f %8.1f %6.2f", fs.name, recipe,
+  const pagestash_bench::SectorFloor sectors = pagestash_bench::sector_floor<Tr>(v, counts.data());
+  std::printf("%-12s %-28s %5lld %4lld %9.2f %7.2f %8.4f %8.4f %7.2f %8.1f %8.1f %6.2f %8.1f %6.2f", fs.name, recipe,
               static_cast<long long>(mean), static_cast<long long>(v.max_tokens),
               static_cast<double>(plan.live_bytes) / (1 << 20), buffers / static_cast<double>(plan.live_bytes),
               static_cast<double>(plan.stream_bytes) / static_cast<double>(plan.live_bytes),
-              static_cast<double>(pages * cfg.page_bytes) / static_cast<double>(plan.live_bytes), copy_rate,
-              rate(plan.stream_bytes, stash), rate(plan.stream_bytes, stash) / copy_rate,
-              rate(plan.stream_bytes, reload), rate(plan.stream_bytes, reload) / copy_rate);
+              static_cast<double>(pages * cfg.page_bytes) / static_cast<double>(plan.live_bytes),
+              sectors.per_live_byte(), copy_rate, rate(plan.stream_bytes, stash),
+              rate(plan.stream_bytes, stash) / copy_rate, rate(plan.stream_bytes, reload),
+              rate(plan.stream_bytes, reload) / copy_rate);
   if (g_gpu) std::printf("\n");
   else
     std::printf(" %8.1f %6.2f %8.1f %6.2f %6.2f\n", rate(plan.live_bytes, runs),
@@ -1164,6 +1167,8 @@ void print_fine_grained() {
   std::printf(
       "\nfine-grained MoE: capacity-padded [experts, cap, hidden] with cap = 2 x mean rounded up to the layout's\n"
       "granule, Dirichlet(1) counts (seeded), 64 KiB pages; buffer/live: bytes of the paged buffers per live byte;\n"
+      "sector floor: bytes of the 32-byte sectors a perfect copy reads and writes (the buffers' holding live bytes\n"
+      "and the stream's) per live byte, 2.00 when whole sectors are live (bench/sector_floor.hpp);\n"
       "GB/s = bytes read + written; x = ratio to one %s of the live bytes in the same run (%s)%s\n",
       copy, g_gpu ? "CUDA executor" : "host executor, one thread",
       g_gpu ? ""
@@ -1171,11 +1176,11 @@ void print_fine_grained() {
               "floor: one byte loaded from each cache line holding a live byte (the faster of: alone, and with the\n"
               "dead lines the executor prefetches), its x, and stash / floor;\n"
               "host memory of 2 MiB or more in 2 MiB pages where the OS offers them (as device memory is)");
-  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap",
-              "live MiB", "buffer/", "stream/", "pages/", copy, "stash", "x", "reload", "x",
+  std::printf("%-12s %-28s %5s %4s %9s %7s %8s %8s %7s %8s %8s %6s %8s %6s%s\n", "shape", "recipe", "mean", "cap",
+              "live MiB", "buffer/", "stream/", "pages/", "sector", copy, "stash", "x", "reload", "x",
               g_gpu ? "" : "     runs  stash/    floor      x stash/");
   std::printf(
-      "%-12s %-28s %5s %4s %9s %7s %8s %8s%s\n", "", "", "", "", "", "live", "live", "live",
+      "%-12s %-28s %5s %4s %9s %7s %8s %8s %7s%s\n", "", "", "", "", "", "live", "live", "live", "floor",
       g_gpu ? "" : "                                                                      runs                  floor");
   for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
     for (int64_t mean : {32, 64, 128, 256}) {

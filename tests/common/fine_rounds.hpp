@@ -1,6 +1,6 @@
 #pragma once
-// The dependent rounds per warp (RoundCounter) of stash_bench's fine-grained rows, one driver for the host test that
-// holds them and launch_cost's table (--rounds).
+// The dependent rounds per warp (RoundCounter) and the sectors (SectorCounter) of stash_bench's fine-grained rows, one
+// driver for the host test that holds the rounds and launch_cost's table (--rounds), which holds both.
 
 #include <pagestash/pagestash.hpp>
 #include <pagestash/sizing.hpp>
@@ -21,6 +21,12 @@ namespace pagestash_test {
 /// (and a round to spare), or, with the kernels' staging off, two capped tiles of one-byte runs gathered a piece at a
 /// time (16 a tile).
 constexpr std::int64_t fine_rounds_bound = pagestash::StashPolicy::staged ? 8 : 32;
+
+/// The most sectors a stash or a reload of a fine-grained row may touch, over its sector floor
+/// (bench/sector_floor.hpp): today's worst row (NVFP4, Qwen3-MoE compact at a mean of 32: 2.997), rounded up. Issue
+/// 54's target is 1.3: every BF16, FP16, FP32 and MXFP8 row is 1.000; NVFP4's gathered mover reads a run piece as
+/// several word loads of one sector (docs/benchmarks.md, "Sector floor").
+constexpr double fine_sector_bound = 3.0;
 
 /// One emulated warp: its claims are two consecutive tiles, as on a GPU's grid (whatever the grid, a claim's rounds
 /// are its two tiles'), and it emulates far faster than the executor's grid.
@@ -47,11 +53,19 @@ void for_each_fine_row(F&& f) {
       });
 }
 
-/// The rounds of one stash and one reload (no zero_tail) of a fine-grained row of layout L on `grid`: the row's
-/// tensor and counts (bench/fine_grained.hpp), 64 KiB pages. Zeroed buffers: the bytes don't matter to the count.
+/// What one operation of a fine-grained row is counted: its rounds and (when asked) its lanes' sectors.
+struct FineCount {
+  RoundCounter::Count rounds;
+  SectorCounter::Count loads, stores;
+  std::int64_t sectors() const { return loads.sectors + stores.sectors; }
+};
+
+/// One stash and one reload (no zero_tail) of a fine-grained row of layout L on `grid`, counted in the same emulated
+/// run: rounds, and, with `sectors`, sectors too (slower: every access is kept until counted). The row's tensor and
+/// counts (bench/fine_grained.hpp), 64 KiB pages. Zeroed buffers on 256 bytes (cudaMalloc's): the bytes don't matter.
 template <class L>
-std::array<RoundCounter::Count, 2> count_fine_rounds(const pagestash::sizing::ModelShape& fs, std::int64_t mean,
-                                                     const LaunchShape& grid) {
+std::array<FineCount, 2> count_fine_row(const pagestash::sizing::ModelShape& fs, std::int64_t mean,
+                                        const LaunchShape& grid, bool sectors) {
   namespace ps = pagestash;
   using Tr = ps::StashTraits<L>;
   ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
@@ -77,18 +91,21 @@ std::array<RoundCounter::Count, 2> count_fine_rounds(const pagestash::sizing::Mo
   cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
   ps::PagePool pool(cfg, ps::MemorySpace::host);
   auto rec = ps::make_record<Tr>(pool, v);
-  std::array<RoundCounter::Count, 2> c;
-  {
-    RoundCounter rounds;
-    Emulator{grid}.stash(pool, in, rec);
-    c[0] = rounds.count();
-  }
-  {
-    RoundCounter rounds;
-    Emulator{grid}.reload(pool, rec, out, false);
-    c[1] = rounds.count();
-  }
-  if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_fine_rounds: not reloaded");
+  std::array<FineCount, 2> c;
+  auto counted = [&](FineCount& into, const auto& operation) {
+    if (sectors) {
+      RoundsAndSectors count;
+      operation();
+      into.rounds = count.rounds.count(), into.loads = count.sectors.loads(), into.stores = count.sectors.stores();
+    } else {
+      RoundCounter rounds;
+      operation();
+      into.rounds = rounds.count();
+    }
+  };
+  counted(c[0], [&] { Emulator{grid}.stash(pool, in, rec); });
+  counted(c[1], [&] { Emulator{grid}.reload(pool, rec, out, false); });
+  if (rec.status().state != ps::RecordState::reloaded) throw std::runtime_error("count_fine_row: not reloaded");
   return c;
 }
 

@@ -188,11 +188,17 @@ struct EmulatedThread {
   std::int64_t syncs = 0;
   bool polling = false;  ///< paused in a poll: its further loads are the same wait
   bool loaded = false;   ///< has made a data load in this block
+  // SectorCounter's: the counter (by serial number) this thread last kept its accesses for, and its list there.
+  std::uint64_t sector_counter = 0;
+  void* sector_list = nullptr;
 };
 inline EmulatedThread& emulated_thread() {
   thread_local EmulatedThread t;
   return t;
 }
+
+/// A counter of the lanes' vector accesses that does not take the vector observer: another feeds it.
+struct Unobserved {};
 
 /// Counts the 32-byte sectors and 128-byte lines each warp-wide access touches (what Nsight
 /// Compute calls sectors per request), through the library's vector observer: a warp's lanes
@@ -213,61 +219,123 @@ class SectorCounter {
   };
 
   SectorCounter() { ps::vector_observer().set(&SectorCounter::observe, this); }
-  ~SectorCounter() { ps::vector_observer().clear(); }
+  /// One that another observer feeds (RoundsAndSectors).
+  explicit SectorCounter(Unobserved) : observed_(false) {}
+  ~SectorCounter() {
+    if (observed_) ps::vector_observer().clear();
+  }
   SectorCounter(const SectorCounter&) = delete;
   SectorCounter& operator=(const SectorCounter&) = delete;
 
-  Count loads() const { return count(false); }
-  Count stores() const { return count(true); }
+  Count loads() const { return counts()[0]; }
+  Count stores() const { return counts()[1]; }
+
+  // The observer's steps, for one that feeds several counters: after the lane's tile count steps, and each access.
+  void begin_tile(EmulatedThread& t) { std::memset(t.ordinal, 0, sizeof t.ordinal); }
+  void access(EmulatedThread& t, const void* address, int bytes, ps::VectorAccess access) {
+    if (access == ps::VectorAccess::use) return;
+    const bool store = access == ps::VectorAccess::store;
+    if (bytes > 16) {  // a bulk copy (stash/bulk_copy.hpp: one lane's, of more than a vector): a request of its own
+      std::lock_guard<std::mutex> lock(m_);
+      bulk_.push_back(Bulk{store, reinterpret_cast<std::uintptr_t>(address), bytes});
+      return;
+    }
+    // Each thread keeps its accesses in its own list (no lock but the first time): a row's millions of them.
+    if (t.sector_counter != serial_) {
+      std::lock_guard<std::mutex> lock(m_);
+      lists_.push_back(std::make_unique<std::vector<Access>>());
+      t.sector_counter = serial_, t.sector_list = lists_.back().get();
+    }
+    static_cast<std::vector<Access>*>(t.sector_list)
+        ->push_back(Access{request(store, t.block, t.warp, t.tile, bytes, t.ordinal[store][bytes]++),
+                           reinterpret_cast<std::uintptr_t>(address)});
+  }
 
  private:
-  // block, warp, tile, store, bytes, n
-  using Key = std::tuple<std::int64_t, int, std::int64_t, bool, int, std::int64_t>;
+  /// One lane's access: its instruction (the request: store, block, warp, tile, bytes, n, packed in 64 bits, stores
+  /// last) and address. 16 bytes: a row's millions of them are kept until counted.
+  struct Access {
+    std::uint64_t request;
+    std::uintptr_t address;
+    bool operator<(const Access& o) const { return request != o.request ? request < o.request : address < o.address; }
+  };
+  struct Bulk {
+    bool store;
+    std::uintptr_t address;
+    int bytes;
+  };
+  static std::uint64_t request(bool store, std::int64_t block, int warp, std::int64_t tile, int bytes, std::int64_t n) {
+    std::uint64_t key = store;
+    const auto field = [&key](std::int64_t value, int bits) {
+      if (value < 0 || value >= (std::int64_t{1} << bits)) throw std::runtime_error("SectorCounter: a field overflows");
+      key = key << bits | static_cast<std::uint64_t>(value);
+    };
+    field(block, 19), field(warp, 5), field(tile, 22), field(bytes, 5), field(n, 12);
+    return key;
+  }
 
   static void observe(const void* address, int bytes, ps::VectorAccess access, void* context) {
     EmulatedThread& t = emulated_thread();
+    auto* self = static_cast<SectorCounter*>(context);
     if (access == ps::VectorAccess::tile) {
       ++t.tile;
-      std::memset(t.ordinal, 0, sizeof t.ordinal);
-      return;
+      self->begin_tile(t);
+    } else {
+      self->access(t, address, bytes, access);
     }
-    if (access == ps::VectorAccess::use) return;
-    const bool store = access == ps::VectorAccess::store;
-    // A bulk copy (stash/bulk_copy.hpp: one lane's, of more than a vector) is a request of its own.
-    const Key key{t.block, t.warp, t.tile, store, bytes, t.ordinal[store][bytes <= 16 ? bytes : 0]++};
-    auto* self = static_cast<SectorCounter*>(context);
-    std::lock_guard<std::mutex> lock(self->m_);
-    self->accesses_[key].push_back(reinterpret_cast<std::uintptr_t>(address));
   }
 
-  Count count(bool store) const {
+  /// The loads' and the stores' counts, made once (call only while no operation runs: the lists are the threads').
+  const std::array<Count, 2>& counts() const {
     std::lock_guard<std::mutex> lock(m_);
-    Count c;
-    std::vector<std::uintptr_t> sectors, lines;
-    for (const auto& [key, addresses] : accesses_) {
-      if (std::get<3>(key) != store) continue;
-      const int bytes = std::get<4>(key);
-      sectors.clear(), lines.clear();
-      std::vector<std::uintptr_t> distinct = addresses;  // lanes that read one address share its bytes
-      std::sort(distinct.begin(), distinct.end());
-      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-      for (std::uintptr_t a : distinct) {
-        for (std::uintptr_t s = a / 32; s <= (a + bytes - 1) / 32; ++s) sectors.push_back(s);
-        for (std::uintptr_t l = a / 128; l <= (a + bytes - 1) / 128; ++l) lines.push_back(l);
-      }
-      std::sort(sectors.begin(), sectors.end());
-      std::sort(lines.begin(), lines.end());
+    if (counted_) return counts_;
+    counted_ = true;
+    std::vector<Access> all;
+    for (const auto& list : lists_) all.insert(all.end(), list->begin(), list->end());
+    std::sort(all.begin(), all.end());
+    for (std::size_t i = 0; i < all.size();) {
+      Count& c = counts_[all[i].request >> 63];
+      const auto bytes = static_cast<std::uintptr_t>(all[i].request >> 12 & 31);
+      std::uintptr_t last_sector = 0, last_line = 0, last_address = 0;
       ++c.requests;
-      const std::int64_t n = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
-      c.sectors += n;
-      c.lines += std::unique(lines.begin(), lines.end()) - lines.begin();
-      c.bytes += static_cast<std::int64_t>(distinct.size()) * bytes;
+      // The request's distinct addresses, ascending (lanes that read one address share its bytes): each sector and
+      // line once.
+      std::size_t j = i;
+      for (; j < all.size() && all[j].request == all[i].request; ++j) {
+        const std::uintptr_t a = all[j].address;
+        if (j > i && a == last_address) continue;
+        c.bytes += static_cast<std::int64_t>(bytes);
+        for (std::uintptr_t sector = a / 32; sector <= (a + bytes - 1) / 32; ++sector)
+          if (j == i || sector > last_sector) ++c.sectors, last_sector = sector;
+        for (std::uintptr_t line = a / 128; line <= (a + bytes - 1) / 128; ++line)
+          if (j == i || line > last_line) ++c.lines, last_line = line;
+        last_address = a;
+      }
+      i = j;
     }
-    return c;
+    for (const Bulk& b : bulk_) {
+      Count& c = counts_[b.store];
+      ++c.requests;
+      c.bytes += b.bytes;
+      const auto last = b.address + static_cast<std::uintptr_t>(b.bytes) - 1;
+      c.sectors += static_cast<std::int64_t>(last / 32 - b.address / 32 + 1);
+      c.lines += static_cast<std::int64_t>(last / 128 - b.address / 128 + 1);
+    }
+    return counts_;
   }
 
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> serial{0};
+    return ++serial;
+  }
+
+  bool observed_ = true;
+  const std::uint64_t serial_ = next_serial();
   mutable std::mutex m_;
-  std::map<Key, std::vector<std::uintptr_t>> accesses_;
+  std::vector<std::unique_ptr<std::vector<Access>>> lists_;
+  std::vector<Bulk> bulk_;
+  mutable bool counted_ = false;
+  mutable std::array<Count, 2> counts_{};
 };
 
 /// Counts the dependent rounds of each warp through the library's vector observer (docs/design.md's glossary, "round"):
@@ -288,7 +356,11 @@ class RoundCounter {
   };
 
   RoundCounter() { ps::vector_observer().set(&RoundCounter::observe, this); }
-  ~RoundCounter() { ps::vector_observer().clear(); }
+  /// One that another observer feeds (RoundsAndSectors).
+  explicit RoundCounter(Unobserved) : observed_(false) {}
+  ~RoundCounter() {
+    if (observed_) ps::vector_observer().clear();
+  }
   RoundCounter(const RoundCounter&) = delete;
   RoundCounter& operator=(const RoundCounter&) = delete;
 
@@ -312,6 +384,21 @@ class RoundCounter {
     return c;
   }
 
+  // The observer's steps, for one that feeds several counters: before and after the lane's tile count steps, and each
+  // access.
+  void end_tile(EmulatedThread& t) {
+    if (t.loading) end_round(t);  // loads never used: a round of the tile they belong to
+  }
+  void begin_tile(EmulatedThread& t) {
+    t.rounds = 0;
+    std::lock_guard<std::mutex> lock(m_);
+    tiles_.emplace(Key{t.block, t.warp, t.tile}, 0);  // a tile of no loads has none
+  }
+  void access(EmulatedThread& t, ps::VectorAccess access) {
+    if (access == ps::VectorAccess::load) t.loading = true;
+    else if (t.loading) end_round(t);
+  }
+
  private:
   using Key = std::tuple<std::int64_t, int, std::int64_t>;  // block, warp, tile
 
@@ -319,15 +406,12 @@ class RoundCounter {
     EmulatedThread& t = emulated_thread();
     auto* self = static_cast<RoundCounter*>(context);
     if (access == ps::VectorAccess::tile) {
-      if (t.loading) self->end_round(t);  // loads never used: a round of the tile they belong to
+      self->end_tile(t);
       ++t.tile;
-      t.rounds = 0;
-      std::lock_guard<std::mutex> lock(self->m_);
-      self->tiles_.emplace(Key{t.block, t.warp, t.tile}, 0);  // a tile of no loads has none
-      return;
+      self->begin_tile(t);
+    } else {
+      self->access(t, access);
     }
-    if (access == ps::VectorAccess::load) t.loading = true;
-    else if (t.loading) self->end_round(t);
   }
   void end_round(EmulatedThread& t) {
     t.loading = false;
@@ -337,8 +421,35 @@ class RoundCounter {
     r = std::max(r, t.rounds);
   }
 
+  bool observed_ = true;
   mutable std::mutex m_;
   std::map<Key, std::int64_t> tiles_;
+};
+
+/// Rounds and sectors counted in one emulated run (the one vector observer feeds both, a lane's tile begun once).
+struct RoundsAndSectors {
+  RoundCounter rounds{Unobserved{}};
+  SectorCounter sectors{Unobserved{}};
+
+  RoundsAndSectors() { ps::vector_observer().set(&RoundsAndSectors::observe, this); }
+  ~RoundsAndSectors() { ps::vector_observer().clear(); }
+  RoundsAndSectors(const RoundsAndSectors&) = delete;
+  RoundsAndSectors& operator=(const RoundsAndSectors&) = delete;
+
+ private:
+  static void observe(const void* address, int bytes, ps::VectorAccess access, void* context) {
+    EmulatedThread& t = emulated_thread();
+    auto* self = static_cast<RoundsAndSectors*>(context);
+    if (access == ps::VectorAccess::tile) {
+      self->rounds.end_tile(t);
+      ++t.tile;
+      self->rounds.begin_tile(t);
+      self->sectors.begin_tile(t);
+    } else {
+      self->rounds.access(t, access);
+      self->sectors.access(t, address, bytes, access);
+    }
+  }
 };
 
 /// Preemption at every device atomic and fence of the library's code (through its atomic

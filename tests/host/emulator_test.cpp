@@ -924,7 +924,8 @@ TEST_CASE("fine-grained rows on one emulated warp: at most 8 dependent rounds a 
     const std::string name = R::name();
     const bool nvfp4 = name.rfind("nvfp4/", 0) == 0, mxfp8 = name == "mxfp8/capacity/compact";
     if (!((nvfp4 && mean == (fs.hidden > 4096 ? 32 : 128)) || (mxfp8 && mean == 64))) return;
-    const auto c = pagestash_test::count_fine_rounds<typename R::layout>(fs, mean, pagestash_test::one_warp());
+    const auto f = pagestash_test::count_fine_row<typename R::layout>(fs, mean, pagestash_test::one_warp(), false);
+    const RoundCounter::Count c[2] = {f[0].rounds, f[1].rounds};
     INFO(fs.name << ", " << name << ", mean " << mean << ": stash " << c[0].max_warp << ", reload " << c[1].max_warp);
     CHECK(c[0].tiles > 0);
     CHECK(c[0].max_warp <= pagestash_test::fine_rounds_bound);

@@ -15,8 +15,9 @@
 //   copy_tile_staged   the lanes of a warp, for a tile of short lines (runs of at most
 //                      StashPolicy::staged_max_run bytes, line starts on 16 bytes): lanes map
 //                      to (line, 16-byte chunk) and load aligned chunks from the line starts,
-//                      staged_loads a lane, all independent; the warp compacts their live bytes
-//                      in its stage (shared memory; the grid emulator's per-warp host buffer)
+//                      staged_loads a lane, all independent (dense lines: two halves); the warp
+//                      compacts their live bytes in its stage (shared memory; the grid
+//                      emulator's per-warp host buffer)
 //                      and stores whole, aligned stream vectors from it. A reload loads the
 //                      stream's vectors into the stage and stores each chunk's live bytes into
 //                      its line exactly. Rounds of lines that fit the stage, a ring: the stream
@@ -703,6 +704,9 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
             }
           }
           observe_vector(nullptr, 0, VectorAccess::use);
+#if defined(__CUDA_ARCH__)
+          __syncwarp();  // every load issued before a byte is staged: else ptxas sinks loads to their uses
+#endif
           const StagedRound r = staged_round(tile, tile.first);
           PAGESTASH_UNROLL
           for (u32 i = 0; i < batch; ++i) {

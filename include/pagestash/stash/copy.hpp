@@ -15,8 +15,9 @@
 //   copy_tile_staged   the lanes of a warp, for a tile of short lines (runs of at most
 //                      StashPolicy::staged_max_run bytes, line starts on 16 bytes): lanes map
 //                      to (line, 16-byte chunk) and load aligned chunks from the line starts,
-//                      staged_loads a lane, all independent; the warp compacts their live bytes
-//                      in its stage (shared memory; the grid emulator's per-warp host buffer)
+//                      staged_loads a lane, all independent (dense lines: two halves); the warp
+//                      compacts their live bytes in its stage (shared memory; the grid
+//                      emulator's per-warp host buffer)
 //                      and stores whole, aligned stream vectors from it. A reload loads the
 //                      stream's vectors into the stage and stores each chunk's live bytes into
 //                      its line exactly. Rounds of lines that fit the stage, a ring: the stream
@@ -401,14 +402,40 @@ template <class Lanes>
 struct Stages<Lanes, cuda::std::void_t<decltype(cuda::std::declval<const Lanes&>().sync_lanes())>>
     : cuda::std::true_type {};
 
+/// A staged tile's constants and round (copy_tile_staged). On the device the lanes keep them in their warp's copy in
+/// shared memory, each lane writing the same values, and read them (volatile) where they are used: held in registers
+/// across a round, they would leave too few for its loads (8 x 4 registers of data a lane).
+struct StagedTile {
+  unsigned char* line0;   ///< the line of the tile's first byte
+  unsigned char* stream;  ///< the tile's first stream byte
+  cuda::std::uint32_t run, col0, bytes, pitch;
+  cuda::std::uint32_t lines, group;  ///< the tile's lines, and a round's
+  cuda::std::uint32_t shift;         ///< lines on 16 bytes: 2^shift chunks a line
+  cuda::std::uint32_t skew;          ///< dense: line0's offset from 16 bytes
+  cuda::std::uint32_t per_pitch;     ///< dense: ShortDivisor(pitch).m
+  bool dense;                        ///< lines not on 16 bytes, a short pitch
+  cuda::std::uint32_t first, done;   ///< the round's first line; stream vectors the rounds before stored (loaded)
+};
+
+#if defined(__CUDA_ARCH__)
+/// A warp's shared memory for staging: its stage, and its staged tile (one base address for both).
+struct WarpStage {
+  alignas(16) unsigned char bytes[StashPolicy::stage_bytes];
+  StagedTile tile;
+};
+__device__ inline WarpStage& warp_stage() {
+  __shared__ WarpStage stages[StashPolicy::warps_per_block];
+  return stages[threadIdx.x / 32];
+}
+#endif
+
 /// The warp's stage: StashPolicy::stage_bytes of shared memory on the device (one per warp of the block), the lanes'
 /// own buffer on the host (the grid emulator's).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE unsigned char* stage_of(const Lanes& lanes) {
 #if defined(__CUDA_ARCH__)
   (void)lanes;
-  __shared__ alignas(16) unsigned char stages[StashPolicy::warps_per_block][StashPolicy::stage_bytes];
-  return stages[threadIdx.x / 32];
+  return warp_stage().bytes;
 #else
   return lanes.stage();
 #endif
@@ -441,158 +468,324 @@ PAGESTASH_HOST_DEVICE inline void store_staged(unsigned char* at, const Vector16
 PAGESTASH_HOST_DEVICE inline bool tile_stageable(const TileSpan& s, TileOp op) {
   using namespace detail;
   if (op == TileOp::zero || s.run > StashPolicy::staged_max_run || tile_aligned(s)) return false;
+  if (s.pitch > cuda::std::int64_t{0xFFFFFFFF}) return false;  // the mover keeps the pitch in 32 bits
   return (s.pitch % 16 == 0 && aligned16(s.body)) || s.pitch <= StashPolicy::staged_max_dense_pitch;
 }
 
-/// The lanes of a warp move a tile of short lines through their stage (see the top of this file; tile_stageable).
+namespace detail {
+
+/// The first n (1..15) bytes at `at`, zero above: a byte load each (the one chunk a round that the buffer may end in,
+/// so nothing past them is read; few registers, where a lane holds its other chunks).
+PAGESTASH_HOST_DEVICE inline Vector16 load_head(const unsigned char* at, unsigned n) {
+  Vector16 x{};
+  PAGESTASH_UNROLL
+  for (unsigned b = 0; b < 15; ++b) {
+    if (b >= n) continue;
+    observe_vector(at + b, 1, VectorAccess::load);
+#if defined(__CUDA_ARCH__)
+    const cuda::std::uint32_t byte = __ldcs(at + b);
+#else
+    const cuda::std::uint32_t byte = at[b];
+#endif
+    x.w[b / 4] |= byte << (8 * (b % 4));
+  }
+  return x;
+}
+
+/// Word i of the stage's ring.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint32_t stage_word(const unsigned char* stage, cuda::std::uint32_t i) {
+  const cuda::std::uint32_t at = 4 * (i & (StashPolicy::stage_bytes / 4 - 1));
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const cuda::std::uint32_t*>(stage + at);
+#else
+  cuda::std::uint32_t w;
+  std::memcpy(&w, stage + at, 4);
+  return w;
+#endif
+}
+
+/// This lane's index in its warp, found again where it is used (on the device: not kept in a register).
+template <class Lanes>
+PAGESTASH_HOST_DEVICE cuda::std::uint32_t lane_of(const Lanes& lanes) {
+#if defined(__CUDA_ARCH__)
+  (void)lanes;
+  cuda::std::uint32_t lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+#else
+  return static_cast<cuda::std::uint32_t>(lanes.rank());
+#endif
+}
+
+/// One 16-byte chunk of a lane's in a staged round: its aligned address's offset from the tile's first line (the
+/// address itself only where it is used: line0 is read again); its first byte's column in that byte's line (dense:
+/// negative before the tile's first line) and stream byte, from the tile's first (negative before it). Lines on 16
+/// bytes: one line a chunk, whose bytes [first, end) are the round's (none: first >= end).
+struct StagedChunk {
+  cuda::std::int64_t rel;
+  cuda::std::int32_t col, pos;
+  cuda::std::int32_t first, end;
+};
+
+/// A staged round of lines [first, end): its stream bytes [lo, hi), and its whole vectors end at `last`.
+struct StagedRound {
+  cuda::std::uint32_t first, end;
+  cuda::std::int32_t lo, hi;
+  cuda::std::uint32_t last;
+};
+
+/// The round from line `first` of tile t.
+template <class Tile>
+PAGESTASH_HOST_DEVICE StagedRound staged_round(const Tile& t, cuda::std::uint32_t first) {
+  const cuda::std::uint32_t run = t.run, col0 = t.col0, bytes = t.bytes, lines = t.lines;
+  StagedRound r;
+  r.first = first;
+  r.end = first + t.group < lines ? first + t.group : lines;
+  const cuda::std::uint32_t hi = r.end * run - col0 < bytes ? r.end * run - col0 : bytes;
+  r.hi = static_cast<cuda::std::int32_t>(hi);
+  r.lo = first == 0 ? 0 : static_cast<cuda::std::int32_t>(first * run - col0);
+  r.last = r.end == lines ? (bytes + 15) / 16 : hi / 16;
+  return r;
+}
+
+/// Chunk j (of staged_loads) of lane `lane` of `width` in round r of tile t (`dense`: t.dense).
+template <class Tile>
+PAGESTASH_HOST_DEVICE StagedChunk staged_chunk(const Tile& t, const StagedRound& r, bool dense,
+                                               cuda::std::uint32_t lane, cuda::std::uint32_t width,
+                                               cuda::std::uint32_t j) {
+  using u32 = cuda::std::uint32_t;
+  using i32 = cuda::std::int32_t;
+  const u32 run = t.run, col0 = t.col0, pitch = t.pitch;
+  StagedChunk c;
+  if (!dense) {
+    const u32 shift = t.shift;
+    u32 l, col;
+    if (width % 16 == 0) {  // a warp: lane's chunks are in one column, width >> shift lines apart
+      l = r.first + (lane >> shift) + j * (width >> shift);
+      col = 16 * (lane & ((1u << shift) - 1));
+    } else {
+      const u32 k = lane + j * width;
+      l = r.first + (k >> shift);
+      col = 16 * (k & ((1u << shift) - 1));
+    }
+    c.rel = static_cast<cuda::std::int64_t>(static_cast<cuda::std::uint64_t>(l) * pitch + col);
+    c.col = static_cast<i32>(col);
+    c.pos = static_cast<i32>(l * run + col - col0);
+    c.first = r.lo - c.pos > 0 ? r.lo - c.pos : 0;
+    const i32 in_line = static_cast<i32>(run) - c.col, in_round = r.hi - c.pos;
+    c.end = in_line < in_round ? in_line : in_round;
+    if (c.end > 16) c.end = 16;
+    return c;
+  }
+  const u32 skew = t.skew;
+  const u32 from = r.first * pitch + (r.first == 0 ? col0 : 0);  // the round's first byte, from line0
+  const i32 rel = static_cast<i32>(((from + skew) & ~15u) - skew + 16 * (lane + j * width));
+  c.rel = rel;
+  ShortDivisor per_pitch(1);
+  per_pitch.m = t.per_pitch;
+  const i32 l = rel < 0 ? -1 : static_cast<i32>(per_pitch.of(static_cast<u32>(rel)));
+  c.col = rel - l * static_cast<i32>(pitch);
+  c.pos = l * static_cast<i32>(run) + c.col - static_cast<i32>(col0);
+  c.first = 0;
+  c.end = 16;
+  return c;
+}
+
+/// The bytes of chunk c that its lane loads: 16, 0 (none of the round's) or a head (dense: the buffer may end with the
+/// round's last line).
+template <class Tile>
+PAGESTASH_HOST_DEVICE cuda::std::uint32_t staged_room(const Tile& t, const StagedRound& r, bool dense,
+                                                      const StagedChunk& c) {
+  using u32 = cuda::std::uint32_t;
+  using i32 = cuda::std::int32_t;
+  if (!dense) return c.first < c.end ? 16 : 0;
+  const u32 run = t.run, pitch = t.pitch;
+  const u32 last_live = t.bytes + t.col0 - (r.end - 1) * run;  // the round's last line's live bytes end here
+  const i32 live_end = static_cast<i32>((r.end - 1) * pitch + (last_live < run ? last_live : run));
+  const i32 line_end = static_cast<i32>(r.end * pitch);  // past it, the buffer may end
+  const auto rel = static_cast<i32>(c.rel);
+  return rel >= live_end ? 0u : static_cast<u32>(line_end - rel < 16 ? line_end - rel : 16);
+}
+
+/// fn(b, p) for each byte b of chunk c that is a live byte of round r, p its stream byte. A dense chunk's bytes walk
+/// its lines (a column at the pitch starts the next line).
+template <class Tile, class Fn>
+PAGESTASH_HOST_DEVICE void for_each_staged_byte(const Tile& t, const StagedRound& r, bool dense, const StagedChunk& c,
+                                                const Fn& fn) {
+  using i32 = cuda::std::int32_t;
+  if (!dense) {
+    PAGESTASH_UNROLL
+    for (i32 b = 0; b < 16; ++b)
+      if (b >= c.first && b < c.end)
+        fn(static_cast<cuda::std::uint32_t>(b), static_cast<cuda::std::uint32_t>(c.pos + b));
+    return;
+  }
+  const auto run = static_cast<i32>(t.run), pitch = static_cast<i32>(t.pitch);
+  i32 col = c.col, pos = c.pos;
+  PAGESTASH_UNROLL
+  for (cuda::std::uint32_t b = 0; b < 16; ++b) {
+    if (col < run && pos >= r.lo && pos < r.hi) fn(b, static_cast<cuda::std::uint32_t>(pos));
+    if (++col == pitch) col = 0, pos += run - pitch;
+    ++pos;
+  }
+}
+
+}  // namespace detail
+
+/// The lanes of a warp move a tile of short lines through their stage (see the top of this file; tile_stageable). Each
+/// phase of a round finds the lane's chunks again from the tile's constants (StagedTile), by shifts and multiplies (no
+/// division), so that across the loads only the chunks' data are live.
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& s, TileOp op) {
   using namespace detail;  // the vector and run helpers above
   using u32 = cuda::std::uint32_t;
   constexpr u32 loads = StashPolicy::staged_loads, ring = StashPolicy::stage_bytes;
   static_assert(ring % 16 == 0 && (ring & (ring - 1)) == 0 && StashPolicy::staged_max_run <= 256);
+#if defined(__CUDA_ARCH__)
+  volatile StagedTile& tile = warp_stage().tile;
+#else
+  StagedTile own;
+  StagedTile& tile = own;
+#endif
   unsigned char* const stage = stage_of(lanes);
-  unsigned char* const line0 = s.body - s.pitch;  // the line of the tile's first byte
-  const u32 run = s.run, col0 = static_cast<u32>(s.head - line0), bytes = s.bytes;
-  const auto pitch = static_cast<u32>(s.pitch);
-  // Lines on 16 bytes: each line's chunks, 2^shift a line (a power of two: a chunk's line and column are a shift and a
-  // mask). Else (dense: a pitch of at most staged_max_dense_pitch) the aligned chunks over the round's lines, each
-  // byte's line found by a multiply-high.
-  const bool dense = !(pitch % 16 == 0 && aligned16(line0));
-  const unsigned shift = run <= 16 ? 0 : (run <= 32 ? 1 : (run <= 64 ? 2 : (run <= 128 ? 3 : 4)));
-  const ShortDivisor per_run(run), per_pitch(pitch);
-  const u32 lane = static_cast<u32>(lanes.rank()), width = static_cast<u32>(lanes.size());
-  const u32 lines = per_run.of(col0 + bytes - 1) + 1;
-  // Lines a round: a chunk a load (dense: two more for the ends), and the round's bytes (with the vector carried over)
-  // within the ring.
-  const u32 by_lanes = dense ? per_pitch.of(16 * (width * loads - 2)) : (width * loads) >> shift;
-  const u32 by_ring = per_run.of(ring - 32);
-  const u32 group = by_lanes < by_ring ? by_lanes : by_ring;
-  const u32 vectors = (bytes + 15) / 16;
-  // The stream byte of line l's column c (from the tile's first), and whether it is one of the round's.
-  const auto stream_at = [&](u32 l, u32 c) { return l * run + c - col0; };
-  // Per line: chunk k's live bytes [a, e) in its line (none: a >= e), and the line.
-  const auto line_chunk = [&](u32 first, u32 end, u32 k, u32& a, u32& e) -> unsigned char* {
-    const u32 l = first + (k >> shift), c = 16 * (k & ((1u << shift) - 1));
-    a = e = 0;
-    if (l >= end) return line0;
-    a = l == 0 && col0 > c ? col0 : c;
-    e = c + 16 < run ? c + 16 : run;
-    if (bytes + col0 - l * run < e) e = bytes + col0 - l * run;
-    return line0 + static_cast<cuda::std::int64_t>(l) * s.pitch;
-  };
-  // Dense: chunk k's address (aligned) and the bytes of it that may be read (0: none of the round's), and fn(b, p)
-  // for each of its bytes b that is a live byte of the round, p its stream byte.
-  const auto dense_chunk = [&](u32 first, u32 end, u32 k, u32& n) -> unsigned char* {
-    const unsigned char* from = line0 + first * pitch + (first == 0 ? col0 : 0);
-    unsigned char* at = const_cast<unsigned char*>(from) - reinterpret_cast<cuda::std::uintptr_t>(from) % 16 + 16 * k;
-    const u32 last_live = bytes + col0 - (end - 1) * run;  // the round's last line's live bytes end here
-    const unsigned char* live_end = line0 + (end - 1) * pitch + (last_live < run ? last_live : run);
-    const unsigned char* line_end = line0 + end * pitch;  // past it, the buffer may end
-    n = at >= live_end ? 0 : static_cast<u32>(line_end - at < 16 ? line_end - at : 16);
-    return at;
-  };
-  const auto for_each_dense_byte = [&](u32 first, u32 end, const unsigned char* at, const auto& fn) {
-    const auto rel = static_cast<cuda::std::int32_t>(at - line0);
-    PAGESTASH_UNROLL
-    for (u32 b = 0; b < 16; ++b) {
-      if (rel + static_cast<cuda::std::int32_t>(b) < 0) continue;
-      const u32 r = static_cast<u32>(rel) + b, l = per_pitch.of(r), c = r - l * pitch;
-      if (c >= run || l < first || l >= end || (l == 0 && c < col0)) continue;
-      const u32 p = stream_at(l, c);
-      if (p < bytes) fn(b, p);
-    }
-  };
-  u32 done = 0;  // stream vectors stored (stash) or loaded (reload) by the rounds before
-  for (u32 first = 0; first < lines; first += group) {
-    const u32 end = first + group < lines ? first + group : lines;
-    const u32 hi = end * run - col0 < bytes ? end * run - col0 : bytes;  // the round's stream bytes end here
-    const u32 last = end == lines ? vectors : hi / 16;                   // its whole vectors end here
+  const u32 width = static_cast<u32>(lanes.size());
+  {
+    unsigned char* const line0 = s.body - s.pitch;
+    const u32 run = s.run, col0 = static_cast<u32>(s.head - line0), bytes = s.bytes;
+    const auto pitch = static_cast<u32>(s.pitch);  // under 2^32 (tile_stageable)
+    // Lines on 16 bytes: each line's chunks, 2^shift a line (a power of two: a chunk's line and column are a shift and
+    // a mask). Else (dense: a pitch of at most staged_max_dense_pitch) the aligned chunks over the round's lines, each
+    // chunk's first line found by a multiply-high.
+    const bool dense = !(pitch % 16 == 0 && aligned16(line0));
+    const u32 shift = run <= 16 ? 0 : (run <= 32 ? 1 : (run <= 64 ? 2 : (run <= 128 ? 3 : 4)));
+    const ShortDivisor per_run(run), per_pitch(pitch);
+    // Lines a round: a chunk a load (dense: two more for the ends), and the round's bytes (with the vector carried
+    // over) within the ring.
+    const u32 by_lanes = dense ? per_pitch.of(16 * (width * loads - 2)) : (width * loads) >> shift;
+    const u32 by_ring = per_run.of(ring - 32);
+    tile.line0 = line0;
+    tile.stream = s.stream;
+    tile.run = run;
+    tile.col0 = col0;
+    tile.bytes = bytes;
+    tile.pitch = pitch;
+    tile.lines = per_run.of(col0 + bytes - 1) + 1;
+    tile.group = by_lanes < by_ring ? by_lanes : by_ring;
+    tile.shift = shift;
+    tile.skew = static_cast<u32>(reinterpret_cast<cuda::std::uintptr_t>(line0) % 16);
+    tile.per_pitch = per_pitch.m;
+    tile.dense = dense;
+    tile.first = 0;
+    tile.done = 0;
+  }
+  // A round's lanes read the tile's constants no later than its barrier: past it, another lane may be writing the
+  // next tile's.
+  for (;;) {
+    u32 last;
     if (op == TileOp::stash) {
-      Vector16 x[loads] = {};
-      PAGESTASH_UNROLL
-      for (u32 j = 0; j < loads; ++j) {
-        const u32 k = lane + j * width;
-        if (dense) {
-          u32 n;
-          const unsigned char* at = dense_chunk(first, end, k, n);
-          if (n == 16) x[j] = load_vector<16>(at);
-          else if (n > 0) x[j] = load_bytes(at, n);  // the round's last line may end the buffer
-        } else {
-          u32 a, e;
-          const unsigned char* line = line_chunk(first, end, k, a, e);
-          if (a < e) x[j] = load_vector<16>(line + (a & ~15u));
+      // The chunks' loads, then their live bytes into the stage; dense or not, a loop of its own (merged, the two
+      // would hold both kinds' values at once). Dense chunks go in two halves: the walk over their lines' bytes needs
+      // more registers than a lane has beside 8 chunks.
+      const auto load_and_stage = [&](auto dense_tag) {
+        constexpr bool dense = decltype(dense_tag)::value;
+        constexpr u32 batch = dense ? loads / 2 : loads;
+        PAGESTASH_UNROLL
+        for (u32 h = 0; h < loads; h += batch) {
+          Vector16 x[batch];
+          {
+            const StagedRound r = staged_round(tile, tile.first);
+            PAGESTASH_UNROLL
+            for (u32 i = 0; i < batch; ++i) {
+              const StagedChunk c = staged_chunk(tile, r, dense, lane_of(lanes), width, h + i);
+              const u32 room = staged_room(tile, r, dense, c);
+              unsigned char* const at = tile.line0 + c.rel;
+              if (room == 16) x[i] = load_vector<16>(at);
+              else x[i] = room > 0 ? load_head(at, room) : Vector16{};  // the round's last line may end the buffer
+            }
+          }
+          observe_vector(nullptr, 0, VectorAccess::use);
+#if defined(__CUDA_ARCH__)
+          __syncwarp();  // every load issued before a byte is staged: else ptxas sinks loads to their uses
+#endif
+          const StagedRound r = staged_round(tile, tile.first);
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < batch; ++i) {
+            // A chunk not loaded has none of the round's bytes.
+            const StagedChunk c = staged_chunk(tile, r, dense, lane_of(lanes), width, h + i);
+            const Vector16 y = x[i];
+            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) {
+              stage[p & (ring - 1)] = static_cast<unsigned char>(y.w[b / 4] >> (8 * (b % 4)));
+            });
+          }
         }
-      }
-      observe_vector(nullptr, 0, VectorAccess::use);
-      PAGESTASH_UNROLL
-      for (u32 j = 0; j < loads; ++j) {
-        const u32 k = lane + j * width;
-        if (dense) {
-          u32 n;
-          const unsigned char* at = dense_chunk(first, end, k, n);
-          if (n == 0) continue;
-          const Vector16 y = x[j];
-          for_each_dense_byte(first, end, at, [&](u32 b, u32 p) {
-            stage[p & (ring - 1)] = static_cast<unsigned char>(y.w[b / 4] >> (8 * (b % 4)));
-          });
-          continue;
-        }
-        u32 a, e;
-        line_chunk(first, end, k, a, e);
-        if (a >= e) continue;
-        Vector16 y = shift_bytes(x[j], a % 16, false);
-        u32 p = stream_at(first + (k >> shift), a);
-        for (u32 b = a; b < e; ++b, ++p) {
-          stage[p & (ring - 1)] = static_cast<unsigned char>(y.w[0]);
-          y = shift_bytes(y, 1, false);
-        }
-      }
+      };
+      if (tile.dense) load_and_stage(cuda::std::true_type{});
+      else load_and_stage(cuda::std::false_type{});
       lanes.sync_lanes();
-      for (u32 v = done + lane; v < last; v += width) {
+      const StagedRound r = staged_round(tile, tile.first);
+      const u32 bytes = tile.bytes;
+      unsigned char* const stream = tile.stream;
+      for (u32 v = tile.done + lane_of(lanes); v < r.last; v += width) {
         Vector16 y = load_staged(stage + ((16 * v) & (ring - 1)));
         if (16 * v + 16 > bytes) y = keep_bytes(y, bytes - 16 * v);  // the segment's padding: zeros
-        store_vector(s.stream + 16 * v, y, false);
+        store_vector(stream + 16 * v, y, false);
       }
+      last = r.last;
     } else {
-      // The stream vectors under the round's bytes (the one it shares with the round before, again).
-      const u32 top = (hi + 15) / 16;
-      constexpr u32 batch = ring / 16 / 32 > 0 ? ring / 16 / 32 : 1;
-      for (u32 v = done + lane; v < top; v += batch * width) {
-        Vector16 x[batch] = {};
-        PAGESTASH_UNROLL
-        for (u32 i = 0; i < batch; ++i)
-          if (v + i * width < top) x[i] = load_vector<16>(s.stream + 16 * (v + i * width));
-        observe_vector(nullptr, 0, VectorAccess::use);
-        PAGESTASH_UNROLL
-        for (u32 i = 0; i < batch; ++i)
-          if (v + i * width < top) store_staged(stage + ((16 * (v + i * width)) & (ring - 1)), x[i]);
+      {
+        // The stream vectors under the round's bytes (the one it shares with the round before, again).
+        const StagedRound r = staged_round(tile, tile.first);
+        const u32 top = (static_cast<u32>(r.hi) + 15) / 16;
+        unsigned char* const stream = tile.stream;
+        constexpr u32 batch = ring / 16 / 32 > 0 ? ring / 16 / 32 : 1;
+#if defined(__CUDA_ARCH__)
+#  pragma unroll 1
+#endif
+        for (u32 v = tile.done + lane_of(lanes); v < top; v += batch * width) {
+          Vector16 x[batch] = {};
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < batch; ++i)
+            if (v + i * width < top) x[i] = load_vector<16>(stream + 16 * (v + i * width));
+          observe_vector(nullptr, 0, VectorAccess::use);
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < batch; ++i)
+            if (v + i * width < top) store_staged(stage + ((16 * (v + i * width)) & (ring - 1)), x[i]);
+        }
       }
       lanes.sync_lanes();
-      PAGESTASH_UNROLL
-      for (u32 j = 0; j < loads; ++j) {
-        const u32 k = lane + j * width;
-        if (dense) {
-          u32 n;
-          unsigned char* at = dense_chunk(first, end, k, n);
-          if (n == 0) continue;
-          for_each_dense_byte(first, end, at, [&](u32 b, u32 p) { at[b] = stage[p & (ring - 1)]; });
-          continue;
+      const StagedRound r = staged_round(tile, tile.first);
+      const auto unstage = [&](auto dense_tag) {
+        constexpr bool dense = decltype(dense_tag)::value;
+        PAGESTASH_UNROLL
+        for (u32 j = 0; j < loads; ++j) {
+          const StagedChunk c = staged_chunk(tile, r, dense, lane_of(lanes), width, j);
+          unsigned char* const at = tile.line0 + c.rel;
+          if (dense) {
+            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) { at[b] = stage[p & (ring - 1)]; });
+            continue;
+          }
+          if (c.first >= c.end) continue;
+          // One line's bytes, consecutive in the stream: the stage's words under them, shifted into place.
+          const auto p = static_cast<u32>(c.pos + c.first);
+          u32 words[5];
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < 5; ++i) words[i] = stage_word(stage, p / 4 + i);
+          Vector16 y;
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < 4; ++i) y.w[i] = funnel_shift_right(words[i], words[i + 1], 8 * (p % 4));
+          store_bytes(at + c.first, y, static_cast<u32>(c.end - c.first));
         }
-        u32 a, e;
-        unsigned char* line = line_chunk(first, end, k, a, e);
-        if (a >= e) continue;
-        const u32 p = stream_at(first + (k >> shift), a);
-        Vector16 y{};
-        for (u32 b = e; b-- > a;) {
-          y = shift_bytes(y, 1, true);
-          y.w[0] |= stage[(p + b - a) & (ring - 1)];
-        }
-        store_bytes(line + a, y, e - a);
-      }
+      };
+      if (tile.dense) unstage(cuda::std::true_type{});
+      else unstage(cuda::std::false_type{});
+      last = r.last;
     }
+    const u32 next = tile.first + tile.group;
+    const bool more = next < tile.lines;
     lanes.sync_lanes();  // the next round writes the stage
-    done = last;
+    if (!more) return;
+    tile.first = next;
+    tile.done = last;
   }
 }
 

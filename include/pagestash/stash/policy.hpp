@@ -51,9 +51,9 @@ struct StashPolicy90 {
   static constexpr cuda::std::uint32_t staged_max_run = 256;
   /// The longest pitch of lines not on 16 bytes it takes (compact scales: a few bytes a line): it loads every chunk.
   static constexpr cuda::std::int64_t staged_max_dense_pitch = 64;
-  /// Whether the kernels stage short-line tiles (off: the gather moves them). Off for now: with it, ptxas spills the
-  /// copy kernels on sm_90 and sm_100 (stack frames of 96-200 bytes at 64 registers; issue 54). The grid emulator runs
-  /// the same policy; the copy-engine tests run the staged mover directly (tile_stageable).
+  /// Whether the kernels stage short-line tiles (off: the gather moves them). Off for now: with it, ptxas spills
+  /// sm_90's stash kernels (a 16-byte stack frame at 64 registers; sm_100's and the reloads fit; issue 54). The grid
+  /// emulator runs the same policy; the copy-engine tests run the staged mover directly (tile_stageable).
   static constexpr bool staged = false;
   /// The block scan of the count check and the plan (512 int64 values): the one that leaves the stash kernels within 64
   /// registers with no stack frame (check_kernels.py). The default raking scan spills on sm_90.

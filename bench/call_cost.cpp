@@ -114,8 +114,8 @@ void bench(const char* name, int calls) {
     const std::string recipe = name, compression = "lossless";  // the op's arguments, made once
     Times st, re;
     for (int i = 0; i < calls; ++i) {
-      timed(st, [&] { pt::run(ex, pt::Op::stash, pt::kind_of(recipe, compression), parts, s, rec, b, {}); });
-      timed(re, [&] { pt::run(ex, pt::Op::reload, pt::kind_of(recipe, compression), parts, s, rec, b, {}); });
+      timed(st, [&] { pt::run(ex, ps::Operation::stash, pt::kind_of(recipe, compression), parts, s, rec, b, {}); });
+      timed(re, [&] { pt::run(ex, ps::Operation::reload, pt::kind_of(recipe, compression), parts, s, rec, b, {}); });
     }
     st.print(name, "op's run()", "stash");
     re.print(name, "op's run()", "reload");

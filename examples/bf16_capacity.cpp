@@ -52,7 +52,7 @@ int main() {
                   stats.pages_held_at_step_end == 0 && config.device_pages == 256 && buffer_bytes == (16 << 20) &&
                   record.status().live_bytes == 1278 * hidden * 2;
   std::printf("bf16 capacity-padded: %lld pages for %lld live bytes of a %lld-byte buffer, reloaded: %s\n",
-              static_cast<long long>(stats.peak_pages_used), static_cast<long long>(record.status().live_bytes),
+              static_cast<long long>(stats.peak_pages_held), static_cast<long long>(record.status().live_bytes),
               static_cast<long long>(buffer_bytes), ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }

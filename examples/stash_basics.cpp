@@ -50,7 +50,7 @@ int main() {
   const pagestash::RecordStatus status = record.status();
   const pagestash::PoolStats stats = pool.stats();
   std::printf("record %s: %lld live bytes; pool peak %lld pages, overflow %d\n", pagestash::name_of(status.state),
-              static_cast<long long>(status.live_bytes), static_cast<long long>(stats.peak_pages_used),
+              static_cast<long long>(status.live_bytes), static_cast<long long>(stats.peak_pages_held),
               static_cast<int>(stats.flags.overflow));
   // [reload]
 

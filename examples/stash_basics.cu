@@ -56,7 +56,7 @@ int main() {
 
   const pagestash::PoolStats stats = pool.stats();
   std::printf("record %s, pool peak %lld pages, overflow %d\n", pagestash::name_of(record.status().state),
-              static_cast<long long>(stats.peak_pages_used), static_cast<int>(stats.flags.overflow));
+              static_cast<long long>(stats.peak_pages_held), static_cast<int>(stats.flags.overflow));
   const bool ok = record.status().state == pagestash::RecordState::reloaded && !stats.flags.overflow &&
                   stats.device_pages_free == config.device_pages;
   cudaGraphExecDestroy(step);

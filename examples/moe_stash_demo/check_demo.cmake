@@ -3,7 +3,7 @@
 #      is back at the step's end (end_step), in every run below too;
 #   2. a pool factor too small: overflow is reported, tensors stashed before it still match;
 #   3. --overflow 1e-3: the sizer's pool (its planned pages) holds the step, no overflow;
-#   4. --compress mxfp8: bf16 stashed compressed next to its lossless run, its reload equal to the reference round
+#   4. --compression mxfp8: bf16 stashed compressed next to its lossless run, its reload equal to the reference round
 #      trip, on fewer pages; nvfp4, which cannot be compressed, lossless;
 #   5. --grow: the step starts on a quarter of the pool and reaches it by growing (each overflowed step rerun after a
 #      reset and a grow, no restart): the measured step bit-exact with no overflow, after at least one grow;
@@ -101,11 +101,11 @@ if(NOT _sizing STREQUAL "sizer" OR NOT _pool EQUAL _planned)
   message(FATAL_ERROR "--overflow 1e-3: the pool (${_pool} pages, sized by ${_sizing}) is not the sizer's (${_planned})")
 endif()
 
-run_demo(_json --compress mxfp8 --recipes bf16,nvfp4 --schedule lifo)
+run_demo(_json --compression mxfp8 --recipes bf16,nvfp4 --schedule lifo)
 results("${_json}" compressed)
 string(JSON _n LENGTH "${_json}" results)
 if(NOT _n EQUAL 3 OR NOT compressed_overflows EQUAL 0)
-  message(FATAL_ERROR "--compress mxfp8: expected 3 results (bf16 lossless, bf16 mxfp8, nvfp4 lossless), got ${_n}")
+  message(FATAL_ERROR "--compression mxfp8: expected 3 results (bf16 lossless, bf16 mxfp8, nvfp4 lossless), got ${_n}")
 endif()
 set(_expected "bf16/capacity lossless source true" "bf16/capacity mxfp8 round_trip_blocks true"
               "nvfp4/capacity/swizzled lossless source false")
@@ -125,7 +125,7 @@ foreach(_i 0 1 2)
   list(APPEND _got "${_row}")
 endforeach()
 if(NOT _got STREQUAL _expected)
-  message(FATAL_ERROR "--compress mxfp8: rows '${_got}', expected '${_expected}'")
+  message(FATAL_ERROR "--compression mxfp8: rows '${_got}', expected '${_expected}'")
 endif()
 # Per BF16 value (2 bytes) the compressed stream holds a code (1 byte) and 1/32 byte of scale: about half the
 # pages, more with page rounding at this small shape.
@@ -133,7 +133,7 @@ string(JSON _lossless_pages GET "${_json}" results 0 peak_pages)
 string(JSON _compressed_pages GET "${_json}" results 1 peak_pages)
 math(EXPR _permille "${_compressed_pages} * 1000 / ${_lossless_pages}")
 if(_permille LESS 505 OR _permille GREATER 650)
-  message(FATAL_ERROR "--compress mxfp8: ${_compressed_pages} peak pages, lossless ${_lossless_pages}")
+  message(FATAL_ERROR "--compression mxfp8: ${_compressed_pages} peak pages, lossless ${_lossless_pages}")
 endif()
 
 run_demo(_json --grow --recipes bf16,nvfp4 --schedule lifo)
@@ -144,7 +144,7 @@ if(NOT grown_overflows EQUAL 0 OR NOT grown_lost EQUAL 0 OR _growths LESS 1)
   message(FATAL_ERROR "--grow: ${grown_overflows} overflows, ${_growths} grows (expected a grow and no overflow)")
 endif()
 
-foreach(_bad "--compress;zstd" "--overflow;1.5" "--overflow;0" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
+foreach(_bad "--compress;zstd" "--compression;zstd" "--overflow;1.5" "--overflow;0" "--shape;gpt" "--recipes;fp7" "--experts;0" "--hidden;100" "--capacity-factor;-1" "--layers;x" "--bogus;1" "--recipes;mxfp8;--capacity;48")
   execute_process(COMMAND "${DEMO}" ${_bad} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_VARIABLE _err)
   if(NOT _rc EQUAL 2 OR NOT _err MATCHES "moe_stash_demo: ")
     message(FATAL_ERROR "demo ${_bad}: exit ${_rc}, expected 2 with a message; stderr: ${_err}")

@@ -4,7 +4,7 @@
 // token by token: Dirichlet(0.5) over experts, top-k) draws per-expert token counts; each
 // layer's forward makes its saved activation in the chosen recipe in an oversized
 // [G, capacity, K] buffer (one static buffer, reused by every layer), stashes the live rows
-// into a page pool, and backward reloads them and checks them bit for bit (with --compress, the bf16 and fp16
+// into a page pool, and backward reloads them and checks them bit for bit (with --compression, the bf16 and fp16
 // recipes are stashed compressed, next to their lossless run, and checked against the reference round trip,
 // round_trip_blocks: what a compressed stash gives back). The pool is
 // sized from an eager step (every tensor fits) times a factor, or, with --overflow P, by
@@ -90,7 +90,7 @@ std::string help_text() {
          "What is saved:\n"
          "  --recipes NAME|FAMILY,...   recipes (default bf16,fp16,mxfp8,nvfp4: a family's capacity recipe with\n"
          "                              swizzled scales; or a capacity recipe's name, as mxfp8/capacity/compact)\n"
-         "  --compress " +
+         "  --compression " +
          compressions +
          "\n"
          "                              also stash the bf16 and fp16 recipes compressed, lossy (default lossless)\n"
@@ -180,7 +180,7 @@ Options parse(int argc, char** argv) {
       o.schedules = value == "both" ? std::vector<std::string>{"lifo", "1f1b"} : split(value);
     else if (flag == "--seed") o.seed = parse_number<unsigned>(flag, value);
     else if (flag == "--executor") o.executor = value;
-    else if (flag == "--compress") o.compression = value;
+    else if (flag == "--compression" || flag == "--compress") o.compression = value;  // --compress: its old name
 
     else throw UsageError("unknown flag " + flag);
   }
@@ -208,7 +208,7 @@ Options parse(int argc, char** argv) {
   if (std::find(compressions.begin(), compressions.end(), o.compression) == compressions.end()) {
     std::string known;
     for (const auto& n : compressions) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("--compress: unknown compression '" + o.compression + "' (" + known + ")");
+    throw UsageError("--compression: unknown compression '" + o.compression + "' (" + known + ")");
   }
   if (o.executor != "auto" && o.executor != "host" && o.executor != "cuda")
     throw UsageError("--executor: 'auto', 'host' or 'cuda'");
@@ -480,7 +480,7 @@ class Step {
       Pass(*this, eager, r, false).run(events);
       observed = eager.stats();
     }
-    r.eager_peak_pages = observed.peak_pages_used;
+    r.eager_peak_pages = observed.peak_pages_held;
 
     // The sizer's pool for the tensor the demo stashes (its layout and shape), the
     // schedule's peak and the demo's router.
@@ -533,9 +533,9 @@ class Step {
     r.pool_pages = pool.config().device_pages;
     r.pool_bytes = pool.config().device_bytes();
     r.host_pool_bytes = pool.config().host_bytes();
-    r.peak_pages = st.peak_pages_used;
-    r.peak_device_pages = st.peak_device_pages_used;
-    r.peak_pool_bytes = st.peak_device_pages_used * pool.config().page_bytes;
+    r.peak_pages = st.peak_pages_held;
+    r.peak_device_pages = st.peak_device_pages_held;
+    r.peak_pool_bytes = st.peak_device_pages_held * pool.config().page_bytes;
     r.host_spill = st.flags.host_spill != 0;
     r.overflows = st.failures();
     r.pages_held_at_step_end = st.pages_held_at_step_end;

@@ -42,7 +42,7 @@ foreach(_args "--recipe;mxfp8/packed_padded/compact" "--recipe;mxfp8;--placement
     message(FATAL_ERROR "pagestash_size ${_args}: exit ${_rc}, '${_out}'")
   endif()
 endforeach()
-# --compress: a bf16 deepseek-v3 layer paged as FP8 codes and block scales. Per BF16 value (2 bytes) a compressed
+# --compression: a bf16 deepseek-v3 layer paged as FP8 codes and block scales. Per BF16 value (2 bytes) a compressed
 # stream holds a 1-byte code and 1/32 byte of scale (an E8M0 per 32, or an FP32 per 128), so its pool, with the same
 # seed and so the same counts, is (1 + 1/32) / 2 = 0.516 of the lossless pool's pages, give or take page rounding.
 set(_deepseek --shape deepseek-v3 --recipe bf16 --samples 1000 --seed 3 --json)
@@ -53,9 +53,9 @@ endif()
 string(JSON _lossless_pages GET "${_lossless}" pages)
 string(JSON _lossless_name GET "${_lossless}" compression)
 foreach(_format mxfp8 mxfp8_e5m2 fp8_1x128)
-  execute_process(COMMAND "${SIZER}" ${_deepseek} --compress ${_format} OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+  execute_process(COMMAND "${SIZER}" ${_deepseek} --compression ${_format} OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
   if(NOT _rc EQUAL 0)
-    message(FATAL_ERROR "pagestash_size ${_deepseek} --compress ${_format}: exit ${_rc}")
+    message(FATAL_ERROR "pagestash_size ${_deepseek} --compression ${_format}: exit ${_rc}")
   endif()
   string(JSON _pages GET "${_out}" pages)
   string(JSON _name GET "${_out}" compression)
@@ -65,7 +65,7 @@ foreach(_format mxfp8 mxfp8_e5m2 fp8_1x128)
   math(EXPR _permille "${_pages} * 1000 / ${_lossless_pages}")
   if(NOT _name STREQUAL "${_format}" OR NOT _lossless_name STREQUAL "lossless" OR _permille LESS 505
      OR _permille GREATER 530 OR NOT _full EQUAL _lossless_full)
-    message(FATAL_ERROR "pagestash_size --compress ${_format}: ${_pages} pages (${_name}), lossless ${_lossless_pages} "
+    message(FATAL_ERROR "pagestash_size --compression ${_format}: ${_pages} pages (${_name}), lossless ${_lossless_pages} "
                         "(${_lossless_name}): ${_permille}/1000, expected about 516; full bytes ${_full}, lossless "
                         "${_lossless_full}")
   endif()
@@ -137,7 +137,7 @@ refused("schedule '1f1b:4:': '' is not a number" --schedule 1f1b:4:)
 refused("list:0,0 holds no stash" --schedule list:0,0)
 refused("--correlation must be in [0, 1]" --correlation 1.5)
 refused("--shape: pagestash::sizing: unknown model shape 'gpt' (deepseek-v3, " --shape gpt)
-refused("unknown compression 'zstd' (known: lossless, mxfp8, mxfp8_e5m2, fp8_1x128)" --recipe bf16 --compress zstd)
+refused("unknown compression 'zstd' (known: lossless, mxfp8, mxfp8_e5m2, fp8_1x128)" --recipe bf16 --compression zstd)
 refused("compression 'mxfp8' needs a bf16 or fp16 recipe, not 'nvfp4/capacity/swizzled'" --recipe nvfp4 --compress mxfp8)
 refused("counts_over.txt:2: count 3000 of expert 0 exceeds the capacity" --counts "${_dir}/counts_over.txt")
 refused("drift 'heat:0.5': unknown parameter 'heat'" --drift heat:0.5)
@@ -156,4 +156,29 @@ execute_process(COMMAND "${SIZER}" --samples 10 --counts "${_dir}/counts_comment
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "pagestash_size: a trailing # comment is refused: ${_err}")
 endif()
+# --compress, the flag's old name, is still taken.
+refused("compression 'fp8_1x128' needs a bf16 or fp16 recipe" --recipe fp32 --compress fp8_1x128)
+
+# --help lists each field of the sizer's settings table (PAGESTASH_SIZING_SETTINGS in SETTINGS_HEADER) as its flag
+# (dashes for underscores) with its default, and the command takes it.
+file(READ "${SETTINGS_HEADER}" _header)
+string(REGEX MATCHALL "\n  X\\([^,]+, [a-z_]+," _rows "${_header}")
+list(LENGTH _rows _settings)
+if(_settings LESS 7)
+  message(FATAL_ERROR "${SETTINGS_HEADER}: ${_settings} settings in PAGESTASH_SIZING_SETTINGS, expected at least 7")
+endif()
+execute_process(COMMAND "${SIZER}" --help OUTPUT_VARIABLE _help RESULT_VARIABLE _rc)
+foreach(_row IN LISTS _rows)
+  string(REGEX REPLACE "^\n  X\\([^,]+, ([a-z_]+),$" "\\1" _name "${_row}")
+  string(REPLACE "_" "-" _flag "--${_name}")
+  if(NOT _help MATCHES "\n  ${_flag} [NX] +[^\n]*\\(default ([^)]+)\\)\n")
+    message(FATAL_ERROR "pagestash_size --help lists no '${_flag}' with its default (the setting ${_name}):\n${_help}")
+  endif()
+  execute_process(COMMAND "${SIZER}" --samples 100 ${_flag} ${CMAKE_MATCH_1} --json RESULT_VARIABLE _rc
+                  OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "pagestash_size ${_flag} ${CMAKE_MATCH_1} (its default): exit ${_rc}: ${_err}")
+  endif()
+endforeach()
+message(STATUS "pagestash_size --help: the ${_settings} settings of the sizer's table, each with its default")
 message(STATUS "pagestash_size: JSON parses; bad recipes, options, schedules, counts and drifts are refused, naming them")

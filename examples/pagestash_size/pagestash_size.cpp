@@ -4,12 +4,13 @@
 //
 //   pagestash_size [--shape NAME] [--hidden N --experts N --top-k N --tokens N]
 //                  [--recipe NAME|FAMILY] [--placement capacity|packed|packed_padded]
-//                  [--scales swizzled|compact] [--compress lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--ffn-hidden N]
+//                  [--scales swizzled|compact] [--compression lossless|mxfp8|mxfp8_e5m2|fp8_1x128] [--ffn-hidden N]
 //                  [--schedule lifo|1f1b:P[:V]|list:a,b,c]
 //                  [--layers 4] [--microbatches 8] [--alpha 1 [--correlation 0] | --counts FILE [--cap-counts]]
 //                  [--routing multinomial|per-token] [--drift hot|alpha|correlation|tokens:v1,v2,...]
-//                  [--capacity-factor 2] [--overflow 1e-3]
+//                  [--capacity-factor 2] [--overflow 1e-3] [--confidence 0.95]
 //                  [--page-bytes 65536] [--host-pages 0] [--samples 20000] [--bootstrap 200] [--seed 1]
+//                  (the settings' flags: sizing::SizingSettings's table, PAGESTASH_SIZING_SETTINGS)
 //                  [--warmup-factors 1,1.02,1.1,1.25,1.5] [--points 24]
 //                  [--plot FILE.png] [--json]
 
@@ -45,6 +46,28 @@ std::string compression_list() {
   return list;
 }
 
+/// A setting's flag: its name, dashes for underscores (page_bytes: --page-bytes).
+std::string flag_of(const char* name) {
+  std::string flag = std::string("--") + name;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
+/// --help's lines of the sizer's settings, one a field of their table (PAGESTASH_SIZING_SETTINGS), with its default.
+std::string settings_usage() {
+  std::string lines;
+  const sizing::SizingSettings defaults;
+  sizing::for_each_field(defaults, [&](const char* name, const auto& value, const char* what) {
+    std::ostringstream line;
+    line << "  " << flag_of(name) << (std::is_floating_point_v<std::decay_t<decltype(value)>> ? " X" : " N");
+    line << std::string(line.str().size() < 33 ? 33 - line.str().size() : 1, ' ') << what << " (default " << value
+         << ")\n";
+    lines += line.str();
+  });
+  return lines;
+}
+
 const std::string usage =
     "usage: pagestash_size [options]\n"
     "  --shape " +
@@ -56,7 +79,7 @@ const std::string usage =
     "                                 or a family (bf16, fp16, fp32, mxfp8, mxfp8_e5m2, nvfp4; default mxfp8)\n"
     "  --placement capacity|packed|packed_padded   of a family (default capacity)\n"
     "  --scales swizzled|compact      block-scale arrangement of mxfp8/nvfp4 (default swizzled)\n"
-    "  --compress FORMAT              page a bf16/fp16 recipe's data compressed: " +
+    "  --compression FORMAT           page a bf16/fp16 recipe's data compressed: " +
     compression_list() +
     "\n"
     "                                 (default lossless; docs/layouts.md \"Compressed stash\")\n"
@@ -75,11 +98,8 @@ const std::string usage =
     "                                 as above: hot (the share of the tokens expert 0 takes; 0 none, an even\n"
     "                                 router's top_k/experts), alpha, correlation or tokens; prints each\n"
     "                                 phase's pool and the reserve a growable pool needs (docs/sizing.md)\n"
-    "  --capacity-factor X            tokens per expert buffer / mean (default 2)\n"
-    "  --overflow P                   target probability that a step overflows (default 1e-3)\n"
-    "  --page-bytes N --host-pages N  page size (default 65536), host spill pages (default 0)\n"
-    "  --samples N --seed N           Monte Carlo steps (default 20000) and seed (default 1)\n"
-    "  --bootstrap N                  replicates of the bootstrap over measured steps (default 200)\n"
+    "  --capacity-factor X            tokens per expert buffer / mean (default 2)\n" +
+    settings_usage() +
     "  --warmup-factors a,b,...       warm-up x factor sizings to compare\n"
     "                                 (default 1,1.02,1.1,1.25,1.5)\n"
     "  --points N                     points of the overflow curve (default 24)\n"
@@ -141,9 +161,17 @@ const sizing::ModelShape& model_shape(const std::string& name) {
   } catch (const std::invalid_argument& e) { throw UsageError(std::string("--shape: ") + e.what()); }
 }
 
+/// Sets the setting whose flag is `flag` (settings_usage's); false when no setting has it.
+bool set_setting(sizing::SizingSettings& settings, const std::string& flag, const std::string& value) {
+  bool set = false;
+  sizing::for_each_field(settings, [&](const char* name, auto& member, const char*) {
+    if (flag == flag_of(name)) member = number<std::decay_t<decltype(member)>>(flag, value), set = true;
+  });
+  return set;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
-  o.settings.page_bytes = 65536;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -170,7 +198,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--recipe") o.recipe = value;
     else if (flag == "--placement") o.placement = value;
     else if (flag == "--scales") o.scales = value;
-    else if (flag == "--compress") o.compression = value;
+    else if (flag == "--compression" || flag == "--compress") o.compression = value;  // --compress: its old name
     else if (flag == "--ffn-hidden") o.ffn_hidden = number<std::int64_t>(flag, value);
     else if (flag == "--schedule") o.schedule = value;
     else if (flag == "--layers") o.layers = at_least<std::int32_t>(flag, value, 1);
@@ -184,16 +212,10 @@ Options parse(int argc, char** argv) {
         o.drift = sizing::Drift::parse(o.drift_spec = value);
       } catch (const std::invalid_argument& e) { throw UsageError(std::string("--drift: ") + e.what()); }
     } else if (flag == "--capacity-factor") o.capacity_factor = number<double>(flag, value);
-    else if (flag == "--overflow") o.settings.overflow = number<double>(flag, value);
-    else if (flag == "--page-bytes") o.settings.page_bytes = number<std::int64_t>(flag, value);
-    else if (flag == "--host-pages") o.settings.host_pages = number<std::int64_t>(flag, value);
-    else if (flag == "--samples") o.settings.samples = number<std::int64_t>(flag, value);
-    else if (flag == "--seed") o.settings.seed = number<std::uint64_t>(flag, value);
-    else if (flag == "--bootstrap") o.settings.bootstrap = at_least<std::int64_t>(flag, value, 0);
     else if (flag == "--warmup-factors") o.warmup_factors = numbers(flag, value);
     else if (flag == "--points") o.points = number<std::int32_t>(flag, value);
     else if (flag == "--plot") o.plot = value;
-    else throw UsageError("unknown flag " + flag);
+    else if (!set_setting(o.settings, flag, value)) throw UsageError("unknown flag " + flag);
   }
   if (o.routing != "multinomial" && o.routing != "per-token")
     throw UsageError("--routing: '" + o.routing + "' (multinomial, per-token)");

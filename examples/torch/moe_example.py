@@ -107,7 +107,7 @@ def step(model, opt, microbatches, capacity, pool=None):
             if i == 0:  # measuring only (the pages in use synchronise)
                 seen.update(held=saved.nbytes, marked=None)
                 if step.paged:
-                    pages = pool.pages_in_use() * pool.page_bytes
+                    pages = pool.pages_held() * pool.page_bytes
                     seen.update(held=paging.passed_bytes + pages, marked=(paging.paged_bytes, pages))
             seen["loss"] += loss.item()
             loss.backward()

@@ -75,7 +75,7 @@ def rank_main(rank, world, init_file, args):
         if rank == 0:
             print(f"step {step}: {how}")
     print(f"rank {rank}: pool of {pool.device_pages} pages ({sizing.alive_stashes} stashes at the peak of "
-          f"{args.schedule}), {pool.totals['reruns']} reruns, {pool.pages_in_use()} pages held")
+          f"{args.schedule}), {pool.totals['reruns']} reruns, {pool.pages_held()} pages held")
     dist.destroy_process_group()
 
 

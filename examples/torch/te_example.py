@@ -134,7 +134,7 @@ def main():
                 with s.paging() as paging:
                     loss = (model(x, counts).float() * target).sum()
                 contexts.append(paging)
-                held.append(pool.pages_in_use() if isinstance(paging, ps.paged_saved_tensors) else 0)
+                held.append(pool.pages_held() if isinstance(paging, ps.paged_saved_tensors) else 0)
                 loss.backward()
 
         how = ps.run_step(pool, lambda s: microbatches(s, paged_model), paged_model)

@@ -18,8 +18,7 @@ PAGESTASH_NAMESPACE_BEGIN
 /// `comm` on the executor's CUDA stream, after the step's work there (side streams joined with events), before
 /// report().
 inline void agree(const CudaExecutor& ex, PagePool& pool, ncclComm_t comm) {
-  if (pool.space() != MemorySpace::device)
-    detail::throw_invalid("pagestash::agree", "the pool is in host memory; agree() all-reduces device flags");
+  check_memory_space("agree", ex.memory, pool.space());
   detail::check_stream_device("agree", ex.stream, pool.device());
   constexpr std::size_t words = sizeof(PoolFlags) / sizeof(cuda::std::int32_t);
   const ncclResult_t r = ncclAllReduce(pool.flags(), pool.flags(), words, ncclInt32, ncclMax, comm, ex.stream);

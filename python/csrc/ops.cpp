@@ -25,8 +25,8 @@ namespace pagestash_torch {
 
 #ifdef PAGESTASH_TORCH_CUDA
 // ops_cuda.cu
-void run_cuda(cudaStream_t stream, Op op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
-              const Buffers& buffers, ps::ReloadOptions options);
+void run_cuda(cudaStream_t stream, ps::Operation op, Kind k, const PoolParts& pool, const Shape& s,
+              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options);
 void pool_step_cuda(cudaStream_t stream, const PoolParts& pool, PoolStep step);
 void report_cuda(cudaStream_t stream, const PoolParts& pool, ps::PoolStats* dst);
 void resize_cuda(cudaStream_t stream, ps::PagePool& pool, bool growing, std::int64_t device_pages,
@@ -48,7 +48,7 @@ cudaStream_t stream_on(const at::Device&) {
               "need a build with it");
   return nullptr;
 }
-void run_cuda(cudaStream_t, Op, Kind, const PoolParts&, const Shape&, const RecordMemory&, const Buffers&,
+void run_cuda(cudaStream_t, ps::Operation, Kind, const PoolParts&, const Shape&, const RecordMemory&, const Buffers&,
               ps::ReloadOptions) {}
 void pool_step_cuda(cudaStream_t, const PoolParts&, PoolStep) {}
 void report_cuda(cudaStream_t, const PoolParts&, ps::PoolStats*) {}
@@ -231,7 +231,7 @@ ps::HostExecutor host_executor() {
 }
 
 /// One stash, reload or discard.
-void run_op(Op op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
+void run_op(ps::Operation op, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
             std::int64_t page_bytes, at::Tensor& record, Kind k, const Shape& s, const Buffers& buffers,
             ps::ReloadOptions options) {
   const PoolParts pool = pool_parts(control, device_arena, host_arena, page_bytes);
@@ -273,12 +273,9 @@ Shape checked_shape(Kind k, at::IntArrayRef shape) {
       if (s.hidden % L::hidden_multiple != 0)
         refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", L::hidden_multiple,
                " for this recipe: pad hidden to ", (s.hidden / L::hidden_multiple + 1) * L::hidden_multiple);
-      if constexpr (C::compressed) {
-        if (s.hidden % C::block != 0)
-          refuse("shape[2] (hidden) = ", s.hidden, " must be a multiple of ", C::block, " (the block of compression '",
-                 C::name, "'): pad hidden to ", (s.hidden / C::block + 1) * C::block,
-                 ", or pass compression 'lossless'");
-      }
+      const std::string compression = ps::compression_refusal<C>(s.hidden);
+      if (!compression.empty())
+        refuse("shape[2] (hidden) = ", s.hidden, " ", compression, ", or pass compression 'lossless'");
       ps::GroupedView<L> v;
       v.max_tokens = s.tokens;
       v.hidden = s.hidden;
@@ -301,7 +298,7 @@ void stash_op(at::Tensor& control, at::Tensor& device_arena, at::Tensor& host_ar
   const Kind k = kind(recipe, compression);
   const Shape s = checked_shape(k, shape);
   const Buffers b = buffers_of(k, s, control.device(), data, scales, amax, counts);
-  run_op(Op::stash, control, device_arena, host_arena, page_bytes, record, k, s, b, {});
+  run_op(ps::Operation::stash, control, device_arena, host_arena, page_bytes, record, k, s, b, {});
 }
 
 void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -311,7 +308,7 @@ void reload_op(at::Tensor& control, const at::Tensor& device_arena, const at::Te
   const Kind k = kind(recipe, compression);
   const Shape s = checked_shape(k, shape);
   const Buffers b = buffers_of(k, s, control.device(), data, scales, amax, std::nullopt);
-  run_op(Op::reload, control, device_arena, host_arena, page_bytes, record, k, s, b,
+  run_op(ps::Operation::reload, control, device_arena, host_arena, page_bytes, record, k, s, b,
          ps::ReloadOptions{zero_tail, poison});
 }
 
@@ -320,7 +317,7 @@ void discard_op(at::Tensor& control, const at::Tensor& device_arena, const at::T
                 const std::string& compression) {
   const Kind k = kind(recipe, compression);
   const Shape s = checked_shape(k, shape);
-  run_op(Op::discard, control, device_arena, host_arena, page_bytes, record, k, s, Buffers{}, {});
+  run_op(ps::Operation::discard, control, device_arena, host_arena, page_bytes, record, k, s, Buffers{}, {});
 }
 
 void pool_step_op(PoolStep step, at::Tensor& control, const at::Tensor& device_arena, const at::Tensor& host_arena,
@@ -697,6 +694,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       else d[name] = py::cast(value);
     });
     m.attr("sizing_request") = d;
+    py::list settings;  // the settings' table (PAGESTASH_SIZING_SETTINGS): (name, default, what), in its order
+    sizing::for_each_field(defaults.settings, [&](const char* name, const auto& value, const char* what) {
+      settings.append(py::make_tuple(name, value, what));
+    });
+    m.attr("sizing_settings") = settings;
     py::list fields;
     sizing::for_each_field(sizing::PoolSizing{}, [&](const char* name, const auto&) { fields.append(name); });
     m.attr("sizing_fields") = fields;

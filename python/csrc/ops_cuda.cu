@@ -11,8 +11,8 @@
 
 namespace pagestash_torch {
 
-void run_cuda(cudaStream_t stream, Op op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
-              const Buffers& buffers, ps::ReloadOptions options) {
+void run_cuda(cudaStream_t stream, ps::Operation op, Kind k, const PoolParts& pool, const Shape& s,
+              const RecordMemory& record, const Buffers& buffers, ps::ReloadOptions options) {
   run(ps::on(stream), op, k, pool, s, record, buffers, options);
 }
 

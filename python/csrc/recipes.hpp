@@ -242,8 +242,6 @@ inline void init_record(Kind k, const PoolParts& pool, ps::MemorySpace space, co
   });
 }
 
-enum class Op { stash, reload, discard };
-
 /// The record in `record`, taken for one of `shape` in pool `p`. A reload or discard of memory made for another
 /// recipe, compression, shape or pool (its size may differ too) is refused in memory, as misuse (record_mismatch,
 /// foreign_record), before it reads more than the record's header: only a header's bytes are required for them. A
@@ -262,17 +260,17 @@ ps::StashRecord<Traits> attach_record(const ps::PagePool& p, const ps::GroupedVi
 /// One operation with executor `exec` (pagestash::host, or pagestash::on(stream) from CUDA
 /// code) on the pool in `pool` and the record in `record`, of kind `k` (its recipe and compression).
 template <class Exec>
-void run(const Exec& exec, Op op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
+void run(const Exec& exec, ps::Operation op, Kind k, const PoolParts& pool, const Shape& s, const RecordMemory& record,
          const Buffers& buffers, ps::ReloadOptions options) {
   ps::PagePool p = attach_pool(pool, Exec::memory);
   with_kind(k, [&](auto tag, auto c) {
     using L = typename decltype(tag)::layout;
     using Tr = traits_of<decltype(tag), decltype(c)>;
-    auto rec = attach_record<Tr>(p, view_of<L>(s), record, op == Op::stash);
+    auto rec = attach_record<Tr>(p, view_of<L>(s), record, op == ps::Operation::stash);
     switch (op) {
-      case Op::stash: ps::stash(exec, p, view_of<L>(s, buffers), rec); break;
-      case Op::reload: ps::reload(exec, p, rec, view_of<L>(s, buffers), options); break;
-      case Op::discard: ps::discard(exec, p, rec); break;
+      case ps::Operation::stash: ps::stash(exec, p, view_of<L>(s, buffers), rec); break;
+      case ps::Operation::reload: ps::reload(exec, p, rec, view_of<L>(s, buffers), options); break;
+      case ps::Operation::discard: ps::discard(exec, p, rec); break;
     }
   });
 }

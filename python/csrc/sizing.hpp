@@ -48,7 +48,7 @@ struct SizingRequest {
 };
 
 /// fn(name, member) for every field of the request, by the keyword names pagestash.size_pool
-/// sends (the settings' by their own): the binding fills the request from this table and
+/// sends (the settings' by their table's): the binding fills the request from this table and
 /// gives Python its defaults, so a field added here is one Python may send.
 template <class Request, class Fn>
 void for_each_field(Request& r, Fn&& fn) {
@@ -68,13 +68,8 @@ void for_each_field(Request& r, Fn&& fn) {
   fn("count_steps", r.count_steps);
   fn("counts", r.counts);
   fn("cap_counts", r.cap_counts);
-  fn("page_bytes", r.settings.page_bytes);
-  fn("host_pages", r.settings.host_pages);
-  fn("samples", r.settings.samples);
-  fn("seed", r.settings.seed);
-  fn("overflow", r.settings.overflow);
-  fn("confidence", r.settings.confidence);
-  fn("bootstrap", r.settings.bootstrap);
+  // The settings by their table (PAGESTASH_SIZING_SETTINGS): the command's flags are the same fields.
+  sizing::for_each_field(r.settings, [&](const char* name, auto& member, const char*) { fn(name, member); });
   fn("curve_points", r.curve_points);
 }
 
@@ -85,12 +80,10 @@ inline sizing::SavedTensor saved_tensor(const std::string& recipe, const std::st
     using Layout = typename decltype(tag)::layout;
     using C = decltype(c);
     std::string name = recipe;
-    if constexpr (C::compressed) {
-      name += std::string(" (") + C::name + ")";
-      if (s.hidden % C::block != 0)
-        refuse_request("size_pool: " + name + ": hidden = " + std::to_string(s.hidden) + " must be a multiple of " +
-                       std::to_string(C::block) + " (the block of compression '" + C::name + "')");
-    }
+    if constexpr (C::compressed) name += std::string(" (") + C::name + ")";
+    const std::string refusal = ps::compression_refusal<C>(s.hidden);
+    if (!refusal.empty())
+      refuse_request("size_pool: " + name + ": hidden = " + std::to_string(s.hidden) + " " + refusal);
     return sizing::SavedTensor::of<traits_of<decltype(tag), C>>(view_of<Layout>(s), name);
   });
 }

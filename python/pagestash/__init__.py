@@ -1,8 +1,9 @@
 """pagestash for PyTorch: paged stashing of grouped MoE activations.
 
 torch.ops.pagestash.{stash, reload, discard, reset, end_step, report} over tensors (the host executor
-for CPU tensors, the CUDA executor for CUDA ones), a PagePool and records in memory from
-PyTorch's allocator, named recipes, and `paged_saved_tensors`, a saved-tensor hook context
+for CPU tensors, the CUDA executor for CUDA ones), a PagePool (its memory from PyTorch's allocator,
+or, with a reserve, mapped by the library: pagestash.memory; its steps in a StepLog) and records,
+named recipes, and `paged_saved_tensors`, a saved-tensor hook context
 that pages marked activations between forward and backward, and `size_pool`, which sizes a
 pool for a target overflow probability (from the run's own counts: PagePool.observe), and
 `run_step`, which runs one optimizer step's microbatches paged and reruns the whole step
@@ -16,13 +17,15 @@ import torch  # noqa: F401  (first: it loads libtorch and libc10, which _C links
 from . import _C
 from ._ops import ops
 from .errors import (FLAG_CATEGORIES, FLAG_MEANINGS, FLAG_NAMES, OverflowRateWarning, PagingError, PoolCostWarning,
-                     UnpagedStepsWarning)
-from .hooks import UnpagedWarning, count_activation, mark, paged_saved_tensors
-from .sizing import CurvePoint, PoolSizing, size_pool
+                     UnpagedStepsWarning, UnpagedWarning)
+from .memory import PoolMemory, ReservedMemory, TorchMemory
+from .steplog import StepLog
 from .pool import PagePool, Record, decode_report
+from .hooks import count_activation, mark, paged_saved_tensors
+from .sizing import CurvePoint, PoolSizing, size_pool
 from .resizing import AutoResize
 from .recipes import COMPRESSIONS, FAMILIES, Shape, infer, recipe, recipe_info, recipes
-from .step import PagedStep, PagingWarning, run_step
+from .step import OUTCOMES, PagedStep, PagingWarning, StepOutcome, run_step
 from .pipelining import PipelinePaging, pipeline_schedule
 from .te import te_layer
 
@@ -33,4 +36,5 @@ __version__: str = _C.version
 __all__ = ["ops", "COMPRESSIONS", "FAMILIES", "FLAG_CATEGORIES", "FLAG_MEANINGS", "FLAG_NAMES", "OverflowRateWarning", "PagingError", "PoolCostWarning",
            "UnpagedStepsWarning", "UnpagedWarning", "count_activation",
            "paged_saved_tensors", "CurvePoint", "PoolSizing", "size_pool", "PagePool", "Record", "decode_report", "Shape",
-           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "AutoResize", "mark", "PipelinePaging", "pipeline_schedule", "te_layer", "with_cuda", "__version__"]
+           "infer", "recipe", "recipe_info", "recipes", "PagedStep", "PagingWarning", "run_step", "StepOutcome", "OUTCOMES", "StepLog",
+           "PoolMemory", "TorchMemory", "ReservedMemory", "AutoResize", "mark", "PipelinePaging", "pipeline_schedule", "te_layer", "with_cuda", "__version__"]

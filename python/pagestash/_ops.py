@@ -19,8 +19,11 @@ pagestash.COMPRESSIONS), the one it was made with.
 The ops mutate only their arguments (the pool's and the record's memory, and reload's
 destination) and return nothing, so their fake implementations, which torch.compile traces
 with, do nothing (they refuse a meta tensor beside a real pool, which would reach them too).
-The state lives in the tensors, never in the extension: an op is a function of its
-arguments, which is what functionalization and opcheck assume.
+An op reads the pool's state from its tensors only, and keeps nothing between calls: it is a
+function of its arguments, which is what functionalization and opcheck assume. Who owns the
+memory behind the tensors is the pool's memory (memory.py): PyTorch's allocator for a fixed
+pool, the extension's ReservedPool for a pool with a reserve (its tensors keep it alive);
+the ops see the same three tensors either way.
 """
 
 import torch

@@ -1,9 +1,12 @@
 """PagingError: what strict mode and PagePool.check() raise when the pool's flags say a step
-cannot be trusted; the warnings that say a pool's sizing does not fit the run."""
+cannot be trusted (and raise_after_backward, which raises it inside a backward once the backward
+is done); the warnings that say a pool's sizing does not fit the run, or a mark paged nothing."""
 
 from __future__ import annotations
 
 from typing import Dict, Iterable
+
+import torch
 
 from . import _C
 
@@ -45,10 +48,41 @@ class PagingError(RuntimeError):
                          f"{decision!r}: {advice}")
 
 
+_deferred: set = set()  # the backwards (graph task ids) whose end raises an error found in them
+
+
+def raise_after_backward(error: BaseException) -> None:
+    """Raises `error` now, or, inside a backward, once autograd has run every node of it (a final
+    callback of the backward: `backward()` raises it then). An exception raised in the middle of a
+    backward leaves the nodes autograd had queued on the thread, which hold the saved-tensor hooks,
+    until the thread's next backward; with none, torch frees them after Python has shut down and the
+    interpreter ends with SIGSEGV. The first error of a backward is the one raised."""
+    task = torch._C._current_graph_task_id()
+    if task == -1 or torch.compiler.is_compiling():
+        raise error
+    if task in _deferred:
+        return
+
+    def raise_it():
+        _deferred.discard(task)
+        raise error
+
+    try:
+        torch.autograd.Variable._execution_engine.queue_callback(raise_it)
+    except RuntimeError:  # no callback to be had: raised now, as before
+        raise error from None
+    _deferred.add(task)
+
+
+class UnpagedWarning(UserWarning):
+    """A marked tensor that autograd never saved whole in the context (it saved a copy, an
+    autocast copy, or a view of part of it): nothing of it was paged."""
+
+
 class OverflowRateWarning(UserWarning):
     """Far more steps overflow than the pool was sized for (PagePool(overflow_target=...),
-    which PoolSizing.pool() and PagePool.resize(sizing) set): each reruns without paging. Re-size
-    from the run's own counts (PagePool.observe)."""
+    which PoolSizing.pool(), PagePool.reallocate(sizing) and resize_in_place(sizing) set): each
+    reruns without paging. Re-size from the run's own counts (PagePool.observe)."""
 
 
 class PoolCostWarning(UserWarning):

@@ -26,19 +26,26 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .pool import PagePool, _raise_after_backward
+from .errors import UnpagedWarning, raise_after_backward
+from .pool import PagePool
 from .recipes import Shape, compression_of, infer, recipe_info
-from . import te as _te
+
+#: Saved tensors that carry a framework's marker attribute, and what packs them: (attribute,
+#: pack(paging, tensor)), tried in order by the pack hook for a tensor that is not marked. te.py
+#: registers TransformerEngine's (register_marker): this module does not import it.
+MARKERS: List[Tuple[str, Callable]] = []
 
 
-class UnpagedWarning(UserWarning):
-    """A marked tensor that autograd never saved whole in the context (it saved a copy, an
-    autocast copy, or a view of part of it): nothing of it was paged."""
+def register_marker(attribute: str, pack: Callable) -> None:
+    """Pages saved tensors that carry `attribute` (a framework's own marker) through `pack(paging,
+    t)`: it marks t in `paging` (paged_saved_tensors.mark) and returns None, for the hook to find
+    it, or returns the PackedSave that autograd keeps; None without marking lets t pass through."""
+    MARKERS.append((attribute, pack))
 
 
 def count_activation(storages: Dict[int, int], t: torch.Tensor) -> None:
@@ -166,7 +173,7 @@ class _Group:
             self.record = self.pool.record(self.recipe, self.shape, compression=self.compression)
             self.record.name = self.name
             self.record.stash(b["data"].detach(), self.counts, b.get("scales"), b.get("amax"), check=False,
-                              _counts_key=self.counts_key)
+                              counts_key=self.counts_key)
         self.buffers = None  # the pages hold them now: let the caller's tensors go
         self.counts = self.counts_key = None  # the record copied the counts
 
@@ -210,7 +217,7 @@ class _Group:
                 self.event = None
             self.unchecked = False
             if strict:
-                self.pool._strict_check(f"at the reload of {self.name}")
+                self.pool.strict_check(f"at the reload of {self.name}")
         return self.reloaded
 
     def __del__(self):
@@ -259,31 +266,36 @@ def _unpaged_message(g: _Group, saved: bool = True) -> str:
     return f"pagestash: {g.name} was marked but {what}; or pass warn_unpaged=False"
 
 
-class _Packed:
+class PackedSave:
     """What autograd holds for a paged tensor between forward and backward: its group, its
     role, and its geometry when it is a view of the marked buffer (None: the buffer itself)."""
 
     __slots__ = ("group", "role", "view")
 
-    def __init__(self, group: _Group, role: str, view):
+    def __init__(self, group: Optional[_Group], role: str, view):
         self.group, self.role, self.view = group, role, view
 
+
+_Packed = PackedSave  # its name before (the tests' recorder reads it)
 
 _entered = threading.local()
 
 
-def _contexts() -> list:
+def paged_contexts() -> list:
     """This thread's paged contexts, innermost last."""
     if not hasattr(_entered, "contexts"):
         _entered.contexts = []
     return _entered.contexts
 
 
+_contexts = paged_contexts  # its name before (the pipeline tests read it)
+
+
 def mark(data: torch.Tensor, counts: torch.Tensor, **options) -> torch.Tensor:
     """The innermost paged context's mark() on this thread (paged_saved_tensors.mark: the same
     options); outside any (an unpaged rerun, a pipeline's shape inference, eager code), `data`
     as it is. For a module whose caller opens the context, as a pipeline's stage does."""
-    contexts = _contexts()
+    contexts = paged_contexts()
     return contexts[-1].mark(data, counts, **options) if contexts else data
 
 
@@ -343,10 +355,10 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self) -> "paged_saved_tensors":
-        self.pool._context_entered()  # before the hooks go on: it may refuse
+        self.pool.step_log.enter_context()  # before the hooks go on: it may refuse
         super().__enter__()
         self._active = True
-        _contexts().append(self)
+        paged_contexts().append(self)
         return self
 
     def __exit__(self, *exc):
@@ -358,8 +370,8 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             g.order = len(self._stashes)  # backward needs them first: their unpack prefetches the last stashes
             self.skipped_tensors += g.saves
         self._by_storage, self._groups, self._saved, self._active = {}, [], [], False
-        if self in _contexts():
-            _contexts().remove(self)
+        if self in paged_contexts():
+            paged_contexts().remove(self)
         # A mark is made with grad on (under no_grad it returns at once): when autograd saved nothing
         # at all in the context after it, another saved-tensor hook took the saves, or the layer ran
         # without grad. Either way nothing of it was paged: say so.
@@ -457,11 +469,14 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
 
     def _pack(self, t: torch.Tensor):
         found = self._lookup(t)
-        if found is None and hasattr(t, _te.MARKER):  # TransformerEngine marked it: paged as mark() would (te.py)
-            packed = _te.pack_marked(self, t)
-            if packed is not None:
-                return packed
-            found = self._lookup(t)
+        if found is None:
+            for attribute, pack in MARKERS:  # a framework marked it (te.py: TransformerEngine): paged as mark() would
+                if hasattr(t, attribute):
+                    packed = pack(self, t)
+                    if packed is not None:
+                        return packed
+                    found = self._lookup(t)
+                    break
         if found is None:
             for ref, group, _, _ in self._entries(t):  # a view over part of a marked tensor's bytes
                 if not ref.expired() and not group.saves and group.saved_part is None:
@@ -471,13 +486,18 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             count_activation(self._passed_storages, t)
             return t
         group, role, view = found
-        self._count_save(group)
-        self._stash_behind()
-        return _Packed(group, role, view)
+        self.count_save(group)
+        self.stash_behind()
+        return PackedSave(group, role, view)
 
-    def _count_save(self, group: "_Group") -> None:
-        """One save of a marked buffer (here, or te.py's): a stashed group's counts as a paged tensor; the first
-        of a group not stashed yet queues it, its version kept."""
+    @property
+    def last_marked(self) -> "_Group":
+        """The grouped tensor mark() marked last in this context (te.py completes its saves)."""
+        return self._groups[-1]
+
+    def count_save(self, group: "_Group") -> None:
+        """One save of a marked buffer (here, or a registered marker's): a stashed group's counts as a paged
+        tensor; the first of a group not stashed yet queues it, its version kept."""
         if group.stashed:
             self.paged_tensors += 1
         elif not group.saves:
@@ -485,7 +505,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             self._saved.append(group)
         group.saves += 1
 
-    def _stash_behind(self) -> None:
+    def stash_behind(self) -> None:
         """Stashes the saved marked tensors but the last skip_next (0: each when autograd first saves it)."""
         while len(self._saved) > self.skip_next:
             group = self._saved.pop(0)
@@ -509,7 +529,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
         return [self._cuda_streams.side] if self.prefetch and isinstance(self._cuda_streams, _SideCudaStreams) else []
 
     def _unpack(self, packed):
-        if not isinstance(packed, _Packed):
+        if not isinstance(packed, PackedSave):
             return packed
         group = packed.group
         try:
@@ -517,7 +537,7 @@ class paged_saved_tensors(torch.autograd.graph.saved_tensors_hooks):
             if group.order is not None:
                 self._prefetch(group.order)
         except Exception as e:  # inside a backward: raised at its end, every node of it run (no queued node left)
-            _raise_after_backward(e)
+            raise_after_backward(e)
             t = _poison(*group.meta[packed.role]) if group.reloaded is None else group.reloaded[packed.role]
         return t if packed.view is None else t.as_strided(*packed.view)
 

@@ -19,16 +19,28 @@ from typing import Dict, List, Optional, Sequence, Union
 import torch
 
 from .pool import PagePool
-from .step import run_step
+from .step import StepOutcome, run_step
 
 
-def _stages_of(schedule) -> list:
-    stages = getattr(schedule, "_stages", None)  # a multi-stage schedule's
-    if stages is None and getattr(schedule, "_stage", None) is not None:
-        stages = [schedule._stage]
-    if not stages:
-        raise ValueError(f"pagestash: PipelinePaging: {type(schedule).__name__} has no stages; pass stages=")
-    return list(stages)
+class _TorchPrivate:
+    """The only place the package touches torch.distributed.pipelining's private fields (a
+    schedule keeps its stages and its losses there, with no public accessor). Checked against
+    torch 2.15.0 (PipelineScheduleSingle._stage, PipelineScheduleMulti._stages, both
+    schedules' _internal_losses); a torch that renames them fails here, by name."""
+
+    @staticmethod
+    def stages(schedule) -> list:
+        stages = getattr(schedule, "_stages", None)  # a multi-stage schedule's
+        if stages is None and getattr(schedule, "_stage", None) is not None:
+            stages = [getattr(schedule, "_stage")]
+        if not stages:
+            raise ValueError(f"pagestash: PipelinePaging: {type(schedule).__name__} has no stages; pass stages=")
+        return list(stages)
+
+    @staticmethod
+    def clear_internal_losses(schedule) -> None:
+        """torch keeps the losses of a run that raised, and would backward through them again."""
+        getattr(schedule, "_internal_losses", []).clear()
 
 
 class PipelinePaging:
@@ -49,7 +61,7 @@ class PipelinePaging:
     def __init__(self, pool: PagePool, schedule, *, stages: Optional[Sequence] = None, group=None,
                  **hook_options):
         self.pool, self.schedule, self.group, self.hook_options = pool, schedule, group, hook_options
-        self.stages = list(stages) if stages is not None else _stages_of(schedule)
+        self.stages = list(stages) if stages is not None else _TorchPrivate.stages(schedule)
         self._handles = [s.register_forward_context(self._context) for s in self.stages]
         self._step = None
         self._entered: List[tuple] = []  # (microbatch, stage, first observed count vector) per paged context
@@ -59,10 +71,10 @@ class PipelinePaging:
         if info.is_metadata_inference or self._step is None:
             return contextlib.nullcontext()  # shape inference is a probe, not a microbatch of the step
         if self._step.paged:
-            self._entered.append((info.microbatch_index, info.stage_index, len(self.pool._step_copies)))
+            self._entered.append((info.microbatch_index, info.stage_index, self.pool.step_log.stashes_in_step))
         return self._step.paging()
 
-    def run_step(self, *args, zero_grad, losses: Optional[list] = None, **step_kwargs) -> str:
+    def run_step(self, *args, zero_grad, losses: Optional[list] = None, **step_kwargs) -> StepOutcome:
         """One optimizer step: schedule.step(*args, losses=losses, **step_kwargs) paged, and
         again without paging when paging failed (`losses` is cleared before each run).
         `zero_grad`: the optimizer (or module, or callable) of this rank's stages. Returns
@@ -71,8 +83,7 @@ class PipelinePaging:
         def microbatches(step):
             if losses is not None:
                 losses.clear()
-            # torch keeps the losses of a run that raised, and would backward through them again.
-            getattr(self.schedule, "_internal_losses", []).clear()
+            _TorchPrivate.clear_internal_losses(self.schedule)
             self._step = step
             if step.paged:
                 self._entered = []
@@ -81,20 +92,22 @@ class PipelinePaging:
             finally:
                 self._step = None
 
-        before = self.pool._observed[-1] if self.pool._observed else None
+        observed = self.pool.step_log.observed
+        before = observed[-1] if observed else None
         how = run_step(self.pool, microbatches, zero_grad, group=self.group, **self.hook_options)
-        if self.pool._observed and self.pool._observed[-1] is not before:
+        observed = self.pool.step_log.observed
+        if observed and observed[-1] is not before:
             self._order_observed()
         return how
 
     def _order_observed(self) -> None:
         """The last observed step's count vectors by (microbatch, stage, layer), not in the order
         the engine ran the forwards."""
-        step = self.pool._observed[-1]
-        bounds = [first for _, _, first in self._entered] + [step.shape[0]]
+        log = self.pool.step_log
+        bounds = [first for _, _, first in self._entered] + [log.observed[-1].shape[0]]
         keyed = sorted(((mb, stage, i) for (mb, stage, _), lo, hi in zip(self._entered, bounds, bounds[1:])
                         for i in range(lo, hi)))
-        self.pool._observed[-1] = step[torch.tensor([i for _, _, i in keyed], dtype=torch.long)]
+        log.reorder_last([i for _, _, i in keyed])
 
     def remove(self) -> None:
         """Removes the forward contexts from the stages."""

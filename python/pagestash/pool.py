@@ -1,8 +1,10 @@
-"""PagePool and Record: pagestash's pool and records, in memory from PyTorch's allocator.
+"""PagePool and Record: pagestash's pool and records.
 
-A pool is three uint8 tensors (control, device arena, host arena) and a page size; a record
-is one uint8 tensor. torch.ops.pagestash reads and writes them; these classes make them,
-keep them together, check the flags and read them back.
+A pool is three uint8 tensors (control, device arena, host arena) and a page size, held by its
+memory (memory.py: from PyTorch's allocator for a fixed pool, mapped by the library for a pool
+with a reserve), and its step log (steplog.py: the step from begin to decision, and the observed
+counts); a record is one uint8 tensor from PyTorch's allocator. torch.ops.pagestash reads and
+writes them; these classes make them, keep them together, check the flags and read them back.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import torch
 
 from . import _C
 from ._ops import ops
-from .errors import FLAG_CATEGORIES, FLAG_NAMES, OverflowRateWarning, PagingError, UnpagedStepsWarning, failed_flags
+from .errors import (FLAG_CATEGORIES, FLAG_NAMES, OverflowRateWarning, PagingError, UnpagedStepsWarning, failed_flags,
+                     raise_after_backward)
+from .memory import Device, PoolMemory, aligned_bytes, reserve_pages
 from .recipes import Shape, compression_of, infer
-from .resizing import AutoResize
-
-Device = Union[str, torch.device]
+from .steplog import StepLog
 _log = logging.getLogger("pagestash")
 
 
@@ -52,44 +54,11 @@ def _caller_stacklevel() -> int:
     return level
 
 
-_deferred: set = set()  # the backwards (graph task ids) whose end raises an error found in them
-
-
-def _raise_after_backward(error: BaseException) -> None:
-    """Raises `error` now, or, inside a backward, once autograd has run every node of it (a final
-    callback of the backward: `backward()` raises it then). An exception raised in the middle of a
-    backward leaves the nodes autograd had queued on the thread, which hold the saved-tensor hooks,
-    until the thread's next backward; with none, torch frees them after Python has shut down and the
-    interpreter ends with SIGSEGV. The first error of a backward is the one raised."""
-    task = torch._C._current_graph_task_id()
-    if task == -1 or torch.compiler.is_compiling():
-        raise error
-    if task in _deferred:
-        return
-
-    def raise_it():
-        _deferred.discard(task)
-        raise error
-
-    try:
-        torch.autograd.Variable._execution_engine.queue_callback(raise_it)
-    except RuntimeError:  # no callback to be had: raised now, as before
-        raise error from None
-    _deferred.add(task)
-
-
-def _aligned_bytes(nbytes: int, device: Device, pin_memory: bool = False, alignment: int = 256) -> torch.Tensor:
-    """nbytes uint8 from PyTorch's allocator, the first byte aligned (a view of a slightly
-    larger tensor, which it keeps alive)."""
-    raw = torch.empty(nbytes + alignment, dtype=torch.uint8, device=device, pin_memory=pin_memory)
-    offset = (-raw.data_ptr()) % alignment
-    return raw[offset:offset + nbytes]
-
-
 class PagePool:
     """A pool of `device_pages` pages of `page_bytes` bytes (a power of two) on `device`
-    ('cpu': the host executor; 'cuda[:n]': the CUDA executor on PyTorch's current CUDA stream),
-    in tensors from PyTorch's allocator (so torch.cuda.memory_allocated counts it).
+    ('cpu': the host executor; 'cuda[:n]': the CUDA executor on PyTorch's current CUDA stream).
+    Without a reserve its memory comes from PyTorch's allocator (so torch.cuda.memory_allocated
+    counts it); with one, the library maps it (memory() says which: `allocator`).
 
     `host_pages` are spill pages in pinned host memory (CUDA pools) or more host memory (CPU
     pools), used when the device pages run out.
@@ -104,19 +73,27 @@ class PagePool:
     the steps overflow far more often. None: no such check.
 
     `reserve_bytes`: a pool that grows. The most bytes its device pages may ever take, held as
-    address space (rounded up to whole pages); grow() and shrink() change the pages between
-    steps and no page, tensor or captured CUDA graph moves (docs/python.md, "A pool that
+    address space (rounded up to whole pages): its reserve; grow() and shrink() change the pages
+    between steps and no page, tensor or captured CUDA graph moves (docs/python.md, "A pool that
     grows"). Its memory is the library's, not PyTorch's allocator's: memory() counts it.
     `host_reserve_bytes`: the same for the host pages (a CUDA pool's spill: pinned host memory
     the library registers for the device as it grows).
+
+    Its memory (`memory_owner`, a pagestash.memory.PoolMemory, chosen here once: TorchMemory or
+    ReservedMemory) and its step (`step_log`, a pagestash.StepLog) are objects of their own.
     """
+
+    #: What auto_resize() makes: pagestash.AutoResize, which resizing.py sets when it is imported (the package
+    #: imports it). The auto-resizer sizes with size_pool, whose PoolSizing.pool() makes PagePools: this module
+    #: imports neither, so that no import cycle runs through the pool.
+    auto_resize_policy = None
 
     def __init__(self, device_pages: int, page_bytes: int = 64 << 10, host_pages: int = 0, device: Device = "cpu",
                  strict: Optional[bool] = None, overflow_target: Optional[float] = None,
                  reserve_bytes: Optional[int] = None, host_reserve_bytes: Optional[int] = None):
         self.device = torch.device(device)
         self.strict = self.device.type == "cpu" if strict is None else bool(strict)
-        #: Cumulative over the pool's life (reset() and resize() keep them, unlike the device
+        #: Cumulative over the pool's life (reset() and reallocate() keep them, unlike the device
         #: counters): steps decide() counted, those whose decision was not 'keep', reruns
         #: count_rerun() counted.
         self.steps = 0
@@ -126,61 +103,21 @@ class PagePool:
         #: kept step): a pool that stops paging warns (UnpagedStepsWarning) at the 3rd and every 10th after.
         self.unpaged_streak = 0
         self._streak_before = 0  # before the step decided last (a step decided again replaces its own)
-        self._failure: Optional[PagingError] = None  # the first PagingError check() raised in the step
         self._target(overflow_target)
-        # The step, as the user says it (docs/python.md, "What a step is"): from begin_step() to
-        # decide(); PagedStep and run_step begin and decide theirs. _step: the open PagedStep;
-        # _begun: a step begun and not yet decided; _decision: the step's decision once decided
-        # (until the next begin_step); _contexts: paged contexts since begin_step().
-        self._step = None
-        self._agreed = False  # agree() ran since the step began
-        self._begun = False
-        self._decision: Optional[str] = None
-        self._contexts = 0
-        self._auto: Optional[AutoResize] = None  # auto_resize()'s policy
+        #: The step, as the user says it (docs/python.md, "What a step is"): from begin_step() to decide();
+        #: PagedStep and run_step begin and decide theirs. The step log holds it, and the observed counts.
+        self.step_log = StepLog()
+        self._auto = None  # auto_resize()'s policy
         #: Each change of the pool's pages: dicts of step, old and new (device_pages, host_pages), and why.
         self.resizes: List[dict] = []
-        reserve = [self._reserve_pages(b, int(page_bytes), what) for b, what in
+        reserve = [reserve_pages(b, int(page_bytes), what) for b, what in
                    ((reserve_bytes, "reserve_bytes"), (host_reserve_bytes, "host_reserve_bytes"))]
-        self._allocate(int(device_pages), int(page_bytes), int(host_pages), *reserve)
-        self._observe_left = 0  # whole steps observe() still records
-        self._observed: List[torch.Tensor] = []  # [stashes, experts] per closed step
-        self._step_counts: List[tuple] = []  # this step's counts' keys (each holds its tensor: ids stay theirs)
-        self._step_copies: List[torch.Tensor] = []
+        self._allocate(PoolMemory.make(self.device, int(page_bytes), int(device_pages), int(host_pages), *reserve))
 
-    @staticmethod
-    def _reserve_pages(nbytes: Optional[int], page_bytes: int, what: str) -> int:
-        """A reserve in bytes as whole pages (0: none)."""
-        if nbytes is None:
-            return 0
-        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
-            raise ValueError(f"pagestash: PagePool's {what} = {nbytes!r} must be a positive number of bytes, or None")
-        return -(-int(nbytes) // page_bytes) if page_bytes > 0 else 0
-
-    def _allocate(self, device_pages: int, page_bytes: int, host_pages: int, device_reserve: int = 0,
-                  host_reserve: int = 0) -> None:
-        """Fresh memory for the pool (a new pool id: records of the old memory are another pool's): from
-        PyTorch's allocator, or, with a reserve, mapped by the library as the pool grows."""
-        self.page_bytes = page_bytes
-        self._memory = getattr(self, "_memory", 0) + 1  # records made before are another pool's
-        self._reserved = None
-        if device_reserve or host_reserve:
-            device = self.device
-            if device.type == "cuda" and device.index is None:  # the library's pool lives on one device: name it
-                device = torch.device("cuda", torch.cuda.current_device())
-            self._reserved = _C.reserved_pool(page_bytes, device_pages, host_pages, device_reserve, host_reserve,
-                                              str(device))
-            self.control, self.device_arena, self.host_arena = self._reserved.parts()
-        else:
-            control, device_arena, host_arena = _C.pool_bytes(page_bytes, device_pages, host_pages)
-            cuda = self.device.type == "cuda"
-            self.control = _aligned_bytes(control, self.device)
-            self.device_arena = _aligned_bytes(device_arena, self.device)
-            if cuda and host_arena == 0:
-                self.host_arena = torch.empty(0, dtype=torch.uint8, device=self.device)
-            else:
-                self.host_arena = _aligned_bytes(host_arena, "cpu", pin_memory=cuda)
-            _C.init_pool(*self.state)
+    def _allocate(self, memory: PoolMemory) -> None:
+        """The pool's memory from now on (records of the memory before are another pool's)."""
+        #: The pool's memory (pagestash.memory.PoolMemory): its parts, pages, reserve; grow and shrink.
+        self.memory_owner = memory
         #: The flags where the ops write them: int32 words (FLAG_NAMES gives their order),
         #: each 0 or 1, sticky until reset. agree() all-reduces them with MAX.
         self.flags = self.control[:4 * len(FLAG_NAMES)].view(torch.int32)
@@ -195,10 +132,8 @@ class PagePool:
     def __deepcopy__(self, memo) -> "PagePool":
         """A new, empty pool of the same config, device and strictness, with its own id (a
         byte copy would share the id, and each pool would take the other's records)."""
-        reserve = self._reserved
-        return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict,
-                        reserve_bytes=reserve and reserve.device_reserve * self.page_bytes or None,
-                        host_reserve_bytes=reserve and reserve.host_reserve * self.page_bytes or None)
+        reserve = {k: v or None for k, v in self.memory_owner.reserve_bytes().items()}
+        return PagePool(self.device_pages, self.page_bytes, self.host_pages, self.device, self.strict, **reserve)
 
     def __copy__(self) -> "PagePool":
         """The same pool (its memory shared): it takes the original's records."""
@@ -242,42 +177,62 @@ class PagePool:
                          "(a CUDA pool reads its flags only when asked: check() after an operation to know which)")
             self._first = where
 
+    # --- its memory (memory_owner): parts, pages, reserve, grow and shrink -------------------------------------
+
+    @property
+    def page_bytes(self) -> int:
+        return self.memory_owner.page_bytes
+
+    @property
+    def control(self) -> torch.Tensor:
+        return self.memory_owner.control
+
+    @property
+    def device_arena(self) -> torch.Tensor:
+        """The device pages' bytes, at the reserve's size (a pool with a reserve backs only its pages)."""
+        return self.memory_owner.device_arena
+
+    @property
+    def host_arena(self) -> torch.Tensor:
+        return self.memory_owner.host_arena
+
     @property
     def state(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """(control, device arena, host arena, page bytes): the first four arguments of every op."""
-        return (self.control, self.device_arena, self.host_arena, self.page_bytes)
+        return self.memory_owner.state
 
     @property
     def config(self) -> Dict[str, int]:
         """page_bytes, device_pages and host_pages; with a reserve, reserve_bytes and host_reserve_bytes too: what
         PagePool(**config) takes (a pool that grew is made at the pages it has now)."""
-        c = dict(page_bytes=self.page_bytes, device_pages=self.device_pages, host_pages=self.host_pages)
-        if self._reserved is not None:
-            c.update(reserve_bytes=self.device_reserve * self.page_bytes,
-                     host_reserve_bytes=self.host_reserve * self.page_bytes)
-        return c
+        return dict(page_bytes=self.page_bytes, device_pages=self.device_pages, host_pages=self.host_pages,
+                    **self.memory_owner.reserve_bytes())
 
     @property
     def device_pages(self) -> int:
-        """The device pages it has (a pool that grows: as grow() and shrink() left them)."""
-        return self._reserved.device_pages if self._reserved is not None else self.device_arena.numel() // self.page_bytes
+        """The device pages it has now, backed, free or held (a pool that grows: as grow() and shrink() left
+        them); pages_held() counts those records hold, device_reserve the most it may have."""
+        return self.memory_owner.device_pages
 
     @property
     def host_pages(self) -> int:
-        return self._reserved.host_pages if self._reserved is not None else self.host_arena.numel() // self.page_bytes
+        """The host pages it has now (as device_pages)."""
+        return self.memory_owner.host_pages
 
     @property
     def device_reserve(self) -> int:
-        """The most device pages grow() may give: the reserve, or device_pages for a pool without one."""
-        return self.device_arena.numel() // self.page_bytes
+        """The most device pages it may have (grow()'s limit, its page ids): the reserve, or device_pages for a
+        pool without one."""
+        return self.memory_owner.device_reserve
 
     @property
     def host_reserve(self) -> int:
-        return self.host_arena.numel() // self.page_bytes
+        return self.memory_owner.host_reserve
 
     @property
     def growable(self) -> bool:
-        return self._reserved is not None
+        """Whether it has a reserve (grow(), shrink(), resize_in_place(), auto_resize())."""
+        return self.memory_owner.growable
 
     @property
     def nbytes(self) -> int:
@@ -290,38 +245,32 @@ class PagePool:
         physical memory: a reserve's in whole 2 MiB granules), device_reserved_bytes and host_reserved_bytes (address
         space, backed or not), and `allocator`: 'pytorch' (torch.cuda.memory_allocated counts the pool) or
         'pagestash' (a pool with a reserve: PyTorch's allocator sees none of it). No sync."""
-        if self._reserved is not None:
-            return {**self._reserved.memory(), "allocator": "pagestash"}
-        d, h = self.device_arena.numel(), self.host_arena.numel()
-        return dict(control_bytes=self.control.numel(), device_bytes=d, host_bytes=h, device_reserved_bytes=d,
-                    host_reserved_bytes=h, allocator="pytorch")
+        return self.memory_owner.memory()
 
     def grow(self, device_pages: Optional[int] = None, host_pages: Optional[int] = None, *,
-             why: str = "grow() called") -> None:
+             why: str = "grow() called", level: int = logging.INFO) -> None:
         """Gives a pool with a reserve `device_pages` and `host_pages` in all (None: as it has), no fewer than it has
         and none beyond the reserve: backs their memory, then adds their ids to the free pages, in the pool's CUDA
         stream order (a CPU pool: now). Records, tensors and captured CUDA graphs stay valid; a graph replayed after
         it may take the new pages. Not inside an open step (between begin_step() and decide(), or a PagedStep:
         RuntimeError), nor while a CUDA stream captures. ValueError for bad pages (nothing changed), RuntimeError
-        when memory runs out (the pool as it was). Logged (`resizes`, and the 'pagestash' logger at INFO)."""
-        self._resize(True, device_pages, host_pages, why)
+        when memory runs out (the pool as it was). Logged (`resizes`, and the 'pagestash' logger at `level`)."""
+        self._change_pages(True, device_pages, host_pages, why, level)
 
     def shrink(self, device_pages: Optional[int] = None, host_pages: Optional[int] = None, *,
-               why: str = "shrink() called") -> None:
+               why: str = "shrink() called", level: int = logging.INFO) -> None:
         """Keeps `device_pages` and `host_pages` (None: as it has) of a pool with a reserve, no more than it has (0
         and 0: none, all its memory back, as a pool may start with none and grow), and gives the memory past them
         back, between steps (as grow()), with every page back (after a balanced end_step): else ValueError, nothing
         changed. A CUDA pool synchronises its stream to know. Logged (`resizes`)."""
-        self._resize(False, device_pages, host_pages, why)
+        self._change_pages(False, device_pages, host_pages, why, level)
 
-    def _resize(self, growing: bool, device_pages: Optional[int], host_pages: Optional[int], why: str,
-                level: int = logging.INFO) -> None:
+    def _change_pages(self, growing: bool, device_pages: Optional[int], host_pages: Optional[int], why: str,
+                      level: int) -> None:
         what = "grow" if growing else "shrink"
-        if self._reserved is None:
-            raise ValueError(f"pagestash: PagePool.{what}: this pool has no reserve (make it with "
-                             "PagePool(..., reserve_bytes=...)); a fixed pool changes size by resize(sizing)")
-        self._not_in_step(what)
-        self._not_between_begin_and_decide(what)
+        self.memory_owner.can_change_pages(what)
+        self.step_log.refuse_in_open_step(what)
+        self.step_log.refuse_in_begun_step(what)
         old = (self.device_pages, self.host_pages)
         new = tuple(o if n is None else n for o, n in zip(old, (device_pages, host_pages)))
         for n, name in zip(new, ("device_pages", "host_pages")):
@@ -329,15 +278,18 @@ class PagePool:
                 raise ValueError(f"pagestash: PagePool.{what}: {name} = {n!r} is not a number of pages")
         if new == old:
             return
-        (self._reserved.grow if growing else self._reserved.shrink)(int(new[0]), int(new[1]))
+        (self.memory_owner.grow if growing else self.memory_owner.shrink)(int(new[0]), int(new[1]))
         self.resizes.append(dict(step=self.steps, old=old, new=new, why=why))
         _log.log(level, "pagestash: the pool %s from %d to %d device pages, %d to %d host pages (%s)",
                  "grew" if growing else "shrank", old[0], new[0], old[1], new[1], why)
 
-    def pages_in_use(self) -> int:
-        """Device and host pages held by records (reads the counters: synchronises)."""
+    def pages_held(self) -> int:
+        """Device and host pages records hold now (reads the counters: synchronises)."""
         s = self.stats()
         return self.device_pages - s["device_pages_free"] + self.host_pages - s["host_pages_free"]
+
+    #: Deprecated name of pages_held() (the pages records hold).
+    pages_in_use = pages_held
 
     def record(self, recipe: Optional[str] = None, shape: Optional[Shape] = None, *,
                like: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
@@ -375,6 +327,11 @@ class PagePool:
         """Counts a step rerun without paging (in `totals`): call it when you rerun one."""
         self.reruns += 1
 
+    def count_decision(self, decision: str) -> None:
+        """Counts a decision made without reading the flags: run_step's, from the PagingError a
+        strict check raised in the step (its `decision`). decide() counts its own."""
+        self._decided(decision)
+
     def _target(self, overflow: Optional[float]) -> None:
         """Arms the overflow-rate warning for a sizing's target, counting from this step."""
         if overflow is not None and (isinstance(overflow, bool) or not isinstance(overflow, numbers.Real)
@@ -404,41 +361,59 @@ class PagePool:
                       f"the target {p:.3g}: its sizing does not describe this run's router, and every overflowed step "
                       f"reruns without paging (double compute). Re-size from the run's own counts: pool.observe(steps), "
                       f"then sizing = pagestash.size_pool(saved, counts=pool.observed_counts(), ...) and "
-                      f"pool.resize(sizing) (docs/python.md, 'Sizing the pool')", OverflowRateWarning, stacklevel=3)
+                      f"pool.resize(sizing): reallocate(sizing), or resize_in_place(sizing) for a pool with a reserve "
+                      f"(docs/python.md, 'Sizing the pool')", OverflowRateWarning, stacklevel=3)
+
+    def reallocate(self, sizing) -> None:
+        """Replaces a fixed pool's memory by new memory of `sizing`'s size (a PoolSizing: its
+        device_pages, host_pages and page_bytes), between steps, and checks the overflow rate
+        against the sizing's target from here on. Records do not survive: those made before are
+        another pool's (a Record's op raises ValueError; a raw op raises the `foreign_record`
+        flag); the hook makes its records per stash, so none survives a finished step. The
+        cumulative counters and an observation go on; the old memory goes back to PyTorch's
+        allocator. Reads the counters (synchronises); raises ValueError while records hold pages,
+        and for a pool with a reserve (which keeps its memory: resize_in_place)."""
+        self._check_resize(sizing, "reallocate")
+        if self.growable:
+            raise ValueError("pagestash: PagePool.reallocate: a pool with a reserve keeps its memory and its records: "
+                             "resize_in_place(sizing) grows or shrinks it to the sizing's pages")
+        self._allocate(PoolMemory.make(self.device, sizing.page_bytes, sizing.device_pages, sizing.host_pages))
+        self._target(sizing.overflow)
+
+    def resize_in_place(self, sizing) -> None:
+        """Grows or shrinks a pool with a reserve to `sizing`'s pages (a PoolSizing of its page_bytes, pages within
+        the reserve: else ValueError), between steps, and checks the overflow rate against the sizing's target
+        from here on. Its memory, ids and records survive. Reads the counters (synchronises); raises ValueError
+        while records hold pages, and for a fixed pool (reallocate(sizing) replaces its memory)."""
+        self._check_resize(sizing, "resize_in_place")
+        self.memory_owner.can_change_pages("resize_in_place")
+        if sizing.page_bytes != self.page_bytes:
+            raise ValueError(f"pagestash: PagePool.resize: the sizing's pages are of {sizing.page_bytes} bytes, "
+                             f"this pool's (with a reserve) of {self.page_bytes}: size it with "
+                             f"page_bytes={self.page_bytes}")
+        want = (sizing.device_pages, sizing.host_pages)
+        why = "resize(sizing)"
+        self.grow(*(max(w, h) for w, h in zip(want, (self.device_pages, self.host_pages))), why=why)
+        self.shrink(*want, why=why)
+        self._target(sizing.overflow)
 
     def resize(self, sizing) -> None:
-        """Replaces the pool's memory by a pool of `sizing`'s size (a PoolSizing: its device_pages,
-        host_pages and page_bytes), between steps, and checks the overflow rate against the
-        sizing's target from here on. The cumulative counters and an observation go on; the old
-        memory goes back to PyTorch's allocator. Records made before are another pool's (a
-        Record's op raises ValueError; a raw op raises the `foreign_record` flag): the
-        hook makes its records per stash, so none survives a finished step. Reads the counters
-        (synchronises); raises ValueError while records hold pages.
+        """Deprecated: reallocate(sizing) for a fixed pool (records do not survive), resize_in_place(sizing)
+        for a pool with a reserve (records survive), as `growable` says."""
+        (self.resize_in_place if self.growable else self.reallocate)(sizing)
 
-        A pool with a reserve keeps its memory: it grows or shrinks to the sizing's pages (its
-        page_bytes, and pages within the reserve: else ValueError), and its records stay its own."""
-        from .sizing import PoolSizing  # sizing.py imports this module
-
-        if not isinstance(sizing, PoolSizing):
-            raise ValueError(f"pagestash: PagePool.resize takes a PoolSizing (from pagestash.size_pool), not {sizing!r}")
-        self._not_in_step("resize")
-        self._not_between_begin_and_decide("resize")
-        held = self.pages_in_use()
+    def _check_resize(self, sizing, what: str) -> None:
+        """A resize's checks: a PoolSizing (anything with its pages and target: this module does not import the
+        sizer), between steps, no page held."""
+        if not all(hasattr(sizing, f) for f in ("device_pages", "host_pages", "page_bytes", "overflow")):
+            raise ValueError(f"pagestash: PagePool.{what} takes a PoolSizing (from pagestash.size_pool), not "
+                             f"{sizing!r}")
+        self.step_log.refuse_in_open_step("resize")
+        self.step_log.refuse_in_begun_step("resize")
+        held = self.pages_held()
         if held:
             raise ValueError(f"pagestash: PagePool.resize between steps: records still hold {held} pages (reload or "
                              "discard them, and call end_step(), first)")
-        if self._reserved is None:
-            self._allocate(sizing.device_pages, sizing.page_bytes, sizing.host_pages)
-        else:
-            if sizing.page_bytes != self.page_bytes:
-                raise ValueError(f"pagestash: PagePool.resize: the sizing's pages are of {sizing.page_bytes} bytes, "
-                                 f"this pool's (with a reserve) of {self.page_bytes}: size it with "
-                                 f"page_bytes={self.page_bytes}")
-            want = (sizing.device_pages, sizing.host_pages)
-            why = "resize(sizing)"
-            self.grow(*(max(w, h) for w, h in zip(want, (self.device_pages, self.host_pages))), why=why)
-            self.shrink(*want, why=why)
-        self._target(sizing.overflow)
 
     def observe(self, steps: int) -> None:
         """Records the counts of every stash of the next `steps` whole steps, without a sync
@@ -453,40 +428,15 @@ class PagePool:
         if self._auto is not None:
             raise ValueError("pagestash: PagePool.observe: auto_resize() observes this pool's steps already (its "
                              "window: observed_counts()); auto_resize(None) turns it off")
-        self._observe_left = int(steps)
-        self._observed, self._step_counts, self._step_copies = [], [], []
+        self.step_log.observe(int(steps))
 
     @property
     def observing(self) -> int:
         """Whole steps observe() still records (0: not recording)."""
-        return self._observe_left
-
-    def _observe_stash(self, counts: torch.Tensor, key: Optional[tuple] = None) -> None:
-        """`key`: (tensor, version) of the counts as the caller had them, when `counts` is already
-        a private copy of them (the hook's, made at mark()): kept as it is, not copied again.
-        Stashes of one key are one (layer, microbatch) stash."""
-        if not self._observe_left or torch.compiler.is_compiling():
-            return
-        copied = key is not None
-        key = key or (counts, counts._version)  # a counts buffer rewritten in place is another stash's
-        if any(c.data_ptr() == key[0].data_ptr() and c.shape == key[0].shape and v == key[1]
-               for c, v in self._step_counts):
-            return  # another tensor of the same (layer, microbatch)
-        self._step_counts.append(key)
-        self._step_copies.append(counts if copied else counts.detach().clone())
-
-    def _close_observed_step(self) -> None:
-        if not self._observe_left or not self._step_copies:
-            return  # a step without stashes is not a step of the schedule
-        self._observed.append(torch.stack(self._step_copies))
-        self._step_counts, self._step_copies = [], []
-        if self._auto is None:
-            self._observe_left -= 1
-        else:  # auto_resize observes the last `window` steps, for ever
-            del self._observed[:-self._auto.window]
+        return self.step_log.observing
 
     def auto_resize(self, saved, *, window: int = 8, shrink_after: int = 100, overflow: float = 1e-3,
-                    headroom: float = 1.1, **sizing) -> Optional[AutoResize]:
+                    headroom: float = 1.1, **sizing):
         """The automatic mode of a pool with a reserve (pagestash.AutoResize): after a step that
         overflowed, before its rerun, the pool grows to what size_pool(saved, ...) finds for
         the last `window` observed steps at `overflow` (times `headroom`), up to the reserve;
@@ -497,12 +447,13 @@ class PagePool:
         arguments."""
         if saved is None:
             self._auto = None
-            self._observe_left = 0
+            self.step_log.stop_observing()
             return None
-        self._auto = AutoResize(self, saved, window=window, shrink_after=shrink_after, overflow=overflow,
-                                headroom=headroom, **sizing)
-        self._observe_left = 1
-        self._observed, self._step_counts, self._step_copies = [], [], []
+        if self.auto_resize_policy is None:  # set by pagestash.resizing, which `import pagestash` imports
+            raise RuntimeError("pagestash: auto_resize needs pagestash.resizing imported (import pagestash does)")
+        self._auto = self.auto_resize_policy(self, saved, window=window, shrink_after=shrink_after,
+                                             overflow=overflow, headroom=headroom, **sizing)
+        self.step_log.observe(1, window=self._auto.window)
         return self._auto
 
     def observed_counts(self) -> torch.Tensor:
@@ -511,16 +462,7 @@ class PagePool:
         a step in the order they came (microbatch * layers + layer when each microbatch runs
         the layers in order), what pagestash.size_pool(saved, counts=...) takes. Raises
         ValueError when no step was observed or the steps differ in shape."""
-        if not self._observed:
-            raise ValueError("pagestash: no observed step: call pool.observe(steps) before the steps, and "
-                             "pool.end_step() at the end of each")
-        first = self._observed[0].shape
-        for i, step in enumerate(self._observed):
-            if step.shape != first:
-                raise ValueError(f"pagestash: observed step {i} holds {step.shape[0]} count vectors of {step.shape[1]} "
-                                 f"experts, step 0 {first[0]} of {first[1]}: whole steps must have the schedule's "
-                                 "stashes (each layer's marks sharing one counts tensor)")
-        return torch.stack(self._observed)
+        return self.step_log.counts()
 
     def report(self, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Writes the flags and counters into `out` (uint8, _C.report_bytes(), on the pool's
@@ -536,9 +478,9 @@ class PagePool:
         cumulative `totals` stay). Records stashed before are stale: reloading one raises the
         `stale` flag. Refused inside an open PagedStep (run_step resets between the failed
         run and the rerun)."""
-        self._not_in_step("reset")
+        self.step_log.refuse_in_open_step("reset")
         ops.reset(*self.state)
-        self._first, self._unread, self._failure = None, None, None
+        self._first, self._unread, self.step_log.failure = None, None, None
 
     def begin_step(self) -> None:
         """Begins a step: every microbatch of one optimizer step (forward and backward) runs
@@ -546,35 +488,8 @@ class PagePool:
         call it; a loop of one's own calls it before each step's first microbatch (and before a
         paged rerun of a whole step). Host bookkeeping only: nothing runs on the device.
         Raises RuntimeError inside an open PagedStep."""
-        self._not_in_step("begin_step")
-        self._begin()
-
-    def _begin(self) -> None:
-        self._begun, self._decision, self._contexts, self._agreed = True, None, 0, False
-        self._failure = None
-
-    def _context_entered(self) -> None:
-        """A paged context begins (paged_saved_tensors.__enter__): refused once the step is
-        decided, as its failure would go undecided or its rerun would miss microbatches."""
-        if self._decision is not None:
-            raise RuntimeError(
-                "pagestash: a paged context after this step's decide(): deciding per microbatch is refused, as a "
-                "rerun of one microbatch drops the gradients of those before it (zero_grad) or counts them twice. "
-                "Decide once per step, after its last backward, and begin each step with pool.begin_step() "
-                "(pagestash.run_step does both); to rerun a whole step paged, begin it again")
-        self._contexts += 1
-
-    def _not_between_begin_and_decide(self, what: str) -> None:
-        if self._begun:
-            raise RuntimeError(f"pagestash: pool.{what}() inside an open step (between begin_step() and decide()): "
-                               "the step's records may hold pages and its decision is not made. Change the pages "
-                               "between steps, after decide() (auto_resize() does, before the rerun)")
-
-    def _not_in_step(self, what: str) -> None:
-        if self._step is not None:
-            raise RuntimeError(f"pagestash: pool.{what}() inside an open step (PagedStep, run_step): the step's "
-                               "microbatches accumulate gradients together, so the step decides, resets and reruns "
-                               "as a whole after its last backward (PagedStep.finish, or run_step)")
+        self.step_log.refuse_in_open_step("begin_step")
+        self.step_log.begin()
 
     def end_step(self, cuda_streams: Sequence["torch.cuda.Stream"] = ()) -> None:
         """At the end of a step, after its last reload or discard: raises the `unbalanced`
@@ -595,7 +510,7 @@ class PagePool:
                 if s != current:
                     current.wait_stream(s)
         ops.end_step(*self.state)
-        self._close_observed_step()
+        self.step_log.close_observed_step()
         self._ran("the end_step")
 
     def flag_dict(self) -> Dict[str, int]:
@@ -625,23 +540,24 @@ class PagePool:
         rerun a step its peers keep, and their collectives would pair the wrong steps
         (wrong or NaN parameters, no error). `alone=True` is for a pool whose step no other
         rank shares."""
-        self._not_in_step("decide")
+        log = self.step_log
+        log.refuse_in_open_step("decide")
         dist = torch.distributed
-        if (not alone and not self._agreed and dist.is_available() and dist.is_initialized()
+        if (not alone and not log.agreed and dist.is_available() and dist.is_initialized()
                 and dist.get_world_size() > 1):
             raise RuntimeError(
                 f"pagestash: pool.decide() on one of {dist.get_world_size()} ranks without pool.agree() in this step: "
                 "a rank that decides alone may rerun a step its peers keep, and their collectives then pair "
                 "different steps (wrong or NaN parameters, no error). Call pool.agree(group) after end_step() "
                 "(run_step and PagedStep.finish do), or decide(alone=True) for a pool no other rank's step shares")
-        if not self._begun and self._decision is None and self._contexts:
+        if not log.begun and log.decision is None and log.contexts:
             raise RuntimeError(
                 "pagestash: pool.decide() outside a step: a step is what lies between pool.begin_step() and "
                 "decide(), which ends it once, after its last backward. Call pool.begin_step() before each "
                 "optimizer step's first microbatch, or use pagestash.run_step / PagedStep, which do")
         flags = self.flag_dict()
         decision = _C.decide(list(flags.values()))
-        failure = self._failure
+        failure = log.failure
         if (decision == "report_error" and failure is not None and failure.decision == "rerun_without_paging"
                 and {n for n in failed_flags(flags) if FLAG_CATEGORIES[n] == "misuse"} <= {"unbalanced"}):
             # A PagingError cut the step short: what its unfinished microbatches hold is its consequence, not a bug.
@@ -652,16 +568,13 @@ class PagePool:
     def _decided(self, decision: str) -> None:
         """A decision (by decide(), or by run_step from a strict-mode PagingError), counted once
         per step: a begun step's, a step of records alone, or a begun step's again (replaced)."""
-        again = not self._begun and self._decision is not None
-        if again:
-            self.overflowed_steps -= self._decision != "keep"
+        again = self.step_log.decided(decision)
+        if again is not None:
+            self.overflowed_steps -= again != "keep"
         else:
             self.steps += 1
             self._streak_before = self.unpaged_streak
         self.overflowed_steps += decision != "keep"
-        if self._begun or again:
-            self._decision = decision  # paged contexts are refused until the next begin_step()
-        self._begun, self._agreed, self._failure = False, False, None
         streak = self.unpaged_streak
         self.unpaged_streak = 0 if decision == "keep" else self._streak_before + 1
         self._check_overflow_rate()
@@ -685,7 +598,7 @@ class PagePool:
                    "it with a larger reserve_bytes")
         else:
             why = ("they need more pages than it has: grow it (grow(), auto_resize() on a pool with a reserve) or size "
-                   "it from the run's own steps (observe(), size_pool, resize())")
+                   "it from the run's own steps (observe(), size_pool, reallocate() or resize_in_place())")
         warnings.warn(f"pagestash: the last {n} steps were all rerun without paging (decision {decision!r}; "
                       f"pool.totals['unpaged_streak']): this pool pages nothing while it lasts, and each step runs "
                       f"twice. {why[0].upper()}{why[1:]}", UnpagedStepsWarning, stacklevel=_caller_stacklevel())
@@ -699,25 +612,26 @@ class PagePool:
         if failed:
             error = PagingError(failed, _C.decide([flags[n] for n in FLAG_NAMES]), where, self._first or "",
                                 *self._advice())
-            if self._failure is None:
-                self._failure = error  # decide() knows what it cut short
+            if self.step_log.failure is None:
+                self.step_log.failure = error  # decide() knows what it cut short
             raise error
 
-    def _strict_check(self, where: str) -> None:
+    def strict_check(self, where: str) -> None:
         """A strict mode's check (of a record's operation, of the hook's reload): check(), whose
-        PagingError, inside a backward, raises at the backward's end (_raise_after_backward), after
+        PagingError, inside a backward, raises at the backward's end (raise_after_backward), after
         every node of it has run: the reloads after it restore or poison, and return their pages."""
         try:
             self.check(where)
         except PagingError as e:
-            _raise_after_backward(e)
+            raise_after_backward(e)
 
     def _advice(self) -> Tuple[str, ...]:
         """What to do when a check fails in the middle of a step: the gradients hold part of it."""
-        if not self._contexts:
+        log = self.step_log
+        if not log.contexts:
             return ()
-        since = "in this step" if self._begun else "since the pool was made or last began a step"
-        return (f"{self._contexts} paged context(s) ran {since}, and the gradients hold the backward of every "
+        since = "in this step" if log.begun else "since the pool was made or last began a step"
+        return (f"{log.contexts} paged context(s) ran {since}, and the gradients hold the backward of every "
                 "microbatch that finished (this backward's too, NaN where a reload did not restore): zero them, reset "
                 "the pool and rerun the whole step without paging (pagestash.run_step does)",)
 
@@ -737,7 +651,7 @@ class PagePool:
             staged = self.flags.to("cuda" if wants_cuda else "cpu")
             dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
             self.flags.copy_(staged)
-        self._agreed = True
+        self.step_log.agreed = True
         self._ran("agree() (the flags of every rank)")
 
 
@@ -762,9 +676,9 @@ class Record:
         #: How errors name it (the hook names it after the marked tensor).
         lossy = "" if self.compression == "lossless" else f" ({self.compression})"
         self.name = f"a {recipe} record {tuple(shape)}{lossy}"
-        self._memory = pool._memory  # the pool's memory it was made for (resize() replaces it)
+        self._pool_memory = pool.memory_owner  # the pool's memory it was made for (reallocate() replaces it)
         nbytes = _C.record_bytes(*pool.state, recipe, list(shape), self.compression)
-        self.memory = _aligned_bytes(nbytes, pool.device)
+        self.memory = aligned_bytes(nbytes, pool.device)
         _C.init_record(*pool.state, self.memory, recipe, list(shape), self.compression)
 
     def __deepcopy__(self, memo) -> "Record":
@@ -773,9 +687,10 @@ class Record:
         return Record(copy.deepcopy(self.pool, memo), self.recipe, self.shape, self.compression)
 
     def _args(self):
-        if self._memory != self.pool._memory:
-            raise ValueError(f"pagestash: {self.name} is another pool's: it was made before pool.resize() replaced "
-                             "the pool's memory. Make a new record (pool.record(...)) after resizing")
+        if self._pool_memory is not self.pool.memory_owner:
+            raise ValueError(f"pagestash: {self.name} is another pool's: it was made before pool.resize() or "
+                             "reallocate() replaced the pool's memory. Make a new record (pool.record(...)) after "
+                             "reallocating")
         return (*self.pool.state, self.memory, self.recipe, list(self.shape))
 
     def _checked(self, check: Optional[bool], op: str) -> None:
@@ -783,16 +698,18 @@ class Record:
         if self.pool.strict if check is None else check:
             if torch.compiler.is_compiling():
                 _graph_break_for_check()
-            self.pool._strict_check(f"at the {op} of {self.name}")
+            self.pool.strict_check(f"at the {op} of {self.name}")
 
     def stash(self, data: torch.Tensor, counts: torch.Tensor, scales: Optional[torch.Tensor] = None,
-              amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None, _counts_key=None) -> None:
+              amax: Optional[torch.Tensor] = None, *, check: Optional[bool] = None, counts_key=None) -> None:
         """Moves the live bytes of (data, scales) into pages and keeps amax; `counts` (int32,
         one per group, on the pool's device) is read where the op runs, never on the host.
         With `check` (default: the pool's strict), raises PagingError when the pool's flags
-        say the step failed (inside a backward: at its end, once autograd has run every node)."""
+        say the step failed (inside a backward: at its end, once autograd has run every node).
+        `counts_key`: while the pool observes, what makes this stash one count vector with others
+        (StepLog.note_stash; the hook passes its marks' key); None: `counts` itself."""
         ops.stash(*self._args(), data, counts, scales, amax, compression=self.compression)
-        self.pool._observe_stash(counts, _counts_key)
+        self.pool.step_log.note_stash(counts, counts_key)
         self._checked(check, "stash")
 
     def reload(self, data: torch.Tensor, scales: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None,
@@ -814,5 +731,6 @@ class Record:
         table's order: state ('empty', 'stashed', 'overflowed', 'failed', 'reloaded',
         'discarded', 'stale'), error (a flag's name, or 'none'), first_bad_group, generation,
         pages, device_pages, stream_bytes, live_bytes, host_pages, refused_blocks,
-        launch_in_flight (synchronises)."""
+        launch_in_flight (synchronises). Its pages are the record's, those it holds: not the
+        pool's device_pages and host_pages."""
         return _C.record_status(*self._args(), self.compression)

@@ -14,6 +14,8 @@ from typing import Optional
 import torch
 
 from .errors import PoolCostWarning
+from .pool import PagePool
+from .sizing import saved_list, size_pool
 
 _log = logging.getLogger("pagestash")
 
@@ -51,8 +53,6 @@ class AutoResize:
 
     def __init__(self, pool, saved, *, window: int = 8, shrink_after: int = 100, overflow: float = 1e-3,
                  headroom: float = 1.1, **sizing):
-        from .sizing import size_pool  # sizing.py imports pool.py, which imports this module
-
         if not pool.growable:
             raise ValueError("pagestash: auto_resize needs a pool with a reserve: PagePool(..., reserve_bytes=...)")
         self.window = _positive(window, "window")
@@ -82,14 +82,12 @@ class AutoResize:
         """Sizes a step of one token per expert as sized_pages() would size observed steps: the recipes, shapes,
         schedule and sizing arguments are checked here, where they are given (ValueError), not at the first step
         that overflows."""
-        from .sizing import _saved_list
-
         layers, microbatches = self.sizing.get("layers"), self.sizing.get("microbatches", 1)
         stashes = 1
         if all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n > 0 for n in (layers, microbatches)):
             stashes = layers * microbatches
         try:
-            experts = max(1, _saved_list(self.saved)[0][1].groups)
+            experts = max(1, saved_list(self.saved)[0][1].groups)
             self._sizing(torch.ones(1, stashes, experts, dtype=torch.int32), samples=64)
         except (ValueError, TypeError) as e:
             raise ValueError(f"pagestash: auto_resize: {str(e).removeprefix('pagestash: ')}") from None
@@ -107,12 +105,12 @@ class AutoResize:
         """The device pages the observed steps need at the target, with the headroom; None
         without a whole observed step. ValueError when they cannot be sized (steps of different
         shapes: a strict context cut one short)."""
-        if not self.pool._observed:
+        if not self.pool.step_log.observed:
             return None
         return math.ceil(self._sizing(self.pool.observed_counts()).device_pages * self.headroom)
 
     def decided(self, decision: str) -> None:
-        """What the pool does after its step's decision (PagePool._decided calls it)."""
+        """What the pool does after its step's decision (decide() and count_decision() call it)."""
         pool = self.pool
         if decision == "rerun_without_paging":
             self.kept_since_change = 0
@@ -133,11 +131,11 @@ class AutoResize:
             except ValueError as e:  # the observed steps' counts (e.g. beyond the capacity): the step reruns all the same
                 sized, unsized = None, f"the observed steps could not be sized ({e})"
             why = (f"step {pool.steps - 1} overflowed; " +
-                   (f"{len(pool._observed)} observed steps need {sized} pages at overflow {self.overflow:g}"
+                   (f"{len(pool.step_log.observed)} observed steps need {sized} pages at overflow {self.overflow:g}"
                     if sized is not None else f"{unsized}: doubled"))
             try:
-                pool._resize(True, min(reserve, max(have + 1, 2 * have if sized is None else sized)), None, why,
-                             logging.WARNING)
+                pool.grow(min(reserve, max(have + 1, 2 * have if sized is None else sized)), why=why,
+                          level=logging.WARNING)
             except (ValueError, RuntimeError) as e:  # out of memory: the pool as it was, the step reruns
                 _log.warning("pagestash: the pool did not grow (%s): %s", why, e)
             return
@@ -155,7 +153,10 @@ class AutoResize:
         if sized is None or sized >= pool.device_pages:
             return
         try:
-            pool.shrink(sized, why=f"{self.shrink_after} steps kept; {len(pool._observed)} observed steps need {sized} "
+            pool.shrink(sized, why=f"{self.shrink_after} steps kept; {len(pool.step_log.observed)} observed steps need {sized} "
                         f"pages at overflow {self.overflow:g}")
         except ValueError as e:  # pages held at the step's end (a misuse the flags report): try again later
             _log.info("pagestash: the pool did not shrink: %s", e)
+
+
+PagePool.auto_resize_policy = AutoResize  # what pool.auto_resize() makes (pool.py does not import this module)

@@ -92,7 +92,7 @@ class PoolSizing:
                 f"({100 * self.saved_fraction:.1f}%)")
 
 
-def _saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Tuple[str, Shape, str]]:
+def saved_list(saved: Union[Saved, Sequence[Saved]]) -> List[Tuple[str, Shape, str]]:
     """(recipe, Shape, compression) for each saved tensor: a pair is lossless."""
     if isinstance(saved, tuple) and len(saved) in (2, 3) and isinstance(saved[0], str):
         saved = [saved]
@@ -171,12 +171,13 @@ def size_pool(saved: Union[Saved, Sequence[Saved]], *, schedule: str = DEFAULTS[
       from `seed`; `bootstrap` replicates over measured steps widen the interval by the
       file's error; `page_bytes` and `host_pages` as PagePool takes them.
 
-    Returns a PoolSizing; `sizing.pool(device)` makes the PagePool (or `pool.resize(sizing)` gives
-    a pool that size between steps). Warns (PoolCostWarning) when the sized pool costs more
+    Returns a PoolSizing; `sizing.pool(device)` makes the PagePool (or, between steps,
+    `pool.reallocate(sizing)` gives a fixed pool that size, `pool.resize_in_place(sizing)` one
+    with a reserve). Warns (PoolCostWarning) when the sized pool costs more
     than it saves: its device bytes above `saved_bytes`. Raises ValueError naming
     what is wrong for a bad argument (an unknown recipe, a shape the recipe cannot hold,
     tensors of different capacities, counts beyond the experts, a bad schedule, ...)."""
-    pairs = _saved_list(saved)
+    pairs = saved_list(saved)
     if counts is None and tokens is None:
         raise ValueError("pagestash.size_pool: give the router (tokens=, top_k=, alpha=) or measured counts=")
     if seed < 0:

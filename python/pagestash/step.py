@@ -27,6 +27,34 @@ class PagingWarning(UserWarning):
     """A step reran because the pool's flags reported a misuse (a bug), not a lack of room."""
 
 
+#: A step's two words (docs/design.md, Glossary), one table: its *decision*, what the pool's flags
+#: say of it (decide(), PagedStep.finish(), PagingError.decision: the C++ StepDecision), and its
+#: *outcome*, how run_step ran it: 'paged' (kept) or 'rerun' (run again without paging); 'eager'
+#: when there is no pool (no decision).
+OUTCOMES = {"keep": "paged", "rerun_without_paging": "rerun", "report_error": "rerun"}
+
+
+class StepOutcome(str):
+    """What run_step returns: the step's outcome ('paged', 'rerun' or 'eager', a str), and
+    `decision`, the decision it ran by ('keep', 'rerun_without_paging', 'report_error'; None for
+    'eager')."""
+
+    decision: Optional[str]
+
+    def __new__(cls, outcome: str, decision: Optional[str] = None) -> "StepOutcome":
+        made = super().__new__(cls, outcome)
+        made.decision = decision
+        return made
+
+    @classmethod
+    def of(cls, decision: Optional[str]) -> "StepOutcome":
+        """The outcome of a step run by `decision` (None: no pool, 'eager')."""
+        return cls("eager" if decision is None else OUTCOMES[decision], decision)
+
+    def __reduce__(self):  # pickled (a rank's result sent to another process) as what it is
+        return (StepOutcome, (str(self), self.decision))
+
+
 class _Unpaged:
     """What `step.paging()` gives in a step that runs without paging: a context whose
     `mark()` returns the tensor and pages nothing."""
@@ -57,15 +85,12 @@ class PagedStep:
     def __init__(self, pool: Optional[PagePool], *, paged: bool = True, **hook_options):
         if pool is None and paged:
             raise ValueError("pagestash: a paged step needs a pool (PagedStep(None) only with paged=False)")
-        if paged and pool._step is not None:
-            raise RuntimeError("pagestash: this pool already has an open step (PagedStep): finish() it first")
         self.pool, self.paged, self.hook_options = pool, paged, hook_options
         self.microbatches = 0
         self.reload_cuda_streams: list = []  # the side streams its contexts prefetch on: end_step joins them
         self.decision: Optional[str] = None
         if paged:  # the pool's step: an unpaged one (a rerun) pages nothing and decides nothing
-            pool._begin()
-            pool._step = self
+            pool.step_log.open(self)
 
     def paging(self, **hook_options):
         """A context for one microbatch's forward: paged_saved_tensors(pool, **options) in a
@@ -96,8 +121,8 @@ class PagedStep:
 
     def abandon(self) -> None:
         """Closes the step without deciding (after an exception in it)."""
-        if self.pool is not None and self.pool._step is self:
-            self.pool._step = None
+        if self.pool is not None:
+            self.pool.step_log.close(self)
 
     def join_cuda_streams(self, cuda_streams: Sequence["torch.cuda.Stream"] = ()) -> None:
         """Makes the current CUDA stream wait for `cuda_streams` and the side streams the step's
@@ -126,12 +151,12 @@ def _zero_grad(zero_grad) -> None:
 
 
 def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None], zero_grad, *, group=None,
-             cuda_streams: Sequence["torch.cuda.Stream"] = (), **hook_options) -> str:
+             cuda_streams: Sequence["torch.cuda.Stream"] = (), **hook_options) -> StepOutcome:
     """Runs one optimizer step's microbatches (forward and backward of each, in the order
     `microbatches(step)` chooses) with paging, then decides; when paging failed anywhere in
     the step, clears the gradients, resets the pool and runs the whole step again without
-    paging. Returns 'paged' or 'rerun'; without a pool (None), runs the step unpaged and
-    returns 'eager'.
+    paging. Returns the step's outcome, 'paged' or 'rerun' (a StepOutcome: its `decision`
+    says why); without a pool (None), runs the step unpaged and returns 'eager'.
 
     The step is run_step's: it begins the pool's step and decides it once (no optimizer
     hook is involved: a skipped optimizer step, a hand-written update or several optimizers
@@ -150,7 +175,7 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     _zero_grad(zero_grad)
     if pool is None:
         _run(PagedStep(None, paged=False), microbatches)
-        return "eager"
+        return StepOutcome.of(None)
     if pool.observing or _several_ranks(group):
         hook_options = {**hook_options, "strict": False}
     step = PagedStep(pool, **hook_options)
@@ -174,9 +199,9 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
             decision = pool.decide()
         else:
             decision = failure[1]
-            pool._decided(decision)
+            pool.count_decision(decision)
     if decision == "keep":
-        return "paged"
+        return StepOutcome.of(decision)
     if decision == "report_error":
         flags = failure[0] if failure else [n for n, v in pool.flag_dict().items() if v]
         warnings.warn(f"pagestash: the pool's flags report a misuse ({', '.join(flags)}), not a lack of room: the "
@@ -185,7 +210,7 @@ def run_step(pool: Optional[PagePool], microbatches: Callable[[PagedStep], None]
     pool.count_rerun()
     _zero_grad(zero_grad)
     _run(PagedStep(pool, paged=False), microbatches)
-    return "rerun"
+    return StepOutcome.of(decision)
 
 
 def _several_ranks(group=None) -> bool:

@@ -39,6 +39,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from .hooks import PackedSave, UnpagedWarning, paged_contexts, register_marker
 from .recipes import Shape, recipe_info
 
 #: The attribute TransformerEngine's mark_grouped_tensor sets: False on data (and plain tensors),
@@ -173,8 +174,7 @@ class te_layer:
         self._pending = None  # a quantized buffer saved before its partner: [tensor, role, packs, name]
 
     def __enter__(self) -> "te_layer":
-        from .hooks import _contexts
-        contexts = _contexts()
+        contexts = paged_contexts()
         self.paging = contexts[-1] if contexts else None
         _layers().append(self)
         return self
@@ -233,10 +233,9 @@ def _refusal(name: str, t: torch.Tensor, layer: te_layer, why: str) -> str:
 def pack_marked(paging, t: torch.Tensor):
     """The pack hook's part for a tensor TransformerEngine marked that is not marked yet: marks
     it (mark(), as the layer's counts and the inferred recipe) and returns None, for the hook to
-    find it; returns a _Packed for a quantized buffer saved before its partner (completed when
+    find it; returns a PackedSave for a quantized buffer saved before its partner (completed when
     the partner comes); None as well when no te_layer of this context gives counts (it passes
     through). Raises ValueError for a tensor that fits no TE layout."""
-    from .hooks import _Packed, UnpagedWarning
     layer = next((l for l in reversed(_layers()) if l.paging is paging), None)
     # A save inside a backward (a checkpoint's recomputation) is not paged, nor one in compiled code. (Grad mode
     # says nothing here: a custom Function's saves are packed with grad off.)
@@ -273,7 +272,7 @@ def pack_marked(paging, t: torch.Tensor):
     if pending is not None and pending[1] == role:
         held = pending[0]
         if held.data_ptr() == t.data_ptr() and held.dtype == t.dtype and held.shape == t.shape:
-            packed = _Packed(None, role, None)  # the same buffer saved again before its partner
+            packed = PackedSave(None, role, None)  # the same buffer saved again before its partner
             pending[2].append(packed)
             return packed
         layer._pending = None
@@ -282,7 +281,7 @@ def pack_marked(paging, t: torch.Tensor):
         raise ValueError(_refusal(pending[3], held, layer, f"the next TE-marked buffer saved in the layer is another "
                                   f"{'scales' if marker else 'data'} buffer, not its {_partner(role)}"))
     if pending is None:
-        packed = _Packed(None, role, None)  # completed when its partner is saved
+        packed = PackedSave(None, role, None)  # completed when its partner is saved
         layer._pending = [t, role, [packed], name]
         return packed
     layer._pending = None
@@ -302,13 +301,16 @@ def pack_marked(paging, t: torch.Tensor):
         paging.mark(data, layer.counts, recipe=recipe, shape=shape, scales=scales, amax=amax,
                     name=f"{pending[3]} and its {'scales' if role == 'scales' else 'data'} ({recipe}, shape "
                          f"{tuple(shape)})")
-    group = paging._groups[-1]
+    group = paging.last_marked
     for p in pending[2]:
         p.group = group
-        paging._count_save(group)
-    packed = _Packed(group, role, None)
-    paging._count_save(group)
-    paging._stash_behind()
+        paging.count_save(group)
+    packed = PackedSave(group, role, None)
+    paging.count_save(group)
+    paging.stash_behind()
     layer.saved.append((recipe, shape))
     layer.paged += 1
     return packed
+
+
+register_marker(MARKER, pack_marked)  # the hook pages what TE marks (hooks.py does not import this module)

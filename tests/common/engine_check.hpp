@@ -1,13 +1,16 @@
 #pragma once
 // The copy engine (stash/copy.hpp) on hand-made segments, against a plain byte-for-byte
-// oracle: both movers (the host executor's pieces, and the warp's 16-byte vectors with
-// `lanes` lanes run one after another) stash the segments into pages given in a shuffled
+// oracle: every mover (the host executor's pieces, the warp's 16-byte vectors with `lanes`
+// lanes run one after another, and the same lanes as a warp of host threads with a stage,
+// which stages short lines) stash the segments into pages given in a shuffled
 // order, and reload them into a poisoned buffer, with or without zero_tail. Shared by the
 // host tests and the fuzz target; a mismatch is returned as a message, not asserted, so
 // that either can report it its own way.
 
 #include <pagestash/pagestash.hpp>
 #include <pagestash/reference/serial_plan.hpp>
+
+#include "grid_emulator.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -36,6 +39,17 @@ struct OneLane {
   int r, n;
   int rank() const { return r; }
   int size() const { return n; }
+};
+
+/// One lane of a warp of n host threads that share a barrier and a stage (the staged mover's).
+struct ThreadLane {
+  int r, n;
+  HostBarrier* barrier;
+  unsigned char* stage_bytes;
+  int rank() const { return r; }
+  int size() const { return n; }
+  unsigned char* stage() const { return stage_bytes; }
+  void sync_lanes() const { barrier->wait(); }
 };
 
 /// A random case: `count` segments of lines up to `max_live` bytes (some of 1-15 bytes,
@@ -131,15 +145,32 @@ inline std::string check_engine(const EngineCase& c) {
     return w;
   };
   // Tiles in increasing order (one cursor carried along), or shuffled (the cursor seeks back).
-  auto run = [&](const ps::TileWork& w, std::int64_t tiles, bool vectors, bool shuffled) {
+  auto run = [&](const ps::TileWork& w, std::int64_t tiles, int mover, bool shuffled) {
     std::vector<std::int32_t> order(static_cast<std::size_t>(tiles));
     std::iota(order.begin(), order.end(), 0);
     if (shuffled) std::shuffle(order.begin(), order.end(), rng);
+    if (mover == 2) {  // a warp of host threads, each with its own cursor, through the same tiles
+      HostBarrier barrier(c.lanes);
+      std::vector<unsigned char> stage(ps::StashPolicy::stage_bytes + 16);
+      unsigned char* const aligned = stage.data() + (16 - reinterpret_cast<std::uintptr_t>(stage.data()) % 16) % 16;
+      HostThreads::borrow(c.lanes, [&](int lane) {
+        ps::ItemCursor cursor;
+        for (std::int32_t t : order) {
+          const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
+          const ps::TileOp op = ps::tile_op(w, cursor);
+          const ThreadLane lanes{lane, c.lanes, &barrier, aligned};
+          // The staged mover wherever it can move the tile, whether or not the policy has the kernels stage.
+          if (ps::tile_stageable(s, op)) ps::copy_tile_staged(lanes, s, op);
+          else ps::copy_tile_vectors(lanes, s, op);
+        }
+      });
+      return;
+    }
     ps::ItemCursor cursor;
     for (std::int32_t t : order) {
       const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
       const ps::TileOp op = ps::tile_op(w, cursor);
-      if (!vectors) ps::copy_tile_pieces(s, op);
+      if (mover == 0) ps::copy_tile_pieces(s, op);
       else
         for (int lane = 0; lane < c.lanes; ++lane) ps::copy_tile_vectors(OneLane{lane, c.lanes}, s, op);
     }
@@ -150,11 +181,11 @@ inline std::string check_engine(const EngineCase& c) {
   reload_items = engine_items(c, true, reload_totals);
   std::vector<unsigned char> dest_mem(source_mem.size());
   unsigned char* const dest = dest_mem.data() + (source - source_mem.data());
-  for (int mover = 0; mover < 2; ++mover) {
-    const bool vectors = mover == 1;
-    const char* name = vectors ? "vectors" : "pieces";
+  for (int mover = 0; mover < 3; ++mover) {
+    const bool vectors = mover >= 1;
+    const char* name = mover == 0 ? "pieces" : (mover == 1 ? "vectors" : "staged");
     std::memset(ref.device_arena, 0xEE, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
-    run(work_for(stash_items, source, true), stash_totals.tiles, vectors, vectors);
+    run(work_for(stash_items, source, true), stash_totals.tiles, mover, vectors);
     for (std::int64_t p = 0; p < static_cast<std::int64_t>(stream.size()); ++p)
       if (*page_byte(p) != stream[static_cast<std::size_t>(p)])
         return std::string(name) + " stash: stream byte " + std::to_string(p) + " is " + std::to_string(*page_byte(p)) +
@@ -171,7 +202,7 @@ inline std::string check_engine(const EngineCase& c) {
         if (c.zero_tail)
           std::memset(expected.data() + s.line_offset(l) + s.live, 0, static_cast<std::size_t>(s.pitch - s.live));
       }
-    run(work_for(reload_items, dest, false), reload_totals.tiles, vectors, !vectors);
+    run(work_for(reload_items, dest, false), reload_totals.tiles, mover, !vectors);
     for (std::int64_t i = 0; i < buffer_bytes; ++i)
       if (dest[i] != expected[static_cast<std::size_t>(i)])
         return std::string(name) + " reload: buffer byte " + std::to_string(i) + " is " + std::to_string(dest[i]) +

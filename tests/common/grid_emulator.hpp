@@ -383,13 +383,15 @@ class PreemptAtAtomics {
   int percent_;
 };
 
-/// What the 32 lanes of an emulated warp share: a barrier and each lane's values, for max_over and share.
+/// What the 32 lanes of an emulated warp share: a barrier, each lane's values, for max_over and share, and the warp's
+/// stage (its shared memory, stash/copy.hpp's staged mover).
 struct EmulatedWarp {
   static constexpr int max_values = 8;
   HostBarrier barrier{32};
   std::uint32_t values[32][max_values] = {};
   std::int64_t path[2] = {};                   ///< lane 0's critical path at a share (CriticalPath)
   std::array<std::int64_t, 2> paths[32] = {};  ///< each lane's at max_over
+  alignas(16) unsigned char stage[ps::StashPolicy::stage_bytes] = {};
 };
 
 /// What the threads of one resident block share: the barrier, share()'s slot and its warps'.
@@ -474,6 +476,8 @@ struct EmulatedLanes {
   EmulatedWarp* warp;
   int rank() const { return lane; }
   static constexpr int size() { return 32; }
+  unsigned char* stage() const { return warp->stage; }
+  void sync_lanes() const { warp->barrier.wait(); }
   template <int N>
   void max_over(std::uint32_t (&x)[N], int group) const {
     static_assert(N <= EmulatedWarp::max_values);

@@ -7,6 +7,7 @@
 #include <pagestash/pagestash.hpp>
 #include <pagestash/reference/record_words.hpp>
 #include <pagestash/reference/serial_plan.hpp>
+#include <pagestash/sizing.hpp>
 
 #include <cuda/atomic>
 #include <doctest/doctest.h>
@@ -16,6 +17,7 @@
 #include "../common/overlap.hpp"
 #include "../common/stash_sequence.hpp"
 #include "../common/suite_backends.hpp"
+#include "../../bench/fine_grained.hpp"
 
 #include <array>
 #include <chrono>
@@ -897,7 +899,7 @@ std::array<RoundCounter::Count, 2> round_counts(std::int32_t count) {
 }
 }  // namespace
 
-TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and one a gathered run piece") {
+TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and one a staged round") {
   // BF16 rows of 2 tokens: 16 KiB of aligned lines, 4 tiles of 8 vectors a lane, 4 loads in flight: 2 rounds a tile.
   const auto bf16 = round_counts<ps::StashTraits<RuBf16Cap>>(2);
   for (const auto& c : bf16) {
@@ -906,13 +908,97 @@ TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and o
     CHECK(c.max_warp == 4);  // a claim of 2 tiles
     CHECK(c.rounds == 8);
   }
-  // NVFP4 columnwise of 2 tokens: its data and compact scales are each 4096 lines of 1-byte runs, a tile each. A
-  // stash's lane gathers its 8 vectors a run piece at a time, 16 a vector: 128 rounds a tile, 256 the warp that claims
-  // both; a reload's lane loads each stream vector once and scatters it: 8.
+  // NVFP4 columnwise of 2 tokens: its data (a 64-byte pitch) and compact scales (8) are each 4096 lines of 1-byte
+  // runs, 16 tiles of 256 lines each (max_tile_lines). Staged (StashPolicy::staged): a lane loads its 8 chunks (data:
+  // one from each line's start; scales: the aligned chunks over the dense lines) in one round, and a reload's its
+  // stream vectors: one round a tile, 2 a claim. Gathered: lanes 0-15 each gather a vector of 16 one-byte run pieces,
+  // a round a piece: 16 a tile, 32 a claim; a reload's lane loads its vector once and scatters it: 1 and 2. (Before
+  // the cap, 4 KiB tiles: 128 and 256, the reload 8 and 16.)
   const auto nvfp4 = round_counts<ps::StashTraits<ColNv4CapCo>>(2);
-  CHECK(nvfp4[0].tiles == 2);
-  CHECK(nvfp4[0].max_tile == 128);
-  CHECK(nvfp4[0].max_warp == 256);
-  CHECK(nvfp4[1].max_tile == 8);
-  CHECK(nvfp4[1].max_warp == 16);
+  CHECK(nvfp4[0].tiles == 32);
+  CHECK(nvfp4[0].max_tile == (ps::StashPolicy::staged ? 1 : 16));
+  CHECK(nvfp4[0].max_warp == (ps::StashPolicy::staged ? 2 : 32));
+  CHECK(nvfp4[1].max_tile == 1);
+  CHECK(nvfp4[1].max_warp == 2);
+}
+
+namespace {
+
+/// The most dependent rounds of one warp claim (RoundCounter) in a stash and a reload of a fine-grained row
+/// (bench/fine_grained.hpp: the shape's experts, capacity twice the mean, Dirichlet(1) counts) of recipe layout L, on
+/// one warp (the rounds of a claim are its two tiles', whatever the grid). Zeroed buffers: the bytes don't matter.
+template <class L>
+std::array<RoundCounter::Count, 2> fine_row_rounds(const ps::sizing::ModelShape& fs, std::int64_t mean) {
+  using Tr = ps::StashTraits<L>;
+  ps::GroupedView<L> v = pagestash_bench::fine_view<L>(fs, mean);
+  const std::vector<std::int32_t> counts = pagestash_bench::fine_counts(fs, mean, v.max_tokens);
+  std::vector<std::vector<unsigned char>> memory;
+  auto buffers = [&](ps::GroupedView<L>& view) {
+    view.counts = counts.data();
+    auto aligned = [&](ps::BufferRole role) {
+      memory.emplace_back(static_cast<std::size_t>(view.buffer_bytes(role)) + 256);
+      const auto at = reinterpret_cast<std::uintptr_t>(memory.back().data());
+      return memory.back().data() + (256 - at % 256) % 256;
+    };
+    view.data = reinterpret_cast<typename L::data_type*>(aligned(ps::BufferRole::data));
+    if constexpr (!std::is_void_v<typename L::scale_type>)
+      view.scales = reinterpret_cast<typename L::scale_type*>(aligned(ps::BufferRole::scales));
+    view.amax = L::has(ps::BufferRole::amax) ? reinterpret_cast<float*>(aligned(ps::BufferRole::amax)) : nullptr;
+  };
+  ps::GroupedView<L> in = v, out = v;
+  buffers(in);
+  buffers(out);
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = ps::pages_for(ps::work_bounds<Tr>(v).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  auto rec = ps::make_record<Tr>(pool, v);
+  LaunchShape grid;
+  grid.blocks = 1;  // one warp claims every chunk in turn: its claims are two consecutive tiles, as on a GPU
+  grid.threads = 32;
+  grid.slots = 1;
+  grid.random_delays = false;
+  std::array<RoundCounter::Count, 2> c;
+  {
+    RoundCounter rounds;
+    Emulator{grid}.stash(pool, in, rec);
+    c[0] = rounds.count();
+  }
+  {
+    RoundCounter rounds;
+    Emulator{grid}.reload(pool, rec, out, false);
+    c[1] = rounds.count();
+  }
+  REQUIRE(rec.status().state == ps::RecordState::reloaded);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("emulated grid: fine-grained rows, at most 8 dependent rounds a warp claim when staged, 32 capped") {
+  // Every capacity-padded columnwise recipe (MXFP8 and NVFP4, compact and swizzled scales) of both model shapes at
+  // means 32-256, the rowwise ones (whole aligned rows: 4 at every mean, launch_cost's table) at 32 only, to stay
+  // under a minute: a claim is two tiles, a tile of short lines at most 256 of them (max_tile_lines) in one to three
+  // rounds of the staged mover. Before it, an NVFP4 stash's slowest claim waited 192-256 rounds (docs/benchmarks.md,
+  // "Dependent rounds per warp"). With the kernels' staging off (StashPolicy::staged, until it fits their registers),
+  // the capped tiles alone: 32 (a claim of two 256-line tiles of one-byte runs, gathered a piece at a time).
+  constexpr std::int64_t bound = ps::StashPolicy::staged ? 8 : 32;
+  std::int64_t most = 0;
+  for (const ps::sizing::ModelShape& fs : ps::sizing::model_shapes) {
+    for (std::int64_t mean : {32, 64, 128, 256}) {
+      ps::for_each_recipe([&](auto r) {
+        using R = decltype(r);
+        if (std::string(R::placement) != "capacity") return;
+        if (std::string(R::scales).empty() && mean != 32) return;  // rowwise
+        const auto c = fine_row_rounds<typename R::layout>(fs, mean);
+        INFO(fs.name << ", " << R::name() << ", mean " << mean << ": stash " << c[0].max_warp << ", reload "
+                     << c[1].max_warp);
+        CHECK(c[0].tiles > 0);
+        CHECK(c[0].max_warp <= bound);
+        CHECK(c[1].max_warp <= bound);
+        most = std::max({most, c[0].max_warp, c[1].max_warp});
+      });
+    }
+  }
+  MESSAGE("the slowest warp claim of a fine-grained row: " << most << " dependent rounds");
 }

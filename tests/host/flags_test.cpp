@@ -639,8 +639,8 @@ struct PoolImage {
   std::vector<unsigned char> pages;
   explicit PoolImage(const ps::PagePool& pool) : stats(pool.stats()), free(ps::free_pages(pool)) {
     const ps::PoolRef& r = pool.ref();
-    pages.assign(r.device_arena, r.device_arena + r.device_pages * r.page_bytes);
-    pages.insert(pages.end(), r.host_arena, r.host_arena + r.host_pages * r.page_bytes);
+    pages.assign(r.device_arena, r.device_arena + r.reserved_device_pages * r.page_bytes);
+    pages.insert(pages.end(), r.host_arena, r.host_arena + r.reserved_host_pages * r.page_bytes);
   }
 };
 
@@ -656,7 +656,7 @@ void check_refused_foreign(const PoolImage& before, const ps::PagePool& pool, st
   CHECK(now.stats.reloads == before.stats.reloads);
   CHECK(now.stats.device_pages_free == before.stats.device_pages_free);
   CHECK(now.stats.host_pages_free == before.stats.host_pages_free);
-  CHECK(now.stats.peak_pages_used == before.stats.peak_pages_used);
+  CHECK(now.stats.peak_pages_held == before.stats.peak_pages_held);
   CHECK(now.stats.live_bytes == before.stats.live_bytes);
   CHECK(now.stats.peak_live_bytes == before.stats.peak_live_bytes);
   CHECK(now.stats.generation == before.stats.generation);

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -341,7 +342,7 @@ TEST_CASE("reload into a larger destination, and the zero tail reaches its end")
 TEST_CASE("the sizing helper turns an observed peak into a pool") {
   ps::PoolStats observed{};
   observed.config.page_bytes = 4096;
-  observed.peak_pages_used = 1000;
+  observed.peak_pages_held = 1000;
   const ps::PoolConfig c = ps::size_from_peak(observed);
   CHECK(c.page_bytes == 4096);
   CHECK(c.device_pages == 1100);
@@ -365,7 +366,7 @@ TEST_CASE("the sizing helper turns an observed peak into a pool") {
   const std::int64_t pages_a = ra.status().pages;
   ps::reload(ps::host, big, ra, a.view);
   const ps::PoolStats seen = big.stats();
-  CHECK(seen.peak_pages_used == pages_a + rb.status().pages);
+  CHECK(seen.peak_pages_held == pages_a + rb.status().pages);
   CHECK(seen.peak_live_bytes == ra.status().stream_bytes + rb.status().stream_bytes);
   CHECK(seen.live_bytes == rb.status().stream_bytes);
 
@@ -492,6 +493,62 @@ TEST_CASE("compressed stash: a hidden that is not whole blocks is refused on the
   v.groups = 2;
   v.hidden = 96;  // whole MXFP8 blocks, not whole 128-value blocks
   v.max_tokens = 8;
-  CHECK_THROWS_WITH_AS(ps::StashRecord<Tr>(pool, v), doctest::Contains("not a multiple of 128"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::StashRecord<Tr>(pool, v),
+                       doctest::Contains("hidden = 96 must be a multiple of 128 (the block of compression "
+                                         "'fp8_1x128'): pad hidden to 128"),
+                       std::invalid_argument);
   CHECK_NOTHROW(ps::StashRecord<ps::CompressedTraits<RuBf16, ps::MXFP8_E4M3>>(pool, v));
+}
+
+TEST_CASE("written once: the compression rule (compression_refusal) for every format of the list") {
+  CHECK(ps::compression_refusal<ps::Lossless>(7).empty());
+  int formats = 0;
+#define PAGESTASH_TEST_FORMAT(F)                                                                                   \
+  {                                                                                                                \
+    ++formats;                                                                                                     \
+    using C = ps::Compressed<F>;                                                                                   \
+    static_assert(ps::compression_format<F>);                                                                      \
+    CAPTURE(C::name);                                                                                              \
+    for (std::int64_t hidden : {8, 32, 96, 128, 136, 7168}) {                                                      \
+      const std::string refusal = ps::compression_refusal<C>(hidden);                                              \
+      CHECK(refusal.empty() == (hidden % C::block == 0));                                                          \
+      if (!refusal.empty())                                                                                        \
+        CHECK(refusal == "must be a multiple of " + std::to_string(C::block) + " (the block of compression '" +    \
+                             C::name + "'): pad hidden to " + std::to_string((hidden / C::block + 1) * C::block)); \
+    }                                                                                                              \
+  }
+  PAGESTASH_FOR_EACH_COMPRESSION(PAGESTASH_TEST_FORMAT)
+#undef PAGESTASH_TEST_FORMAT
+  CHECK(formats == 3);
+  CHECK(ps::compression_names() == std::vector<std::string>{"lossless", "mxfp8", "mxfp8_e5m2", "fp8_1x128"});
+  static_assert(!ps::compression_format<ps::NVFP4> && !ps::compression_format<ps::BF16>);
+  // The record's check says the same, after its own name for hidden.
+  using E5M2 = ps::CompressedTraits<RuBf16, ps::MXFP8_E5M2>;
+  ps::PagePool pool(ps::PoolConfig{1024, 64, 0}, ps::MemorySpace::host);
+  ps::GroupedView<RuBf16> v;
+  v.groups = 1, v.hidden = 40, v.max_tokens = 8;
+  const std::string said = "hidden = 40 " + ps::compression_refusal<ps::Compressed<ps::MXFP8_E5M2>>(40);
+  CHECK_THROWS_WITH_AS(ps::StashRecord<E5M2>(pool, v), doctest::Contains(said.c_str()), std::invalid_argument);
+}
+
+TEST_CASE("written once: a pool in the other memory space is refused with one message, either way round") {
+  // What every front door of both executors calls (host.hpp, cuda.cuh, nccl.cuh's agree): host code, checked here.
+  CHECK_THROWS_WITH_AS(ps::check_memory_space("stash", ps::MemorySpace::device, ps::MemorySpace::host),
+                       "pagestash::stash: the pool is in host memory, the executor runs on device memory "
+                       "(pagestash::host takes a host pool, pagestash::on(stream) a device pool)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::check_memory_space("grow", ps::MemorySpace::host, ps::MemorySpace::device),
+                       "pagestash::grow: the pool is in device memory, the executor runs on host memory "
+                       "(pagestash::host takes a host pool, pagestash::on(stream) a device pool)",
+                       std::invalid_argument);
+  CHECK_NOTHROW(ps::check_memory_space("reset", ps::MemorySpace::host, ps::MemorySpace::host));
+  CHECK_NOTHROW(ps::check_memory_space("reset", ps::MemorySpace::device, ps::MemorySpace::device));
+  // The host executor's front doors go through it: a host pool passes, and report's own check follows it.
+  ps::PagePool pool(ps::PoolConfig{1024, 8, 0}, ps::MemorySpace::host);
+  CHECK_NOTHROW(ps::reset(ps::host, pool));
+  CHECK_NOTHROW(ps::end_step(ps::host, pool));
+  CHECK_THROWS_WITH_AS(ps::report(ps::host, pool, nullptr), "pagestash::report: dst is null", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ps::check_report(ps::MemorySpace::device, pool, nullptr),
+                       doctest::Contains("pagestash::report: the pool is in host memory, the executor runs on device"),
+                       std::invalid_argument);
 }

@@ -12,6 +12,12 @@ and the reset kernel, per architecture in the library:
     and narrow stores); a stash kernel's gather has at least WORDS_PER_VECTOR x
     loads_in_flight 4-byte evict-first loads (LDG.E.EF, the buffer's words) issued before
     the first instruction that reads one of them (the table shows words / 4);
+  - a stash kernel's staged mover of short lines (copy_tile_staged), where the policy has the
+    kernels stage (StashPolicy::staged), has at least staged_loads 128-bit evict-first loads
+    (its chunks) issued before the first instruction that reads one;
+  - integer divisions (I2F.U32.RP, the start of its reciprocal) inside a per-vector copy loop
+    (an innermost loop with a 128-bit global load or store) are reported, not yet failed:
+    locate() divides by the run per vector;
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel;
@@ -58,6 +64,10 @@ MAX_REGISTERS = 64
 # 4-byte loads per 16-byte vector: the gather's words in flight, counted in vectors.
 WORDS_PER_VECTOR = 4
 MIN_LOADS_IN_FLIGHT = min(policy_values("loads_in_flight"))  # the copy loop's, at the least
+# The staged mover of short lines (copy_tile_staged): its 128-bit chunk loads a lane has in flight before it reads one.
+MIN_STAGED_LOADS = min(policy_values("staged_loads"))
+with open(POLICY) as _f:  # whether the kernels stage at all (StashPolicy::staged; off: no staged loads to count)
+    STAGED = re.search(r"static constexpr bool staged = true;", _f.read()) is not None
 THREADS = max(policy_values("threads_per_block"))  # the launch's: one count in every policy
 # CCTL.IVALL in a kernel's code (each acquire: arrival, verdict, lock, finish, in the steps
 # the kernel inlines); none may be in a spin loop.
@@ -278,6 +288,17 @@ def analyse(cuobjdump, path):
         parsed = parse(instructions)
         k["gather"] = loads_in_flight(parsed, is_word_load, lambda op: True)
         k["scatter"] = loads_in_flight(parsed, is_vector_load, lambda op: not re.match(r"STG.*\.128$", op))
+        # The staged stash: its chunk loads are read by anything (the shifts into the stage), all issued first.
+        k["staged"] = loads_in_flight(parsed, is_vector_load, lambda op: True)
+        # The movers' per-vector loops: the innermost loops (a backward branch with no other inside its range) that
+        # move 128-bit vectors (a 128-bit global load or store). An integer division (its reciprocal's I2F.U32.RP, and
+        # the IMAD.HI/correction steps after it) in one is paid per vector: none may have one.
+        vector_loops = [(lo, hi) for lo, hi in loops
+                        if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)
+                        and any(lo <= a <= hi and re.search(r"\b(?:LDG|STG)\.E(?:\.[A-Z]+)*\.128\b", ins)
+                                for a, ins in instructions)]
+        k["division_in_vector_loop"] = sum(
+            1 for a, ins in instructions if "I2F.U32.RP" in ins and any(lo <= a <= hi for lo, hi in vector_loops))
         k["cctl"] = len(invalidations)
         k["cctl_in_spin"] = sum(1 for c in invalidations if any(lo <= c <= hi for lo, hi in spin_loops))
         k["spin_loops"] = len(spin_loops)
@@ -313,6 +334,7 @@ def main():
     keys = sorted(kernels)
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
+    divisions = []  # kernels with an integer division in a per-vector copy loop (reported)
 
     def shape_failures(k, label):
         """What breaks the rules every kernel keeps, with and without --use_fast_math."""
@@ -348,8 +370,14 @@ def main():
         if gathers and k.get("gather", 0) < WORDS_PER_VECTOR * MIN_LOADS_IN_FLIGHT:
             why.append(f"the gather has {k.get('gather', 0)} word loads in flight "
                        f"(< {WORDS_PER_VECTOR} x {MIN_LOADS_IN_FLIGHT} vectors)")
+        if STAGED and gathers and k.get("staged", 0) < MIN_STAGED_LOADS:
+            why.append(f"the staged mover has {k.get('staged', 0)} 128-bit loads in flight (< {MIN_STAGED_LOADS})")
         if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"the scatter has {k.get('scatter', 0)} 128-bit loads in flight (< {MIN_LOADS_IN_FLIGHT})")
+        # Reported, not yet a rule: locate() divides by the run per vector (issue 54; a multiply-high there cost sm_90's
+        # reload its 128-bit stores).
+        if k.get("division_in_vector_loop", 0):
+            divisions.append(f"{key[0]} {label}: {k['division_in_vector_loop']}")
         if k.get("cctl_in_spin", 0):
             why.append(f"{k['cctl_in_spin']} L1 invalidations (CCTL.IVALL) inside a spin loop")
         if k.get("cctl", 0) > MAX_CCTL_IVALL:
@@ -375,8 +403,11 @@ def main():
         print(f"{len(fast)} kernels compiled with --use_fast_math, compared with the library's float arithmetic")
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, no MEMBAR.SC.GPU, 128-bit copies, "
-          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
+          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
           f"the {spin} spin loops")
+    if divisions:
+        print(f"\n{len(divisions)} kernels have integer divisions (I2F.U32.RP) in a per-vector copy loop (not a rule yet): "
+              + "; ".join(divisions[:4]) + (" ..." if len(divisions) > 4 else ""))
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")
         for f in failures:

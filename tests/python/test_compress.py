@@ -281,6 +281,18 @@ def test_hidden_not_a_multiple_of_the_block_is_refused(compression, block):
     pool.record("bf16/capacity", ps.Shape(2, 32, hidden))  # lossless takes it
 
 
+@pytest.mark.parametrize("compression, block", [("mxfp8", 32), ("fp8_1x128", 128)])
+def test_the_op_and_the_sizer_refuse_a_partial_block_in_one_wording(compression, block):
+    hidden = block + 8
+    said = f"= {hidden} must be a multiple of {block} (the block of compression '{compression}'): pad hidden to {2 * block}"
+    pool = ps.PagePool(device_pages=8, page_bytes=4096)
+    with pytest.raises(ValueError) as op:
+        pool.record("bf16/capacity", ps.Shape(2, 32, hidden), compression=compression)
+    with pytest.raises(ValueError) as sizer:
+        ps.size_pool([("bf16/capacity", ps.Shape(2, 32, hidden), compression)], tokens=32, samples=10)
+    assert said in str(op.value) and said in str(sizer.value), (str(op.value), str(sizer.value))
+
+
 def test_mark_refuses_what_its_compression_cannot_take():
     pool = ps.PagePool(device_pages=8, page_bytes=4096)
     counts = torch.tensor([1, 2], dtype=torch.int32)

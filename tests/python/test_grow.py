@@ -489,7 +489,7 @@ def test_cuda_a_graph_captured_on_a_small_pool_replays_after_grow_and_shrink():
     graph.replay()  # the same graph: no re-capture
     torch.cuda.synchronize()
     assert torch.equal(out, data) and not any(pool.flag_dict().values())
-    assert pool.stats()["device_pages_free"] == 8 and pool.stats()["peak_pages_used"] == 4
+    assert pool.stats()["device_pages_free"] == 8 and pool.stats()["peak_pages_held"] == 4
     pool.shrink(4)  # after a balanced step
     out.zero_()
     graph.replay()

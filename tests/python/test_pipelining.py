@@ -110,7 +110,7 @@ def one_case(name, microbatches, world, rank, pages=256, strict=None, observe=Fa
         layers = [layer for m in mods for layer in m]
         want = torch.stack([layer.seen[mb] for mb in range(microbatches) for layer in layers])
         in_order = torch.equal(pool.observed_counts()[0], want)
-    return how, same, pool.pages_in_use(), pool.stats()["peak_pages_used"], sized, in_order, weights_pending(schedule, rank)
+    return how, same, pool.pages_in_use(), pool.stats()["peak_pages_held"], sized, in_order, weights_pending(schedule, rank)
 
 
 def weights_pending(schedule, rank):

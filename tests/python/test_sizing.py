@@ -367,7 +367,7 @@ def test_sizing_the_example_block_from_its_own_run_as_docs_python_md_shows_it():
         sizing = ps.size_pool(saved, counts=pool.observed_counts(),  # [32 steps, layers x microbatches, experts]
                             layers=1, microbatches=1, overflow=0.05, page_bytes=4096, seed=1)
         print(sizing)
-        pool.resize(sizing)  # between steps: the size it found, and its target for the overflow-rate warning
+        pool.reallocate(sizing)  # between steps: the size it found, and its target for the overflow-rate warning
         for batch in batches[32:]:
             train_step(model, opt, batch, capacity, pool)
         print(pool.totals)

@@ -1,9 +1,10 @@
 """The Python boundary converts from the C++ tables, not field by field: a record's status
 has every field of RecordSummary's and RecordStatus's tables (read here from the header, not
-from the extension), PoolSizing has the C++ PoolSizing's fields under the same names, and
-size_pool sends exactly SizingRequest's fields."""
+from the extension), PoolSizing has the C++ PoolSizing's fields under the same names,
+size_pool sends exactly SizingRequest's fields, and its settings are the C++ settings' table."""
 
 import dataclasses
+import inspect
 import pathlib
 import re
 
@@ -66,3 +67,14 @@ def test_size_pool_sends_exactly_the_request_table(monkeypatch):
 def test_an_unknown_request_field_is_refused():
     with pytest.raises(ValueError, match="size_pool has no argument 'overflow_target'"):
         ps._C.size_pool(recipes=["bf16/capacity"], shapes=[[4, 64, 128]], tokens=64, overflow_target=0.1)
+
+
+def test_the_sizer_settings_are_the_cpp_table_with_its_defaults():
+    names = table_fields("sizing/pool_sizing.hpp", "PAGESTASH_SIZING_SETTINGS")
+    assert names == ["page_bytes", "host_pages", "samples", "seed", "overflow", "confidence", "bootstrap"]
+    assert [name for name, _, _ in ps._C.sizing_settings] == names  # the binding's, in the table's order
+    keywords = inspect.signature(ps.size_pool).parameters
+    for name, default, what in ps._C.sizing_settings:
+        assert what and keywords[name].default == default == ps.sizing.DEFAULTS[name], name
+    request = list(ps._C.sizing_request)
+    assert request[request.index("page_bytes"):request.index("page_bytes") + len(names)] == names

@@ -19,6 +19,8 @@
 //                    (a shuffle on the device; every lane of the warp calls it)
 //   share(x)         lane 0's x, handed to every lane (every lane of the warp calls it); what lane 0
 //                    read before it, the lanes read after it as lane 0 does (__syncwarp orders them)
+//   sync_lanes()     the warp's barrier over its stage (shared memory, stash/copy.hpp); lanes
+//                    without it (a test's lanes run one after another) never stage
 
 #include <pagestash/detail/atomics.hpp>
 
@@ -86,6 +88,8 @@ struct BlockTeam {
 struct WarpLanes {
   __device__ static int rank() { return static_cast<int>(threadIdx.x % 32); }
   __device__ static constexpr int size() { return 32; }
+  /// The warp's lanes wait for each other; their shared-memory writes before it are visible to all after it.
+  __device__ static void sync_lanes() { __syncwarp(); }
   /// Each x[k] becomes its largest over the aligned `group` lanes (a power of two) this lane is one of. Every lane of
   /// the warp calls it.
   template <int N>

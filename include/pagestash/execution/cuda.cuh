@@ -68,13 +68,13 @@ __global__ void __launch_bounds__(StashPolicy::threads_per_block)
 
 /// grow and shrink run between steps, on a stream that is not being captured: a graph would repeat them.
 inline void check_resize_stream(const char* name, cudaStream_t stream, const PagePool& pool) {
-  const std::string op = std::string("pagestash::") + name;
-  if (pool.space() != MemorySpace::device) throw_invalid(op, "the pool is in host memory; use pagestash::host");
+  check_memory_space(name, MemorySpace::device, pool.space());
   check_stream_device(name, stream, pool.device());
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   PAGESTASH_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone)
-    throw_invalid(op, "the stream is being captured: grow and shrink run between steps, outside a graph");
+    throw_invalid(std::string("pagestash::") + name,
+                  "the stream is being captured: grow and shrink run between steps, outside a graph");
 }
 
 /// Blocks of a launch on the current device (launch_blocks of the device's policy), for a
@@ -154,9 +154,7 @@ void discard(const CudaExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 /// other CUDA streams have done by then); read *dst on the host after an event on that CUDA stream. No synchronisation,
 /// no allocation: it can be captured in a graph. One small kernel.
 inline void report(const CudaExecutor& ex, const PagePool& pool, PoolStats* dst) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::report", "the pool is in host memory; use pagestash::host");
-  if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
+  check_report(ex.memory, pool, dst);
   detail::check_stream_device("report", ex.stream, pool.device());
   detail::report_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref(), dst);
   PAGESTASH_CUDA_CHECK_LAUNCH();
@@ -165,8 +163,7 @@ inline void report(const CudaExecutor& ex, const PagePool& pool, PoolStats* dst)
 /// Enqueues the end-of-step balance check (see the host overload) on the executor's CUDA stream,
 /// after the step's last reload or discard and before report(). One small kernel; no sync.
 inline void end_step(const CudaExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::end_step", "the pool is in host memory; use pagestash::host");
+  check_memory_space("end_step", ex.memory, pool.space());
   detail::check_stream_device("end_step", ex.stream, pool.device());
   detail::end_step_kernel<><<<1, 32, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
@@ -175,8 +172,7 @@ inline void end_step(const CudaExecutor& ex, PagePool& pool) {
 /// Enqueues a reset of the pool: every page free, flags and statistics cleared. Nothing
 /// else may run on the pool meanwhile; records stashed before become stale.
 inline void reset(const CudaExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::reset", "the pool is in host memory; use pagestash::host");
+  check_memory_space("reset", ex.memory, pool.space());
   detail::check_stream_device("reset", ex.stream, pool.device());
   detail::reset_kernel<><<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref());
   PAGESTASH_CUDA_CHECK_LAUNCH();
@@ -188,12 +184,11 @@ inline void reset(const CudaExecutor& ex, PagePool& pool) {
 /// every graph captured on the pool, stay valid. Not on a capturing stream.
 inline void grow(const CudaExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
   detail::check_resize_stream("grow", ex.stream, pool);
-  detail::PoolResize::check("pagestash::grow", pool, device_pages, host_pages, true);
-  detail::PoolResize::back(pool, device_pages, host_pages);
-  detail::resize_kernel<>
-      <<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), device_pages, host_pages, true);
-  PAGESTASH_CUDA_CHECK_LAUNCH();
-  detail::PoolResize::set(pool, device_pages, host_pages);
+  detail::PoolResize::grow(pool, device_pages, host_pages, [&] {
+    detail::resize_kernel<>
+        <<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), device_pages, host_pages, true);
+    PAGESTASH_CUDA_CHECK_LAUNCH();
+  });
 }
 
 /// Shrinks a device pool in stream order when every page is back, and gives back the memory past the pages kept:
@@ -201,16 +196,15 @@ inline void grow(const CudaExecutor& ex, PagePool& pool, std::int64_t device_pag
 /// nothing changed). Not on a capturing stream.
 inline void shrink(const CudaExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
   detail::check_resize_stream("shrink", ex.stream, pool);
-  detail::PoolResize::check("pagestash::shrink", pool, device_pages, host_pages, false);
-  detail::resize_kernel<>
-      <<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), device_pages, host_pages, false);
-  PAGESTASH_CUDA_CHECK_LAUNCH();
-  PAGESTASH_CUDA_TRY(cudaStreamSynchronize(ex.stream));
-  cuda::std::int32_t resized = 0;
-  PAGESTASH_CUDA_TRY(cudaMemcpy(&resized, &pool.ref().state->resized, sizeof resized, cudaMemcpyDeviceToHost));
-  if (resized != 1)
-    detail::throw_invalid("pagestash::shrink", "refused: records hold pages (shrink after a balanced end_step)");
-  detail::PoolResize::give_back(pool, device_pages, host_pages);
+  detail::PoolResize::shrink(pool, device_pages, host_pages, [&] {
+    detail::resize_kernel<>
+        <<<1, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), device_pages, host_pages, false);
+    PAGESTASH_CUDA_CHECK_LAUNCH();
+    PAGESTASH_CUDA_TRY(cudaStreamSynchronize(ex.stream));
+    cuda::std::int32_t resized = 0;
+    PAGESTASH_CUDA_TRY(cudaMemcpy(&resized, &pool.ref().state->resized, sizeof resized, cudaMemcpyDeviceToHost));
+    return resized;
+  });
 }
 
 PAGESTASH_NAMESPACE_END

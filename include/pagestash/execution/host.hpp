@@ -97,25 +97,21 @@ void discard(const HostExecutor& ex, PagePool& pool, StashRecord<Traits>& rec) {
 /// Writes the pool's flags and counters into *dst (see PoolStats). Synchronous, like every
 /// host operation; operations on other threads may run meanwhile.
 inline void report(const HostExecutor& ex, const PagePool& pool, PoolStats* dst) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::report", "the pool is in device memory; use pagestash::on(stream)");
-  if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
+  check_report(ex.memory, pool, dst);
   write_report(SerialTeam{}, pool.ref(), dst);
 }
 
 /// Checks, at the end of a step, that every page came back (pool/free_list.hpp, check_balance): raises `unbalanced` if
 /// a record of the step still holds pages. Call it after the step's last reload or discard, before report().
 inline void end_step(const HostExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::end_step", "the pool is in device memory; use pagestash::on(stream)");
+  check_memory_space("end_step", ex.memory, pool.space());
   check_balance(SerialTeam{}, pool.ref());
 }
 
 /// Frees every page, clears the flags and statistics; records stashed before become stale.
 /// No operation may be in flight on the pool.
 inline void reset(const HostExecutor& ex, PagePool& pool) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::reset", "the pool is in device memory; use pagestash::on(stream)");
+  check_memory_space("reset", ex.memory, pool.space());
   reset_pool(SerialTeam{}, pool.ref());
 }
 
@@ -123,25 +119,20 @@ inline void reset(const HostExecutor& ex, PagePool& pool) {
 /// reserve. Backs the memory (out of memory: throws, the pool as it was), then puts the new pages' ids on the free
 /// stacks under the pool's lock: operations may run meanwhile, and no page, id or address moves.
 inline void grow(const HostExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::grow", "the pool is in device memory; use pagestash::on(stream)");
-  detail::PoolResize::check("pagestash::grow", pool, device_pages, host_pages, true);
-  detail::PoolResize::back(pool, device_pages, host_pages);
-  grow_pages(SerialTeam{}, pool.ref(), device_pages, host_pages);
-  detail::PoolResize::set(pool, device_pages, host_pages);
+  check_memory_space("grow", ex.memory, pool.space());
+  detail::PoolResize::grow(pool, device_pages, host_pages,
+                           [&] { grow_pages(SerialTeam{}, pool.ref(), device_pages, host_pages); });
 }
 
 /// Shrinks a pool with a reserve to device_pages and host_pages (no more than it has) when every page is back (after
 /// a balanced end_step), and gives back the memory past them. Refused (std::invalid_argument, nothing changed) while a
 /// record holds pages.
 inline void shrink(const HostExecutor& ex, PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
-  if (pool.space() != ex.memory)
-    detail::throw_invalid("pagestash::shrink", "the pool is in device memory; use pagestash::on(stream)");
-  detail::PoolResize::check("pagestash::shrink", pool, device_pages, host_pages, false);
-  shrink_pages(SerialTeam{}, pool.ref(), device_pages, host_pages);
-  if (pool.ref().state->resized != 1)
-    detail::throw_invalid("pagestash::shrink", "refused: records hold pages (shrink after a balanced end_step)");
-  detail::PoolResize::give_back(pool, device_pages, host_pages);
+  check_memory_space("shrink", ex.memory, pool.space());
+  detail::PoolResize::shrink(pool, device_pages, host_pages, [&] {
+    shrink_pages(SerialTeam{}, pool.ref(), device_pages, host_pages);
+    return pool.ref().state->resized;
+  });
 }
 
 PAGESTASH_NAMESPACE_END

@@ -24,11 +24,22 @@ struct Lossless {
   static constexpr const char* name = "lossless";
 };
 
+/// Every format a compressed stash offers, as X(format): the one list (Compressed's check, compression_names and the
+/// name dispatch in layouts/recipes.hpp, the benchmarks and the PyTorch ops read it).
+#define PAGESTASH_FOR_EACH_COMPRESSION(X) \
+  X(::pagestash::MXFP8_E4M3) X(::pagestash::MXFP8_E5M2) X(::pagestash::FP8Block128)
+
+/// Whether Format is one of PAGESTASH_FOR_EACH_COMPRESSION's.
+template <class Format>
+inline constexpr bool compression_format = false
+#define PAGESTASH_IS_COMPRESSION_FORMAT(F) || cuda::std::is_same_v<Format, F>
+    PAGESTASH_FOR_EACH_COMPRESSION(PAGESTASH_IS_COMPRESSION_FORMAT);
+#undef PAGESTASH_IS_COMPRESSION_FORMAT
+
 template <class Format>
 struct Compressed {
-  static_assert(cuda::std::is_same_v<Format, MXFP8_E4M3> || cuda::std::is_same_v<Format, MXFP8_E5M2> ||
-                    cuda::std::is_same_v<Format, FP8Block128>,
-                "pagestash::Compressed<Format>: Format must be MXFP8_E4M3, MXFP8_E5M2 or FP8Block128");
+  static_assert(compression_format<Format>,
+                "pagestash::Compressed<Format>: Format must be one of PAGESTASH_FOR_EACH_COMPRESSION's formats");
   using format = Format;
   static constexpr bool compressed = true;
   static constexpr const char* name = Format::name;

@@ -127,10 +127,6 @@ decltype(auto) with_recipe(const std::string& name, F&& f) {
   throw std::invalid_argument("pagestash: unknown recipe '" + name + "' (known: " + known + ")");
 }
 
-/// Every format a compressed stash offers (layouts/compression.hpp), as X(format).
-#define PAGESTASH_FOR_EACH_COMPRESSION(X) \
-  X(::pagestash::MXFP8_E4M3) X(::pagestash::MXFP8_E5M2) X(::pagestash::FP8Block128)
-
 /// The compressions by name: "lossless", then each format's name ("mxfp8", "mxfp8_e5m2", "fp8_1x128").
 inline std::vector<std::string> compression_names() {
   std::vector<std::string> names{Lossless::name};

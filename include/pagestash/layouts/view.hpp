@@ -117,16 +117,27 @@ void validate_shape(const GroupedView<Layout>& v) {
     detail::refuse_view<Layout>("groups = " + std::to_string(v.groups) + ", Plain has exactly one group");
 }
 
-/// Host check of a compressed stash's shape: every line holds whole blocks of its format.
+/// The rule of a compressed stash's shape, written once: every line of `hidden` values holds whole blocks of its
+/// format (any hidden, lossless). "" when `hidden` keeps it, else what is wrong, after the value: "must be a multiple
+/// of 32 (the block of compression 'mxfp8'): pad hidden to 64". validate_compression, the PyTorch ops and their
+/// sizer each put it after their own name for hidden.
+template <class Compression>
+std::string compression_refusal(cuda::std::int64_t hidden) {
+  if constexpr (Compression::compressed) {
+    if (hidden % Compression::block != 0)
+      return "must be a multiple of " + std::to_string(Compression::block) + " (the block of compression '" +
+             Compression::name + "'): pad hidden to " +
+             std::to_string((hidden / Compression::block + 1) * Compression::block);
+  }
+  return {};
+}
+
+/// Host check of a compressed stash's shape (compression_refusal).
 template <class Traits>
 void validate_compression(const GroupedView<typename Traits::layout>& v) {
-  using Compression = compression_of<Traits>;
-  if constexpr (Compression::compressed) {
-    if (v.hidden % Compression::block != 0)
-      detail::refuse_view<typename Traits::layout>("hidden = " + std::to_string(v.hidden) + " is not a multiple of " +
-                                                   std::to_string(Compression::block) + ", the block of the " +
-                                                   Compression::name + " compressed stash");
-  }
+  const std::string refusal = compression_refusal<compression_of<Traits>>(v.hidden);
+  if (!refusal.empty())
+    detail::refuse_view<typename Traits::layout>("hidden = " + std::to_string(v.hidden) + " " + refusal);
 }
 
 /// Full host check before any launch: shape, plus every buffer that Traits saves is non-null and 16-byte aligned, and

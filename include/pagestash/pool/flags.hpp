@@ -116,8 +116,8 @@ inline const char* name_of(FlagCategory c) {
 #define PAGESTASH_POOL_COUNTERS(X)                                                                               \
   X(cuda::std::int64_t, device_pages_free, "ids on the device stack")                                            \
   X(cuda::std::int64_t, host_pages_free, "ids on the host stack")                                                \
-  X(cuda::std::int64_t, peak_pages_used, "device + host pages held at once, at most")                            \
-  X(cuda::std::int64_t, peak_device_pages_used, "device pages held at once, at most")                            \
+  X(cuda::std::int64_t, peak_pages_held, "device + host pages held at once, at most")                            \
+  X(cuda::std::int64_t, peak_device_pages_held, "device pages held at once, at most")                            \
   X(cuda::std::int64_t, live_bytes, "bytes held in pages now (segments padded to 16)")                           \
   X(cuda::std::int64_t, peak_live_bytes, "most bytes held in pages at once")                                     \
   X(cuda::std::int64_t, stashes, "stashes that took pages")                                                      \

@@ -95,8 +95,8 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
           device_atomic<cuda::std::int32_t>(c.flags.host_spill).store(1, cuda::std::memory_order_relaxed);
         const cuda::std::int64_t used = n.device_pages + n.host_pages - n.device_pages_free - n.host_pages_free;
         const cuda::std::int64_t device_used = n.device_pages - n.device_pages_free;
-        n.peak_pages_used = used > n.peak_pages_used ? used : n.peak_pages_used;
-        n.peak_device_pages_used = device_used > n.peak_device_pages_used ? device_used : n.peak_device_pages_used;
+        n.peak_pages_held = used > n.peak_pages_held ? used : n.peak_pages_held;
+        n.peak_device_pages_held = device_used > n.peak_device_pages_held ? device_used : n.peak_device_pages_held;
         n.live_bytes += live_bytes;
         n.peak_live_bytes = n.live_bytes > n.peak_live_bytes ? n.live_bytes : n.peak_live_bytes;
         ++n.stashes;
@@ -172,7 +172,7 @@ PAGESTASH_HOST_DEVICE void write_report(const Team& team, const PoolRef& pool, P
   if (team.leader()) {
     PoolStats r{};
     const PoolCounters& n = pool.state->counters;
-    r.config = {pool.page_bytes, n.device_pages, n.host_pages, pool.device_pages, pool.host_pages};
+    r.config = {pool.page_bytes, n.device_pages, n.host_pages, pool.reserved_device_pages, pool.reserved_host_pages};
     // Atomic loads, as some counters are raised without the lock.
 #define PAGESTASH_LOAD_COUNTER(type, name, meaning) \
   r.name = device_atomic<type>(pool.state->counters.name).load(cuda::std::memory_order_relaxed);
@@ -213,7 +213,7 @@ PAGESTASH_HOST_DEVICE void grow_pages(const Team& team, const PoolRef& pool, cud
   for (cuda::std::int64_t i = d + team.rank(); i < device_pages; i += team.size())
     pool.device_stack[d_free + i - d] = static_cast<cuda::std::int32_t>(i);
   for (cuda::std::int64_t i = h + team.rank(); i < host_pages; i += team.size())
-    pool.host_stack[h_free + i - h] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+    pool.host_stack[h_free + i - h] = static_cast<cuda::std::int32_t>(pool.reserved_device_pages + i);
   if (team.leader()) {
     if (device_pages > d) n.device_pages_free += device_pages - d, n.device_pages = device_pages;
     if (host_pages > h) n.host_pages_free += host_pages - h, n.host_pages = host_pages;

@@ -48,15 +48,15 @@ struct PoolRef {
   unsigned char* host_arena = nullptr;  ///< as the executor sees it (device-mapped for kernels)
   cuda::std::int64_t page_bytes = 0;
   cuda::std::int32_t page_shift = 0;  ///< log2(page_bytes)
-  /// Page ids [0, device_pages) are device pages, [device_pages, device_pages + host_pages) host pages: the reserve's
+  /// Page ids [0, reserved_device_pages) are device pages, the next reserved_host_pages host pages: the reserve's
   /// (PoolConfig::reserved_device_pages), so that no id or address moves as the pool grows. The pages the pool has
   /// now are its state's counters.
-  cuda::std::int32_t device_pages = 0;
-  cuda::std::int32_t host_pages = 0;
+  cuda::std::int32_t reserved_device_pages = 0;
+  cuda::std::int32_t reserved_host_pages = 0;
 
   PAGESTASH_HOST_DEVICE unsigned char* page(cuda::std::int32_t id) const {
-    return id < device_pages ? device_arena + (cuda::std::int64_t{id} << page_shift)
-                             : host_arena + (cuda::std::int64_t{id - device_pages} << page_shift);
+    return id < reserved_device_pages ? device_arena + (cuda::std::int64_t{id} << page_shift)
+                                      : host_arena + (cuda::std::int64_t{id - reserved_device_pages} << page_shift);
   }
 };
 
@@ -69,7 +69,7 @@ PAGESTASH_HOST_DEVICE void fill_free_stacks(const Team& team, const PoolRef& poo
   for (cuda::std::int64_t i = team.rank(); i < device_pages; i += team.size())
     pool.device_stack[i] = static_cast<cuda::std::int32_t>(i);
   for (cuda::std::int64_t i = team.rank(); i < host_pages; i += team.size())
-    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.device_pages + i);
+    pool.host_stack[i] = static_cast<cuda::std::int32_t>(pool.reserved_device_pages + i);
 }
 }  // namespace detail
 
@@ -305,8 +305,8 @@ class PagePool {
     r.host_arena = static_cast<unsigned char*>(host_reserved_.get() ? host_reserved_.get() : host_arena_.device_view());
     r.page_bytes = config_.page_bytes;
     while ((std::int64_t{1} << r.page_shift) < config_.page_bytes) ++r.page_shift;
-    r.device_pages = static_cast<std::int32_t>(config_.reserved_device_pages());
-    r.host_pages = static_cast<std::int32_t>(config_.reserved_host_pages());
+    r.reserved_device_pages = static_cast<std::int32_t>(config_.reserved_device_pages());
+    r.reserved_host_pages = static_cast<std::int32_t>(config_.reserved_host_pages());
     return r;
   }
 
@@ -371,6 +371,24 @@ struct PoolResize {
     if (pool.host_reserved_.get()) pool.host_reserved_.give_back(static_cast<std::size_t>(host_pages) * page);
     set(pool, device_pages, host_pages);
   }
+  /// grow on either executor: checked, the memory backed, the new pages' ids added (`add`: the executor's grow_pages),
+  /// the pool's config set.
+  template <class Add>
+  static void grow(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages, Add&& add) {
+    check("pagestash::grow", pool, device_pages, host_pages, true);
+    back(pool, device_pages, host_pages);
+    add();
+    set(pool, device_pages, host_pages);
+  }
+  /// shrink on either executor: checked, the pages taken (`take`: the executor's shrink_pages, returning the state's
+  /// `resized` word), refused unless they were, the memory past them given back.
+  template <class Take>
+  static void shrink(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages, Take&& take) {
+    check("pagestash::shrink", pool, device_pages, host_pages, false);
+    if (take() != 1)
+      throw_invalid("pagestash::shrink", "refused: records hold pages (shrink after a balanced end_step)");
+    give_back(pool, device_pages, host_pages);
+  }
   static void set(PagePool& pool, std::int64_t device_pages, std::int64_t host_pages) {
     pool.config_.device_reserve = pool.config_.reserved_device_pages();  // kept as the pages change
     pool.config_.host_reserve = pool.config_.reserved_host_pages();
@@ -388,7 +406,7 @@ inline PoolConfig size_from_peak(const PoolStats& observed, double device_factor
     detail::throw_invalid("size_from_peak", "factors must be non-negative");
   PoolConfig c;
   c.page_bytes = observed.config.page_bytes;
-  const double peak = static_cast<double>(observed.peak_pages_used);
+  const double peak = static_cast<double>(observed.peak_pages_held);
   c.device_pages = static_cast<std::int64_t>(std::ceil(peak * device_factor));
   c.host_pages = static_cast<std::int64_t>(std::ceil(peak * host_factor));
   return c;

@@ -26,14 +26,17 @@ PAGESTASH_HOST_DEVICE CountCheck plan_groups(const GroupedView<Layout>& v, const
   return check;
 }
 
-/// Appends the item of one segment to a serial plan (writing it when `items` is non-null).
+/// Appends the item of one segment to a serial plan (writing it when `items` is non-null). A copy item of several lines
+/// has tiles of the largest power of two up to 2^tile_shift bytes that holds at most max_tile_lines lines.
 inline void append_item(WorkTotals& t, const Segment& seg, BufferRole role, WorkKind kind, int tile_shift,
                         WorkItem* items) {
   const cuda::std::int64_t bytes = seg.lines * detail::item_line_bytes(seg, kind);
   if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
   ++t.items;
   if (kind == WorkKind::copy) {
-    t.tiles += detail::tiles_on_grid(t.stream_bytes, bytes, tile_shift);
+    int shift = tile_shift;
+    while (seg.lines > 1 && shift > 0 && (cuda::std::int64_t{1} << shift) > max_tile_lines * seg.live) --shift;
+    t.tiles += detail::tiles_on_grid(t.stream_bytes, bytes, shift);
     t.stream_bytes += detail::stream_bytes_of(bytes);
     t.live_bytes += bytes;
   } else {

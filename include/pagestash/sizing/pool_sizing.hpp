@@ -17,23 +17,39 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 PAGESTASH_NAMESPACE_BEGIN
 namespace sizing {
 
+/// The sizer's settings, one table: X(type, name, default, what it is). SizingSettings is made of it and
+/// for_each_field(settings, fn) walks it; the command (examples/pagestash_size) takes each as --name (dashes for its
+/// underscores) and lists it in --help, the Python binding as size_pool's keyword `name`, both with this default.
+#define PAGESTASH_SIZING_SETTINGS(X)                                                                     \
+  X(std::int64_t, page_bytes, std::int64_t{64} << 10, "the pool's page size, as PoolConfig::page_bytes") \
+  X(std::int64_t, host_pages, 0, "spill pages in host memory: the device holds the pool's rest")         \
+  X(std::int64_t, samples, 20000, "steps sampled (Monte Carlo)")                                         \
+  X(std::uint64_t, seed, 1, "the sampler's seed")                                                        \
+  X(double, overflow, 1e-3, "target probability that a step overflows the pool")                         \
+  X(double, confidence, 0.95, "the confidence level of the intervals")                                   \
+  X(std::int64_t, bootstrap, 200, "with measured counts: bootstrap replicates for the interval (0: none)")
+
 struct SizingSettings {
-  std::int64_t page_bytes = std::int64_t{64} << 10;  ///< the pool's page size (PoolConfig::page_bytes)
-  std::int64_t host_pages = 0;                       ///< spill pages in host memory: the device holds the pool's rest
-  std::int64_t samples = 20000;                      ///< steps sampled
-  std::uint64_t seed = 1;
-  double overflow = 1e-3;    ///< target probability that a step overflows the pool
-  double confidence = 0.95;  ///< of the intervals
-  /// With measured counts: replicates of the bootstrap over the measured steps (each a
-  /// resample of the file and `samples` steps from it) for the pool's interval; 0: none.
-  std::int64_t bootstrap = 200;
+#define PAGESTASH_SIZING_SETTING(type, name, value, what) type name = value;
+  PAGESTASH_SIZING_SETTINGS(PAGESTASH_SIZING_SETTING)
+#undef PAGESTASH_SIZING_SETTING
 };
+
+/// fn(name, member, what) for every setting, in the table's order (PAGESTASH_SIZING_SETTINGS).
+template <class Settings, class Fn,
+          std::enable_if_t<std::is_same_v<std::remove_const_t<Settings>, SizingSettings>, int> = 0>
+void for_each_field(Settings& s, Fn&& fn) {
+#define PAGESTASH_SIZING_SETTING(type, name, value, what) fn(#name, s.name, what);
+  PAGESTASH_SIZING_SETTINGS(PAGESTASH_SIZING_SETTING)
+#undef PAGESTASH_SIZING_SETTING
+}
 
 /// One point of the curve of overflow probability against pool size.
 struct CurvePoint {

@@ -10,12 +10,25 @@
 
 PAGESTASH_NAMESPACE_BEGIN
 
+/// The memory-space check of every front door (both executors' operations, grow, shrink, report, end_step, reset, and
+/// nccl.cuh's agree), in one wording: throws unless the pool is in the executor's memory.
+inline void check_memory_space(const char* op, MemorySpace executor, MemorySpace pool) {
+  if (pool != executor)
+    detail::throw_invalid(std::string("pagestash::") + op,
+                          std::string("the pool is in ") + name_of(pool) + " memory, the executor runs on " +
+                              name_of(executor) +
+                              " memory (pagestash::host takes a host pool, pagestash::on(stream) a device pool)");
+}
+
+/// report's check on either executor: the pool in the executor's memory, and somewhere to write.
+inline void check_report(MemorySpace executor, const PagePool& pool, const PoolStats* dst) {
+  check_memory_space("report", executor, pool.space());
+  if (dst == nullptr) detail::throw_invalid("pagestash::report", "dst is null");
+}
+
 template <class Traits>
 void check_pool_and_record(const char* op, MemorySpace executor, const PagePool& pool, const StashRecord<Traits>& rec) {
-  if (pool.space() != executor)
-    detail::throw_invalid(std::string("pagestash::") + op, std::string("the pool is in ") + name_of(pool.space()) +
-                                                               " memory but the executor runs on the " +
-                                                               name_of(executor));
+  check_memory_space(op, executor, pool.space());
   // Where an attached device object leaves an id unknown, the steps refuse it in memory.
   if (!rec.same_pool(pool))
     detail::throw_invalid("pagestash::" + std::string(op), "the record was made for another pool");

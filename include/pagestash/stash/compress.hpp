@@ -447,7 +447,7 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemC
       return code_tile<Compression, typename Traits::layout::data_type>(lanes, w, c);
     }
   }
-  const TileSpan s = resolve_tile(w, cursor, tile);
+  const TileSpan s = resolve_tile(w, cursor, tile, !Compression::compressed);
   copy_tile_vectors(lanes, s, tile_op(w, cursor));
 }
 

@@ -12,6 +12,15 @@
 //                      byte stores at the edges: no byte outside a live run is written.
 //                      StashPolicy::loads_in_flight vectors per lane are loaded before
 //                      they are stored, so that that many loads are in flight.
+//   copy_tile_staged   the lanes of a warp, for a tile of short lines (runs of at most
+//                      StashPolicy::staged_max_run bytes, line starts on 16 bytes): lanes map
+//                      to (line, 16-byte chunk) and load aligned chunks from the line starts,
+//                      staged_loads a lane, all independent; the warp compacts their live bytes
+//                      in its stage (shared memory; the grid emulator's per-warp host buffer)
+//                      and stores whole, aligned stream vectors from it. A reload loads the
+//                      stream's vectors into the stage and stores each chunk's live bytes into
+//                      its line exactly. Rounds of lines that fit the stage, a ring: the stream
+//                      vector across two rounds waits there for the second.
 //   copy_tile_pieces   one host thread (the host executor): the same pieces, each line's run
 //                      a memcpy, which is what a CPU copies fastest; where a line's dead rest
 //                      is a cache line or two, those are prefetched, so that the CPU's
@@ -383,10 +392,216 @@ inline void for_each_piece(const TileSpan& s, const Move& move, const ShortRun& 
 
 }  // namespace detail
 
+namespace detail {
+
+/// Whether lanes of this kind stage through their warp's shared memory (they have sync_lanes()).
+template <class Lanes, class = void>
+struct Stages : cuda::std::false_type {};
+template <class Lanes>
+struct Stages<Lanes, cuda::std::void_t<decltype(cuda::std::declval<const Lanes&>().sync_lanes())>>
+    : cuda::std::true_type {};
+
+/// The warp's stage: StashPolicy::stage_bytes of shared memory on the device (one per warp of the block), the lanes'
+/// own buffer on the host (the grid emulator's).
+template <class Lanes>
+PAGESTASH_HOST_DEVICE unsigned char* stage_of(const Lanes& lanes) {
+#if defined(__CUDA_ARCH__)
+  (void)lanes;
+  __shared__ alignas(16) unsigned char stages[StashPolicy::warps_per_block][StashPolicy::stage_bytes];
+  return stages[threadIdx.x / 32];
+#else
+  return lanes.stage();
+#endif
+}
+
+/// 16 aligned bytes of the stage (shared memory: not a global access, not observed).
+PAGESTASH_HOST_DEVICE inline Vector16 load_staged(const unsigned char* at) {
+#if defined(__CUDA_ARCH__)
+  const uint4 u = *reinterpret_cast<const uint4*>(at);
+  return {{u.x, u.y, u.z, u.w}};
+#else
+  Vector16 x;
+  std::memcpy(x.w, at, 16);
+  return x;
+#endif
+}
+PAGESTASH_HOST_DEVICE inline void store_staged(unsigned char* at, const Vector16& x) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(at) = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
+#else
+  std::memcpy(at, x.w, 16);
+#endif
+}
+
+}  // namespace detail
+
+/// Whether copy_tile_staged can move the tile: a copy of short runs, not aligned alike, whose line starts (and so the
+/// chunks it loads, up to the pitch) are on 16 bytes, or whose lines are dense (a short pitch: it loads the aligned
+/// chunks over them). copy_tile_vectors stages such tiles when StashPolicy::staged and its lanes stage.
+PAGESTASH_HOST_DEVICE inline bool tile_stageable(const TileSpan& s, TileOp op) {
+  using namespace detail;
+  if (op == TileOp::zero || s.run > StashPolicy::staged_max_run || tile_aligned(s)) return false;
+  return (s.pitch % 16 == 0 && aligned16(s.body)) || s.pitch <= StashPolicy::staged_max_dense_pitch;
+}
+
+/// The lanes of a warp move a tile of short lines through their stage (see the top of this file; tile_stageable).
+template <class Lanes>
+PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& s, TileOp op) {
+  using namespace detail;  // the vector and run helpers above
+  using u32 = cuda::std::uint32_t;
+  constexpr u32 loads = StashPolicy::staged_loads, ring = StashPolicy::stage_bytes;
+  static_assert(ring % 16 == 0 && (ring & (ring - 1)) == 0 && StashPolicy::staged_max_run <= 256);
+  unsigned char* const stage = stage_of(lanes);
+  unsigned char* const line0 = s.body - s.pitch;  // the line of the tile's first byte
+  const u32 run = s.run, col0 = static_cast<u32>(s.head - line0), bytes = s.bytes;
+  const auto pitch = static_cast<u32>(s.pitch);
+  // Lines on 16 bytes: each line's chunks, 2^shift a line (a power of two: a chunk's line and column are a shift and a
+  // mask). Else (dense: a pitch of at most staged_max_dense_pitch) the aligned chunks over the round's lines, each
+  // byte's line found by a multiply-high.
+  const bool dense = !(pitch % 16 == 0 && aligned16(line0));
+  const unsigned shift = run <= 16 ? 0 : (run <= 32 ? 1 : (run <= 64 ? 2 : (run <= 128 ? 3 : 4)));
+  const ShortDivisor per_run(run), per_pitch(pitch);
+  const u32 lane = static_cast<u32>(lanes.rank()), width = static_cast<u32>(lanes.size());
+  const u32 lines = per_run.of(col0 + bytes - 1) + 1;
+  // Lines a round: a chunk a load (dense: two more for the ends), and the round's bytes (with the vector carried over)
+  // within the ring.
+  const u32 by_lanes = dense ? per_pitch.of(16 * (width * loads - 2)) : (width * loads) >> shift;
+  const u32 by_ring = per_run.of(ring - 32);
+  const u32 group = by_lanes < by_ring ? by_lanes : by_ring;
+  const u32 vectors = (bytes + 15) / 16;
+  // The stream byte of line l's column c (from the tile's first), and whether it is one of the round's.
+  const auto stream_at = [&](u32 l, u32 c) { return l * run + c - col0; };
+  // Per line: chunk k's live bytes [a, e) in its line (none: a >= e), and the line.
+  const auto line_chunk = [&](u32 first, u32 end, u32 k, u32& a, u32& e) -> unsigned char* {
+    const u32 l = first + (k >> shift), c = 16 * (k & ((1u << shift) - 1));
+    a = e = 0;
+    if (l >= end) return line0;
+    a = l == 0 && col0 > c ? col0 : c;
+    e = c + 16 < run ? c + 16 : run;
+    if (bytes + col0 - l * run < e) e = bytes + col0 - l * run;
+    return line0 + static_cast<cuda::std::int64_t>(l) * s.pitch;
+  };
+  // Dense: chunk k's address (aligned) and the bytes of it that may be read (0: none of the round's), and fn(b, p)
+  // for each of its bytes b that is a live byte of the round, p its stream byte.
+  const auto dense_chunk = [&](u32 first, u32 end, u32 k, u32& n) -> unsigned char* {
+    const unsigned char* from = line0 + first * pitch + (first == 0 ? col0 : 0);
+    unsigned char* at = const_cast<unsigned char*>(from) - reinterpret_cast<cuda::std::uintptr_t>(from) % 16 + 16 * k;
+    const u32 last_live = bytes + col0 - (end - 1) * run;  // the round's last line's live bytes end here
+    const unsigned char* live_end = line0 + (end - 1) * pitch + (last_live < run ? last_live : run);
+    const unsigned char* line_end = line0 + end * pitch;  // past it, the buffer may end
+    n = at >= live_end ? 0 : static_cast<u32>(line_end - at < 16 ? line_end - at : 16);
+    return at;
+  };
+  const auto for_each_dense_byte = [&](u32 first, u32 end, const unsigned char* at, const auto& fn) {
+    const auto rel = static_cast<cuda::std::int32_t>(at - line0);
+    PAGESTASH_UNROLL
+    for (u32 b = 0; b < 16; ++b) {
+      if (rel + static_cast<cuda::std::int32_t>(b) < 0) continue;
+      const u32 r = static_cast<u32>(rel) + b, l = per_pitch.of(r), c = r - l * pitch;
+      if (c >= run || l < first || l >= end || (l == 0 && c < col0)) continue;
+      const u32 p = stream_at(l, c);
+      if (p < bytes) fn(b, p);
+    }
+  };
+  u32 done = 0;  // stream vectors stored (stash) or loaded (reload) by the rounds before
+  for (u32 first = 0; first < lines; first += group) {
+    const u32 end = first + group < lines ? first + group : lines;
+    const u32 hi = end * run - col0 < bytes ? end * run - col0 : bytes;  // the round's stream bytes end here
+    const u32 last = end == lines ? vectors : hi / 16;                   // its whole vectors end here
+    if (op == TileOp::stash) {
+      Vector16 x[loads] = {};
+      PAGESTASH_UNROLL
+      for (u32 j = 0; j < loads; ++j) {
+        const u32 k = lane + j * width;
+        if (dense) {
+          u32 n;
+          const unsigned char* at = dense_chunk(first, end, k, n);
+          if (n == 16) x[j] = load_vector<16>(at);
+          else if (n > 0) x[j] = load_bytes(at, n);  // the round's last line may end the buffer
+        } else {
+          u32 a, e;
+          const unsigned char* line = line_chunk(first, end, k, a, e);
+          if (a < e) x[j] = load_vector<16>(line + (a & ~15u));
+        }
+      }
+      observe_vector(nullptr, 0, VectorAccess::use);
+      PAGESTASH_UNROLL
+      for (u32 j = 0; j < loads; ++j) {
+        const u32 k = lane + j * width;
+        if (dense) {
+          u32 n;
+          const unsigned char* at = dense_chunk(first, end, k, n);
+          if (n == 0) continue;
+          const Vector16 y = x[j];
+          for_each_dense_byte(first, end, at, [&](u32 b, u32 p) {
+            stage[p & (ring - 1)] = static_cast<unsigned char>(y.w[b / 4] >> (8 * (b % 4)));
+          });
+          continue;
+        }
+        u32 a, e;
+        line_chunk(first, end, k, a, e);
+        if (a >= e) continue;
+        Vector16 y = shift_bytes(x[j], a % 16, false);
+        u32 p = stream_at(first + (k >> shift), a);
+        for (u32 b = a; b < e; ++b, ++p) {
+          stage[p & (ring - 1)] = static_cast<unsigned char>(y.w[0]);
+          y = shift_bytes(y, 1, false);
+        }
+      }
+      lanes.sync_lanes();
+      for (u32 v = done + lane; v < last; v += width) {
+        Vector16 y = load_staged(stage + ((16 * v) & (ring - 1)));
+        if (16 * v + 16 > bytes) y = keep_bytes(y, bytes - 16 * v);  // the segment's padding: zeros
+        store_vector(s.stream + 16 * v, y, false);
+      }
+    } else {
+      // The stream vectors under the round's bytes (the one it shares with the round before, again).
+      const u32 top = (hi + 15) / 16;
+      constexpr u32 batch = ring / 16 / 32 > 0 ? ring / 16 / 32 : 1;
+      for (u32 v = done + lane; v < top; v += batch * width) {
+        Vector16 x[batch] = {};
+        PAGESTASH_UNROLL
+        for (u32 i = 0; i < batch; ++i)
+          if (v + i * width < top) x[i] = load_vector<16>(s.stream + 16 * (v + i * width));
+        observe_vector(nullptr, 0, VectorAccess::use);
+        PAGESTASH_UNROLL
+        for (u32 i = 0; i < batch; ++i)
+          if (v + i * width < top) store_staged(stage + ((16 * (v + i * width)) & (ring - 1)), x[i]);
+      }
+      lanes.sync_lanes();
+      PAGESTASH_UNROLL
+      for (u32 j = 0; j < loads; ++j) {
+        const u32 k = lane + j * width;
+        if (dense) {
+          u32 n;
+          unsigned char* at = dense_chunk(first, end, k, n);
+          if (n == 0) continue;
+          for_each_dense_byte(first, end, at, [&](u32 b, u32 p) { at[b] = stage[p & (ring - 1)]; });
+          continue;
+        }
+        u32 a, e;
+        unsigned char* line = line_chunk(first, end, k, a, e);
+        if (a >= e) continue;
+        const u32 p = stream_at(first + (k >> shift), a);
+        Vector16 y{};
+        for (u32 b = e; b-- > a;) {
+          y = shift_bytes(y, 1, true);
+          y.w[0] |= stage[(p + b - a) & (ring - 1)];
+        }
+        store_bytes(line + a, y, e - a);
+      }
+    }
+    lanes.sync_lanes();  // the next round writes the stage
+    done = last;
+  }
+}
+
 /// The lanes of a team move a tile's vectors (see the top of this file).
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan& s, TileOp op) {
   using namespace detail;  // the vector and run helpers above
+  if constexpr (Stages<Lanes>::value && StashPolicy::staged)
+    if (tile_stageable(s, op)) return copy_tile_staged(lanes, s, op);
   constexpr cuda::std::uint32_t in_flight = StashPolicy::loads_in_flight;
   const cuda::std::uint32_t vectors = (s.bytes + 15) / 16, stride = static_cast<cuda::std::uint32_t>(lanes.size());
   auto v = static_cast<cuda::std::uint32_t>(lanes.rank());

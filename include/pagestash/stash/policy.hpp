@@ -42,6 +42,19 @@ struct StashPolicy90 {
   /// 16-byte vectors a lane of the unaligned stash (the gather: 5 aligned words under each vector, shifted into place)
   /// loads before it stores them; check_kernels.py counts the words in flight (at least 4 vectors' worth).
   static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight;
+  /// The staged mover of short lines (stash/copy.hpp, copy_tile_staged): 16-byte chunks from line starts a lane loads
+  /// before it compacts them in its warp's stage (at least 8 in flight, check_kernels.py), the stage's bytes in shared
+  /// memory (16 warps x 2 KiB: 32 KiB a block, under the 48 KiB of static shared memory), and the longest run it takes
+  /// (longer runs fill whole vectors: the gather batches them).
+  static constexpr cuda::std::uint32_t staged_loads = 8;
+  static constexpr cuda::std::uint32_t stage_bytes = 2048;
+  static constexpr cuda::std::uint32_t staged_max_run = 256;
+  /// The longest pitch of lines not on 16 bytes it takes (compact scales: a few bytes a line): it loads every chunk.
+  static constexpr cuda::std::int64_t staged_max_dense_pitch = 64;
+  /// Whether the kernels stage short-line tiles (off: the gather moves them). Off for now: with it, ptxas spills the
+  /// copy kernels on sm_90 and sm_100 (stack frames of 96-200 bytes at 64 registers; issue 54). The grid emulator runs
+  /// the same policy; the copy-engine tests run the staged mover directly (tile_stageable).
+  static constexpr bool staged = false;
   /// The block scan of the count check and the plan (512 int64 values): the one that leaves the stash kernels within 64
   /// registers with no stack frame (check_kernels.py). The default raking scan spills on sm_90.
   static constexpr BlockScan block_scan = BlockScan::raking_memoize;

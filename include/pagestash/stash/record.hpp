@@ -189,7 +189,9 @@ template <class Traits>
 WorkBounds work_bounds(const GroupedView<typename Traits::layout>& shape, int page_shift = StashPolicy::tile_shift) {
   if (shape.max_tokens > INT32_MAX) detail::throw_invalid("StashRecord", "max_tokens exceeds 2^31 - 1");
   validate_compression<Traits>(shape);
-  const std::vector<cuda::std::int32_t> none(static_cast<std::size_t>(shape.groups), 0);
+  // Every count 0, kept per thread: a record attached per call (Python's ops) allocates nothing after the first.
+  thread_local std::vector<cuda::std::int32_t> none;
+  if (none.size() < static_cast<std::size_t>(shape.groups)) none.assign(static_cast<std::size_t>(shape.groups), 0);
   const int tile_shift =
       tile_shift_for(page_shift, StashPolicy::tile_shift);  // the device's, the smaller: the most tiles
   const WorkTotals most = plan_work_on_team<Traits>(SerialTeam{}, shape, LargestSegments{}, false, tile_shift, nullptr);

@@ -9,7 +9,8 @@
 // The work: a list of items, one per (paged buffer, segment, kind). A `copy` item moves the live runs of a segment
 // between the buffer and the stream; a `zero` item (reload with zero_tail) clears the dead rest of each line. An item's
 // bytes, its runs end to end, are cut into tiles: a copy item's on the stream's grid of 2^tile_shift bytes (so a tile
-// never straddles a page, and its page is looked up once), a zero item's from its own start. A tile may cover part of
+// never straddles a page, and its page is looked up once), or of a smaller power of two that holds at most
+// max_tile_lines of its lines, a zero item's from its own start. A tile may cover part of
 // one long line or many short ones. Item k owns tiles [first_tile(k), first_tile(k + 1)); a tile is the unit one warp
 // (or host thread) moves. stash/copy.hpp moves the bytes of a tile.
 
@@ -18,6 +19,7 @@
 #include <pagestash/pool/free_list.hpp>
 #include <pagestash/stash/policy.hpp>
 
+#include <cuda/std/bit>
 #include <cuda/std/cstdint>
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -26,6 +28,10 @@ PAGESTASH_NAMESPACE_BEGIN
 inline constexpr cuda::std::int64_t stream_alignment = 16;
 /// Most tiles a plan may have (tile indices are 32-bit): 8 TiB of stream.
 inline constexpr cuda::std::int64_t max_plan_tiles = 0x7FFFFFFF;
+/// Most lines a tile of a copy item may hold (its tile is then smaller than the executor's, a power of two): a warp
+/// moves a tile of short lines in a round or two of loads (stash/copy.hpp's staged mover), so that an expert of a token
+/// or two is not one 4 KiB tile of 4096 lines that one warp waits on while the others are done.
+inline constexpr cuda::std::int64_t max_tile_lines = 256;
 /// Most bytes a segment of several lines may hold (offsets in it are 32-bit): a group's
 /// block of 4 GiB (a single-line segment, e.g. a packed buffer, has no limit).
 inline constexpr cuda::std::int64_t max_lined_segment_bytes = 0xFFFFFFFFLL;
@@ -71,12 +77,31 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t stream_bytes_of(cuda::std::in
   return ceil_div(bytes, stream_alignment) * stream_alignment;
 }
 
-/// Tiles of an item of `bytes` bytes: a copy item's on the stream's grid from `stream`, a
-/// zero item's from its own start; with `bound`, a copy item's as if it started anywhere.
-PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(cuda::std::int64_t stream, cuda::std::int64_t bytes,
-                                                           bool copy, bool bound, int tile_shift) {
-  if (bound && copy) return bytes == 0 ? 0 : ceil_div(bytes, cuda::std::int64_t{1} << tile_shift) + 1;
-  return tiles_on_grid(copy ? stream : 0, bytes, tile_shift);
+/// log2 of the tiles of an item: the executor's tile_shift, or, for a copy item of several lines (not coded), the
+/// largest power of two that holds at most max_tile_lines of its lines, if smaller (more than max_tile_lines / 2 lines
+/// a tile). A power of two of at least 256 bytes: tiles stay on the stream's grid, on 16 bytes and within a page.
+PAGESTASH_HOST_DEVICE inline int item_tile_shift(const Segment& seg, bool capped, int tile_shift) {
+  if (!capped || seg.lines <= 1 || seg.live <= 0) return tile_shift;
+  const auto most = static_cast<cuda::std::uint64_t>(max_tile_lines * seg.live);
+  const int shift = static_cast<int>(cuda::std::bit_width(most)) - 1;
+  return shift < tile_shift ? shift : tile_shift;
+}
+
+/// Tiles of an item of segment `seg` (`bytes` bytes, tiles of 2^shift, item_tile_shift): a copy item's on the stream's
+/// grid from `stream`, a zero item's from its own start; with `bound`, a copy item's as if it started anywhere, and,
+/// capped, whatever its run up to seg's: at most 2 lines / max_tile_lines tiles (more than max_tile_lines / 2 lines a
+/// tile), or, uncapped, bytes / 2^tile_shift, and one more for the grid.
+PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_tiles(const Segment& seg, cuda::std::int64_t stream,
+                                                           cuda::std::int64_t bytes, bool copy, bool capped, bool bound,
+                                                           int tile_shift) {
+  if (bound && copy) {
+    if (bytes == 0) return 0;
+    cuda::std::int64_t most = ceil_div(bytes, cuda::std::int64_t{1} << tile_shift);
+    if (capped && seg.lines > 1 && ceil_div(2 * seg.lines, max_tile_lines) > most)
+      most = ceil_div(2 * seg.lines, max_tile_lines);
+    return most + 1;
+  }
+  return tiles_on_grid(copy ? stream : 0, bytes, item_tile_shift(seg, capped && copy, tile_shift));
 }
 
 }  // namespace detail
@@ -142,8 +167,9 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
     cuda::std::int64_t chunk_stream = 0, chunk_live = 0, chunk_tiles = 0;
     const cuda::std::int64_t stream = t.stream_bytes + team.exclusive_sum(copy ? stream_size : 0, chunk_stream);
     team.exclusive_sum(copy ? bytes : 0, chunk_live);
-    const cuda::std::int64_t tiles =
-        mine ? detail::item_tiles(stream, coded ? values : bytes, copy, SegmentOf::bound, tile_shift) : 0;
+    const cuda::std::int64_t tiles = mine ? detail::item_tiles(seg, stream, coded ? values : bytes, copy,
+                                                               !Compression::compressed, SegmentOf::bound, tile_shift)
+                                          : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
     if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
     t.stream_bytes += chunk_stream;
@@ -254,6 +280,20 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
                                 : static_cast<cuda::std::int32_t>(max_plan_tiles);
 }
 
+/// n / d by a multiply-high (no division in a loop), for n d < 2^32: m = ceil(2^32 / d) is exact there, since n times
+/// m d's excess over 2^32 (under d) stays under 2^32. d = 1: m = 0, n itself.
+struct ShortDivisor {
+  cuda::std::uint32_t m;
+  PAGESTASH_HOST_DEVICE explicit ShortDivisor(cuda::std::uint32_t d) : m(d <= 1 ? 0u : 0xFFFFFFFFu / d + 1) {}
+  PAGESTASH_HOST_DEVICE cuda::std::uint32_t of(cuda::std::uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    return m == 0 ? n : __umulhi(n, m);
+#else
+    return m == 0 ? n : static_cast<cuda::std::uint32_t>((cuda::std::uint64_t{n} * m) >> 32);
+#endif
+  }
+};
+
 /// Where byte q of a tile is in the buffer, and how many bytes of its run follow (it included).
 struct Piece {
   unsigned char* at;
@@ -268,8 +308,11 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 
 }  // namespace detail
 
-/// Resolves tile `tile` of the plan; moves the cursor to its item.
-PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
+/// Resolves tile `tile` of the plan; moves the cursor to its item. `capped`: whether the plan capped its copy items'
+/// tiles in lines (item_tile_shift; a compressed stash's are coded, and never come here: a constant false there lets
+/// the compiler drop the cap, which cost sm_100's compressed FP16 stash a spill).
+PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile,
+                                                   bool capped = true) {
   detail::seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
   detail::note_load(&item);
@@ -280,9 +323,10 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   // The tile's bytes [a, e) of the item: the grid is the stream's for a copy item.
   const cuda::std::int64_t origin = copy ? item.stream : 0;
   const cuda::std::int64_t j = tile - cursor.first;
-  const cuda::std::int64_t cell = ((origin >> w.tile_shift) + j) << w.tile_shift;
+  const int shift = detail::item_tile_shift(seg, capped && copy, w.tile_shift);
+  const cuda::std::int64_t cell = ((origin >> shift) + j) << shift;
   const cuda::std::int64_t a = (cell > origin ? cell : origin) - origin;
-  const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << w.tile_shift) - origin;
+  const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << shift) - origin;
   const cuda::std::int64_t e = next < bytes ? next : bytes;
 
   // A segment of several lines holds less than 4 GiB (work_bounds checks): 32-bit division

@@ -244,10 +244,9 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
 
   if (Op != Operation::discard && verdict == verdict_copy) {
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash, start.plan);
-    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1 tiles); claims are 64-bit, as they overshoot the
-    // last tile, and are clamped to `tiles` (below) before they are kept. 32-bit indices through the copy: with the
-    // 64-bit ones the static first chunk kept live there, ptxas had too few registers left for the gather's 20 words
-    // in flight on sm_90 (15: check_kernels.py).
+    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1); claims 64-bit (they overshoot), clamped (below).
+    // tiles and first 32-bit: 64-bit, they left sm_90's gather 15 words in flight of 20 (check_kernels.py); begin, end
+    // and t 64-bit: 32-bit, they cost sm_100's capacity-padded stash a spill.
     const auto tiles = static_cast<cuda::std::int32_t>(start.plan.tiles);
     constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
     const cuda::std::int64_t chunk = ctx.warps * per_warp;
@@ -262,13 +261,14 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     for (cuda::std::int32_t first = below(ctx.block * chunk); first < tiles; first = team.share(first)) {
       // The leader's warp (warp 0) has a tile in every chunk: begin == first < tiles.
       const bool open = team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles;
-      const cuda::std::int64_t at = first + ctx.warp * per_warp;
-      const cuda::std::int32_t begin = below(at), end = below(at + per_warp);
+      const cuda::std::int64_t begin = first + ctx.warp * per_warp;
+      const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
       first = tiles;
       // The warp's first tile: its item found by the warp together (run_tile's seek then moves on from it).
-      if (cursor.item < 0 && begin < end) seek_item_on_warp(ctx.lanes, work, cursor, begin);
-      for (cuda::std::int32_t t = begin; t < end; ++t) {
-        run_tile<Traits>(ctx.lanes, work, cursor, t);
+      if (cursor.item < 0 && begin < end)
+        seek_item_on_warp(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(begin));
+      for (cuda::std::int64_t t = begin; t < end; ++t) {
+        run_tile<Traits>(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
         if (open && t == begin) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
       }
     }

@@ -255,22 +255,22 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     // Test, then claim: a block that comes late to a launch whose tiles are all claimed leaves after a load, not a
     // read-modify-write on the launch's line. The grid's first chunks are the blocks' own (block b's: chunk b); the
     // counter starts after them (arrive), so a plan they hold takes no read-modify-write at all. The leader claims
-    // the next chunk while the block copies this one (after its warp's first tile, so that a block holds at most half
-    // a chunk more than it copies): the barrier that hands it on waits on no round trip.
+    // the next chunk before its warp copies this one, and its result is used only after: the barrier that hands it on
+    // waits on no round trip. (Claimed after the warp's first tile, the claim's flag and compare stayed live through
+    // the copy: sm_100's compressed FP16 stash spilled.)
     const device_atomic<cuda::std::int64_t> next(words.next_tile);
     for (cuda::std::int32_t first = below(ctx.block * chunk); first < tiles; first = team.share(first)) {
       // The leader's warp (warp 0) has a tile in every chunk: begin == first < tiles.
-      const bool open = team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles;
       const cuda::std::int64_t begin = first + ctx.warp * per_warp;
       const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
       first = tiles;
+      if (team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles)
+        first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
       // The warp's first tile: its item found by the warp together (run_tile's seek then moves on from it).
       if (cursor.item < 0 && begin < end)
         seek_item_on_warp(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(begin));
-      for (cuda::std::int64_t t = begin; t < end; ++t) {
+      for (cuda::std::int64_t t = begin; t < end; ++t)
         run_tile<Traits>(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
-        if (open && t == begin) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
-      }
     }
   }
 

@@ -161,6 +161,8 @@ class CostCounter {
       case ps::AtomicAccess::fence: ++self->totals_.fences; break;
       case ps::AtomicAccess::pause: break;       // not an access
       case ps::AtomicAccess::plain_load: break;  // not an atomic (CriticalPath counts it)
+      case ps::AtomicAccess::round_begin:
+      case ps::AtomicAccess::round_end: break;  // not accesses
       case ps::AtomicAccess::rmw:
         ++self->totals_.rmw;
         ++self->line_rmw_[reinterpret_cast<std::uintptr_t>(address) / 128];
@@ -187,6 +189,7 @@ struct EmulatedThread {
   std::int64_t path_accesses = 0, path_fences = 0;
   std::int64_t syncs = 0;
   bool polling = false;  ///< paused in a poll: its further loads are the same wait
+  int round = 0;         ///< in a OneRound: 1, and 2 once its first access is counted
   bool loaded = false;   ///< has made a data load in this block
   // SectorCounter's: the counter (by serial number) this thread last kept its accesses for, and its list there.
   std::uint64_t sector_counter = 0;
@@ -467,7 +470,9 @@ class PreemptAtAtomics {
 
  private:
   static void observe(const void*, ps::AtomicAccess access, void* context) {
-    if (access == ps::AtomicAccess::plain_load) return;  // not an atomic: no preemption point
+    if (access == ps::AtomicAccess::plain_load || access == ps::AtomicAccess::round_begin ||
+        access == ps::AtomicAccess::round_end)
+      return;  // not an atomic: no preemption point
     const auto* self = static_cast<const PreemptAtAtomics*>(context);
     // Per thread: the seed, this thread and its count of accesses (splitmix64).
     thread_local std::uint64_t state = 0;
@@ -490,12 +495,14 @@ class PreemptAtAtomics {
   int percent_;
 };
 
-/// What the 32 lanes of an emulated warp share: a barrier, each lane's values, for max_over, and the warp's stage (its
-/// shared memory, stash/copy.hpp's staged mover).
+/// What the 32 lanes of an emulated warp share: a barrier, each lane's values, for max_over and share, and the warp's
+/// stage (its shared memory, stash/copy.hpp's staged mover).
 struct EmulatedWarp {
   static constexpr int max_values = 8;
   HostBarrier barrier{32};
   std::uint32_t values[32][max_values] = {};
+  std::int64_t path[2] = {};                   ///< lane 0's critical path at a share (CriticalPath)
+  std::array<std::int64_t, 2> paths[32] = {};  ///< each lane's at max_over
   alignas(16) unsigned char stage[ps::StashPolicy::stage_bytes] = {};
 };
 
@@ -535,13 +542,9 @@ struct EmulatedTeam {
     block->barrier.wait();
     if (path) path_join();
   }
-  /// The barrier's mutex orders the block, atomics the rest; a block's publish is one
-  /// device fence (__threadfence) and a barrier on the device.
-  void publish() const {
-    if (r == 0 && CostCounter::active() != nullptr) CostCounter::active()->count_fence();
-    sync();
-    if (r == 0 && critical_path_active()) ++emulated_thread().path_fences;
-  }
+  /// The barrier's mutex orders the block, atomics the rest; on the device a block's publish is a barrier, before the
+  /// leader's release.
+  void publish() const { sync(); }
   template <class T>
   T share(T x) const {
     static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= sizeof(EmulatedBlock::slot));
@@ -591,11 +594,34 @@ struct EmulatedLanes {
   void max_over(std::uint32_t (&x)[N], int group) const {
     static_assert(N <= EmulatedWarp::max_values);
     std::copy(x, x + N, warp->values[lane]);
+    EmulatedThread& t = emulated_thread();
+    warp->paths[lane] = {t.path_accesses, t.path_fences};
     warp->barrier.wait();
     const int first = lane & ~(group - 1);
     for (int k = 0; k < N; ++k)
       for (int j = first; j < first + group; ++j) x[k] = std::max(x[k], warp->values[j][k]);
+    for (int j = first; j < first + group; ++j) {  // CriticalPath: the lanes wait for each other
+      const auto& p = warp->paths[j];
+      if (p[0] + p[1] > t.path_accesses + t.path_fences) t.path_accesses = p[0], t.path_fences = p[1];
+    }
     warp->barrier.wait();  // every lane has read before any writes again
+  }
+  /// Lane 0's x to every lane, through the warp's values (a shuffle on the device); the lanes' critical paths become
+  /// lane 0's where it is longer (they wait for it).
+  template <class T>
+  T share(T x) const {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= sizeof(EmulatedWarp::values[0]));
+    EmulatedThread& t = emulated_thread();
+    if (lane == 0) {
+      std::memcpy(warp->values[0], &x, sizeof(T));
+      warp->path[0] = t.path_accesses, warp->path[1] = t.path_fences;
+    }
+    warp->barrier.wait();
+    std::memcpy(&x, warp->values[0], sizeof(T));
+    if (warp->path[0] + warp->path[1] > t.path_accesses + t.path_fences)
+      t.path_accesses = warp->path[0], t.path_fences = warp->path[1];
+    warp->barrier.wait();  // every lane has read before lane 0 writes again
+    return x;
   }
 };
 
@@ -644,14 +670,16 @@ class CriticalPath {
     std::lock_guard<std::mutex> lock(m_);
     Count c;
     for (const auto& [block, b] : blocks_) {
+      // The owner's other warps may load before its leader's store: no barrier between, then.
+      const std::int64_t barriers = std::max<std::int64_t>(0, b.load_syncs - b.verdict_syncs);
       if (b.owner) {
         c.decided = true;
         c.owner = b.at_verdict;
-        if (b.loaded) c.owner_barriers = b.barriers;
+        if (b.loaded) c.owner_barriers = barriers;
       } else if (b.loaded) {
         ++c.others;
         if (b.first_load.total() > c.other.total()) c.other = b.first_load;
-        c.other_barriers = std::max(c.other_barriers, b.barriers);
+        c.other_barriers = std::max(c.other_barriers, barriers);
       }
     }
     return c;
@@ -661,7 +689,7 @@ class CriticalPath {
   struct Block {
     bool owner = false, loaded = false;
     Path at_verdict, first_load;
-    std::int64_t verdict_syncs = 0, barriers = 0;
+    std::int64_t verdict_syncs = 0, load_syncs = 0;
   };
 
   static void observe_atomic(const void* address, ps::AtomicAccess access, void* context) {
@@ -670,7 +698,12 @@ class CriticalPath {
     auto* self = static_cast<CriticalPath*>(context);
     const bool poll = t.polling && access == ps::AtomicAccess::load;  // the same wait, spinning
     if (access != ps::AtomicAccess::load) t.polling = false;
+    // In a OneRound, only the first access waits.
+    const bool together = t.round == 2;
+    if (t.round == 1 && access != ps::AtomicAccess::round_end) t.round = 2;
     switch (access) {
+      case ps::AtomicAccess::round_begin: t.round = 1; break;
+      case ps::AtomicAccess::round_end: t.round = 0; break;
       case ps::AtomicAccess::pause: t.polling = true; break;
       case ps::AtomicAccess::fence: ++t.path_fences; break;
       case ps::AtomicAccess::store:
@@ -685,7 +718,7 @@ class CriticalPath {
       case ps::AtomicAccess::load:
       case ps::AtomicAccess::rmw:
       case ps::AtomicAccess::plain_load:
-        if (!poll) ++t.path_accesses;
+        if (!poll && !together) ++t.path_accesses;
         if (address == self->verdict_ && access == ps::AtomicAccess::load) {
           std::lock_guard<std::mutex> lock(self->m_);
           self->blocks_[t.block].verdict_syncs = t.syncs;  // the last poll is the one that saw the verdict
@@ -702,7 +735,7 @@ class CriticalPath {
     Block& b = self->blocks_[t.block];
     const Path p{t.path_accesses, t.path_fences};
     if (!b.loaded || p.total() < b.first_load.total()) b.first_load = p;
-    if (!b.loaded) b.barriers = t.syncs - b.verdict_syncs;
+    if (!b.loaded) b.load_syncs = t.syncs;
     b.loaded = true;
   }
 

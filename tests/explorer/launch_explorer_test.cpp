@@ -142,8 +142,10 @@ class Scheduler {
 
   static void observe(const void* address, ps::AtomicAccess access, void* context) {
     auto* s = static_cast<Scheduler*>(context);
-    if (self_ < 0) return;                               // not a block's leader
-    if (access == ps::AtomicAccess::plain_load) return;  // a plain load: no scheduling point, no write
+    if (self_ < 0) return;  // not a block's leader
+    if (access == ps::AtomicAccess::plain_load || access == ps::AtomicAccess::round_begin ||
+        access == ps::AtomicAccess::round_end)
+      return;  // a plain load, or where a round of loads begins or ends: no scheduling point, no write
     if (address == s->refused_word_) {
       std::lock_guard<std::mutex> lock(s->m_);
       s->refused_launch_[static_cast<std::size_t>(s->launch_of(self_))] = true;

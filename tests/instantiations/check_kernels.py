@@ -21,8 +21,12 @@ and the reset kernel, per architecture in the library:
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel;
-  - with --fast-math OBJ (kernels compiled with --use_fast_math): each of OBJ's kernels has
-    the float arithmetic (FMUL, FADD, FFMA, FCHK, MUFU with their modifiers, and every .FTZ
+  - no sequentially consistent fence (MEMBAR.SC.GPU, what __threadfence() and fence.sc.gpu
+    compile to) in an operation kernel: the launch protocol releases with release stores and
+    acq_rel read-modify-writes, and acquires with acquire fences (MEMBAR.ALL.GPU at most;
+    docs/design.md, "Memory ordering"), issue 53;
+  - with --fast-math OBJ (kernels compiled with --use_fast_math): each of OBJ's kernels keeps
+    the rules above on registers, stack, spills and fences, and has the float arithmetic (FMUL, FADD, FFMA, FCHK, MUFU with their modifiers, and every .FTZ
     instruction, counted) of the same kernel in the library, so the flags a user compiles
     the header-only library with change none of it (a flushing FMUL.FTZ or an approximate
     MUFU.RCP division in the codec would).
@@ -260,6 +264,7 @@ def analyse(cuobjdump, path):
 
     for key, instructions in code.items():
         k = kernels[key]
+        k["membar_sc"] = sum(1 for _, ins in instructions if "MEMBAR.SC.GPU" in ins)
         invalidations = [a for a, ins in instructions if "CCTL.IVALL" in ins]
         sleeps = [a for a, ins in instructions if "NANOSLEEP" in ins]
         exits = [a for a, ins in instructions if re.search(r"\bEXIT\b", ins)]
@@ -330,7 +335,21 @@ def main():
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
     divisions = []  # kernels with an integer division in a per-vector copy loop (reported)
-    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s} {'unaligned':>9s} {'L1 inv':>6s}  128-bit ld/st")
+
+    def shape_failures(k, label):
+        """What breaks the rules every kernel keeps, with and without --use_fast_math."""
+        why = []
+        if k["stack"] != 0:
+            why.append(f"stack frame {k['stack']} bytes")
+        if k.get("spills", 0) or k["local"]:
+            why.append(f"{k.get('spills', 0)} local loads/stores (spills)")
+        if k["regs"] > MAX_REGISTERS:
+            why.append(f"{k['regs']} registers > {MAX_REGISTERS}")
+        if k.get("membar_sc", 0) and label.startswith(("stash", "reload", "discard")):
+            why.append(f"{k['membar_sc']} sequentially consistent fences (MEMBAR.SC.GPU)")
+        return why
+
+    print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s} {'unaligned':>9s} {'L1 inv':>6s} {'SC fence':>8s}  128-bit ld/st")
     for key in keys:
         k = kernels[key]
         label = short_name(pretty[key])
@@ -342,14 +361,8 @@ def main():
         gathers, scatters = label.startswith("stash"), label.startswith("reload")
         unaligned = k.get("gather", 0) / WORDS_PER_VECTOR if gathers else (k.get("scatter", 0) if scatters else 0)
         print(f"{key[0]:6s} {label[:90]:90s} {k['regs']:4d} {k['stack']:5d} {k.get('spills', 0):5d} {k['shared']:6d} "
-              f"{blocks:9d} {k.get('batch', 0):8d} {unaligned:9g} {k.get('cctl', 0):6d}  {vectors}")
-        why = []
-        if k["stack"] != 0:
-            why.append(f"stack frame {k['stack']} bytes")
-        if k.get("spills", 0) or k["local"]:
-            why.append(f"{k.get('spills', 0)} local loads/stores (spills)")
-        if k["regs"] > MAX_REGISTERS:
-            why.append(f"{k['regs']} registers > {MAX_REGISTERS}")
+              f"{blocks:9d} {k.get('batch', 0):8d} {unaligned:9g} {k.get('cctl', 0):6d} {k.get('membar_sc', 0):8d}  {vectors}")
+        why = shape_failures(k, label)
         if is_copy and vectors != "yes":
             why.append("no 128-bit global load and store")
         if is_copy and k.get("batch", 0) < MIN_LOADS_IN_FLIGHT:
@@ -378,6 +391,9 @@ def main():
             if key not in kernels:
                 failures.append(f"{key[0]} {key[1]}: compiled with --use_fast_math, but not in the library")
                 continue
+            why = shape_failures(fast[key], short_name(demangle([key[1]])[0]))
+            if why:
+                failures.append(f"{key[0]} {short_name(demangle([key[1]])[0])} (--use_fast_math): " + ", ".join(why))
             mine = kernels[key].get("float_ops", collections.Counter())
             theirs = fast[key].get("float_ops", collections.Counter())
             if mine != theirs:
@@ -386,7 +402,7 @@ def main():
                                 f"float instructions: {', '.join(f'{op} {theirs[op] - mine[op]:+d}' for op in changed)}")
         print(f"{len(fast)} kernels compiled with --use_fast_math, compared with the library's float arithmetic")
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
-    print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, 128-bit copies, "
+    print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, no MEMBAR.SC.GPU, 128-bit copies, "
           f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
           f"the {spin} spin loops")
     if divisions:

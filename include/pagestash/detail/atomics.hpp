@@ -27,6 +27,8 @@ enum class AtomicAccess : int {
   /// A plain load of a launch's bookkeeping (the record's header, counts, items and page ids, the pool's counters and
   /// stacks): not an atomic, but a round trip a launch's critical path waits on (note_load). Not a preemption point.
   plain_load,
+  round_begin,  ///< (address null) the accesses up to round_end are issued together: one round trip (OneRound)
+  round_end,    ///< (address null)
 };
 
 #if !defined(__CUDA_ARCH__)
@@ -132,6 +134,23 @@ PAGESTASH_HOST_DEVICE inline void note_load(const void* address) {
   observe_atomic(address, AtomicAccess::plain_load);
 #endif
 }
+
+/// While it lives, the thread's accesses are issued together, none waiting for another: one round trip. On the host
+/// the observer hears round_begin and round_end (AtomicAccess); nothing on the device.
+struct OneRound {
+  PAGESTASH_HOST_DEVICE OneRound() {
+#if !defined(__CUDA_ARCH__)
+    observe_atomic(nullptr, AtomicAccess::round_begin);
+#endif
+  }
+  PAGESTASH_HOST_DEVICE ~OneRound() {
+#if !defined(__CUDA_ARCH__)
+    observe_atomic(nullptr, AtomicAccess::round_end);
+#endif
+  }
+  OneRound(const OneRound&) = delete;
+  OneRound& operator=(const OneRound&) = delete;
+};
 
 /// Polite spinning while another team finishes a short critical section.
 PAGESTASH_HOST_DEVICE inline void spin_pause() {

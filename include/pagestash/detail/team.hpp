@@ -6,9 +6,10 @@
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts
 //   sync()           barrier; every write before it is visible to the team after it
-//   publish()        sync(), then a device-scope fence by the leader: every write of the team
-//                    before it is visible to another team that synchronises with the leader
-//                    afterwards (an acquire of what the leader then releases)
+//   publish()        sync(), before a release by the leader: every write of the team before it
+//                    is visible to another team that acquires what the leader releases after
+//                    it (a release store or acq_rel read-modify-write at device scope; no fence:
+//                    docs/design.md, "Memory ordering")
 //   share(x)         the leader's x, handed to every thread of the team (includes sync())
 //   exclusive_sum(x, total)
 //                    the sum of x over the threads ranked before this one; total gets the
@@ -16,6 +17,8 @@
 // The lanes of a warp (the team that moves one tile) have rank() and size(), and
 //   max_over(x, group)  each x[k] the largest over the aligned group of lanes this one is in
 //                    (a shuffle on the device; every lane of the warp calls it)
+//   share(x)         lane 0's x, handed to every lane (every lane of the warp calls it); what lane 0
+//                    read before it, the lanes read after it as lane 0 does (__syncwarp orders them)
 //   sync_lanes()     the warp's barrier over its stage (shared memory, stash/copy.hpp); lanes
 //                    without it (a test's lanes run one after another) never stage
 
@@ -60,12 +63,10 @@ struct BlockTeam {
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static bool leader() { return threadIdx.x == 0; }
   __device__ static void sync() { __syncthreads(); }
-  /// The barrier orders every thread's writes before the leader's fence, and the fence is
-  /// cumulative (PTX memory model): one fence by the leader releases the whole block's.
-  __device__ static void publish() {
-    __syncthreads();
-    if (leader()) __threadfence();
-  }
+  /// The barrier orders every thread's writes before the leader's next release, and a release is cumulative (PTX
+  /// memory model): the leader's release store or acq_rel read-modify-write releases the whole block's writes. No
+  /// fence: a __threadfence() here was a MEMBAR.SC.GPU on every block's path to its verdict.
+  __device__ static void publish() { __syncthreads(); }
   template <class T>
   __device__ static T share(T x) {
     __shared__ T slot;
@@ -98,6 +99,17 @@ struct WarpLanes {
       PAGESTASH_UNROLL
       for (int k = 0; k < N; ++k) x[k] = max(x[k], __shfl_xor_sync(0xFFFFFFFFu, x[k], offset));
     }
+  }
+  template <class T>
+  __device__ static T share(T x) {
+    static_assert(sizeof(T) % 4 == 0, "share: whole 32-bit words");
+    cuda::std::uint32_t w[sizeof(T) / 4];
+    memcpy(w, &x, sizeof(T));
+    __syncwarp();
+    PAGESTASH_UNROLL
+    for (int k = 0; k < static_cast<int>(sizeof(T) / 4); ++k) w[k] = __shfl_sync(0xFFFFFFFFu, w[k], 0);
+    memcpy(&x, w, sizeof(T));
+    return x;
   }
 };
 #endif

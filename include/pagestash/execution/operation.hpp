@@ -23,14 +23,18 @@
 //            need only be unique (GridContext::launch), not ordered; the words keep each
 //            one reduced once to 62 bits (kept_launch_id), the same in every word.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
-//            runs begin_* and publishes copy / skip; the others wait for `owner`, then
-//            poll for the verdict (relaxed loads, one acquire fence after each wait).
-//   tiles    blocks claim chunks of tiles from an atomic counter (a block that starts late,
-//            or a grid smaller than the device, leaves no tail); a block reads the counter
-//            before it adds to it, so that late blocks of a small plan leave without a
-//            read-modify-write, and claims its next chunk while it copies the current one.
-//            Each warp moves a run of consecutive tiles of its block's chunk, carrying its
-//            item along.
+//            runs begin_* and publishes copy / skip; the others wait for `owner`, then each
+//            warp's first lane polls for the verdict (relaxed loads, one acquire fence after
+//            each wait), reads the plan's size and hands both to its lanes: no block barrier
+//            between the verdict and a warp's first tile, in any block.
+//   tiles    block b's first chunk of tiles is chunk b of the plan, no claim needed (a plan
+//            of at most one chunk a block touches no counter); the chunks after the grid's
+//            first are claimed from an atomic counter (a block that starts late, or a grid
+//            smaller than the device, leaves no tail beyond its own first chunk); a block
+//            reads the counter before it adds to it, so that late blocks of a small plan
+//            leave without a read-modify-write, and claims its next chunk while it copies
+//            the current one. Each warp moves a run of consecutive tiles of its block's
+//            chunk, carrying its item along.
 //   poison   a reload that does not restore (refused, or its verdict skip) fills its
 //            destination with poison (ReloadOptions::poison), every block its share.
 //   finish   the last block out (finished == blocks - 1) completes the operation
@@ -74,12 +78,13 @@ PAGESTASH_HOST_DEVICE inline Arrival refuse_block(const PoolRef& pool, LaunchWor
   return Arrival::refused;
 }
 
-/// Whether launch `id` is among the refused launches the words remember.
+/// Whether launch `id` is among the refused launches the words remember: every slot read at once, one round trip.
 PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint64_t id) {
+  const OneRound together;
   bool found = false;
   PAGESTASH_UNROLL
   for (int k = 0; k < LaunchWords::remembered_launches; ++k)
-    found = found || device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(poll_order) == id;
+    found |= device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(poll_order) == id;
   return found;
 }
 
@@ -138,10 +143,49 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     // Taken: the previous holder released the record (or a reset left it held). Atomic, as all launch-word accesses.
     device_atomic<cuda::std::int32_t>(words.verdict).store(verdict_pending, cuda::std::memory_order_relaxed);
     device_atomic<cuda::std::int32_t>(words.finished).store(0, cuda::std::memory_order_relaxed);
-    device_atomic<cuda::std::int64_t>(words.next_tile).store(0, cuda::std::memory_order_relaxed);
+    // The counter numbers the tiles after the grid's first chunks (block b's own: chunk b, run_operation).
+    device_atomic<cuda::std::int64_t>(words.next_tile)
+        .store(ctx.blocks * ctx.warps * StashPolicy::tiles_per_warp_claim, cuda::std::memory_order_relaxed);
     generation.store(now.load(cuda::std::memory_order_relaxed), cuda::std::memory_order_relaxed);
     owner.store(me, cuda::std::memory_order_release);
     return Arrival::owner;
+  }
+}
+
+/// What a warp starts its copies with: the verdict and the plan's size.
+struct Start {
+  PlanSize plan;
+  cuda::std::int32_t verdict;
+  cuda::std::int32_t unused;
+};
+
+/// Moves `cursor` to the item that owns `tile`, as seek_item does, with the warp's lanes: each round every lane reads
+/// one item of the range left, and the range shrinks 32-fold (a plan of up to 32 items: one round, up to 1024: two;
+/// a binary search takes log2 of the items). Every lane of the warp calls it, with the same tile.
+template <class Lanes>
+PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork& w, ItemCursor& c,
+                                             cuda::std::int32_t tile) {
+  if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) {  // one lane (a serial context): the binary search
+    seek_item(w, c, tile);
+  } else {
+    cuda::std::int32_t lo = 0, hi = w.item_count;  // the answer is in [lo, hi); items[lo].first_tile <= tile
+    while (hi - lo > 1) {
+      const cuda::std::int32_t step = (hi - lo + lanes.size() - 1) / lanes.size();
+      const cuda::std::int32_t at = lo + lanes.rank() * step;
+      cuda::std::uint32_t best[1] = {static_cast<cuda::std::uint32_t>(lo)};
+      if (at < hi) {
+        note_load(&w.items[at]);
+        if (w.items[at].first_tile <= tile) best[0] = static_cast<cuda::std::uint32_t>(at);
+      }
+      lanes.max_over(best, lanes.size());
+      lo = static_cast<cuda::std::int32_t>(best[0]);
+      hi = lo + step < hi ? lo + step : hi;
+    }
+    c.item = lo;
+    note_load(&w.items[lo]);  // with the next item's: one round trip
+    c.first = static_cast<cuda::std::int32_t>(w.items[lo].first_tile);
+    c.end = lo + 1 < w.item_count ? static_cast<cuda::std::int32_t>(w.items[lo + 1].first_tile)
+                                  : static_cast<cuda::std::int32_t>(max_plan_tiles);
   }
 }
 
@@ -167,7 +211,8 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   const Arrival arrival = team.share(team.leader() ? arrive(ctx, pool, words) : Arrival::joined);
   if (arrival == Arrival::refused) return poison_unrestored<Traits, Op>(ctx, view, options);
 
-  cuda::std::int32_t verdict = verdict_skip;
+  Start start{};
+  start.verdict = verdict_skip;
   if (arrival == Arrival::owner) {
     bool copy = false;
     const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
@@ -175,43 +220,57 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     if constexpr (Op == Operation::reload)
       copy = begin_reload<Traits>(team, pool, view, rec, options.zero_tail, tile_shift);
     if constexpr (Op == Operation::discard) discard_pages(team, pool, rec, record_kind<Traits>(view));
-    verdict = copy ? verdict_copy : verdict_skip;
-    team.publish();  // the header and plan, by every thread, before the verdict
-    if (team.leader()) device_atomic<cuda::std::int32_t>(words.verdict).store(verdict, cuda::std::memory_order_release);
-  } else if (team.leader()) {
-    verdict = spin_until(device_atomic<cuda::std::int32_t>(words.verdict),
-                         [](cuda::std::int32_t v) { return v != verdict_pending; });
-    acquire_fence();  // the owner's header and plan
+    start.verdict = copy ? verdict_copy : verdict_skip;
+    // The header and plan, by every thread, before the verdict: the barrier, then the leader's release store. This
+    // block's threads read the plan's size the leader wrote before the barrier (not kept in registers through the
+    // steps: a stash kernel spilled).
+    team.publish();
+    if (team.leader())
+      device_atomic<cuda::std::int32_t>(words.verdict).store(start.verdict, cuda::std::memory_order_release);
+    if (Op != Operation::discard && copy) start.plan = plan_size(*rec.header);
+  } else {
+    // Each warp's first lane waits for the verdict, and hands it on with the plan's size (read after its acquire fence,
+    // as its lanes' reads of the plan are, after the hand-off): no block barrier on the way to the first tile.
+    if (ctx.lanes.rank() == 0) {
+      start.verdict = spin_until(device_atomic<cuda::std::int32_t>(words.verdict),
+                                 [](cuda::std::int32_t v) { return v != verdict_pending; });
+      acquire_fence();  // the owner's header and plan
+      if (Op != Operation::discard && start.verdict == verdict_copy) start.plan = plan_size(*rec.header);
+    }
+    start = ctx.lanes.share(start);
   }
-  verdict = team.share(verdict);
+  const cuda::std::int32_t verdict = start.verdict;
   if (verdict == verdict_skip) poison_unrestored<Traits, Op>(ctx, view, options);
 
   if (Op != Operation::discard && verdict == verdict_copy) {
-    const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash);
-    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1 tiles); claims are
-    // 64-bit, as they overshoot the last tile.
-    const cuda::std::int64_t tiles = rec.header->tiles;
+    const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash, start.plan);
+    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1); claims 64-bit (they overshoot), clamped (below).
+    // tiles and first 32-bit: 64-bit, they left sm_90's gather 15 words in flight of 20 (check_kernels.py); begin, end
+    // and t 64-bit: 32-bit, they cost sm_100's capacity-padded stash a spill.
+    const auto tiles = static_cast<cuda::std::int32_t>(start.plan.tiles);
     constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
     const cuda::std::int64_t chunk = ctx.warps * per_warp;
+    const auto below = [tiles](cuda::std::int64_t x) { return x < tiles ? static_cast<cuda::std::int32_t>(x) : tiles; };
     ItemCursor cursor;
     // Test, then claim: a block that comes late to a launch whose tiles are all claimed leaves after a load, not a
-    // read-modify-write on the launch's line. The leader claims the next chunk while the block copies this one (after
-    // its warp's first tile, so that a block holds at most half a chunk more than it copies): the barrier that hands it
-    // on waits on no round trip.
+    // read-modify-write on the launch's line. The grid's first chunks are the blocks' own (block b's: chunk b); the
+    // counter starts after them (arrive), so a plan they hold takes no read-modify-write at all. The leader claims
+    // the next chunk before its warp copies this one, and its result is used only after: the barrier that hands it on
+    // waits on no round trip. (Claimed after the warp's first tile, the claim's flag and compare stayed live through
+    // the copy: sm_100's compressed FP16 stash spilled.)
     const device_atomic<cuda::std::int64_t> next(words.next_tile);
-    cuda::std::int64_t first = tiles;
-    if (team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles)
-      first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
-    for (first = team.share(first); first < tiles; first = team.share(first)) {
+    for (cuda::std::int32_t first = below(ctx.block * chunk); first < tiles; first = team.share(first)) {
       // The leader's warp (warp 0) has a tile in every chunk: begin == first < tiles.
-      const bool open = team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles;
       const cuda::std::int64_t begin = first + ctx.warp * per_warp;
       const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
       first = tiles;
-      for (cuda::std::int64_t t = begin; t < end; ++t) {
+      if (team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles)
+        first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
+      // The warp's first tile: its item found by the warp together (run_tile's seek then moves on from it).
+      if (cursor.item < 0 && begin < end)
+        seek_item_on_warp(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(begin));
+      for (cuda::std::int64_t t = begin; t < end; ++t)
         run_tile<Traits>(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
-        if (open && t == begin) first = next.fetch_add(chunk, cuda::std::memory_order_relaxed);
-      }
     }
   }
 

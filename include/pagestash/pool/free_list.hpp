@@ -72,9 +72,14 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
   Taken t{TakeResult::taken, 0, 0};
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {
-    note_load(&n);  // the counters: one round trip
-    t.generation = n.generation;
-    if (overflow_raised(pool)) {
+    bool overflow = false;
+    {
+      const OneRound together;  // the counters and the overflow flag
+      note_load(&n);
+      t.generation = n.generation;
+      overflow = overflow_raised(pool);
+    }
+    if (overflow) {
       t.result = TakeResult::overflow_set;
     } else {
       t.device_pages = need < n.device_pages_free ? need : n.device_pages_free;

@@ -80,8 +80,22 @@ PAGESTASH_HOST_DEVICE inline void refuse(const PoolRef& pool, RecordHeader& h, F
   raise_error(pool, error);
 }
 
+/// What the tiles of a plan need of the record's header (begin_* writes it; a block reads it, plan_size, once it has
+/// the verdict).
+struct PlanSize {
+  cuda::std::int64_t tiles;
+  cuda::std::int32_t items;
+  cuda::std::int32_t tile_shift;
+};
+
+PAGESTASH_HOST_DEVICE inline PlanSize plan_size(const RecordHeader& h) {
+  note_load(&h);  // one line, one round trip
+  return PlanSize{h.tiles, h.items, h.tile_shift};
+}
+
 /// Stash, first step: snapshot the counts, check them, plan, take pages, keep the small
-/// buffers. Returns whether the tiles are to be copied.
+/// buffers. Returns whether the tiles are to be copied. The team's writes are handed on by its next barrier (the
+/// caller's publish()).
 template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
                                        const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
@@ -132,12 +146,12 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     if (error == Flag::overflow) raise_overflow(pool);
   }
   if (error == Flag::none) copy_kept<Traits>(team, v, rec, true);
-  team.sync();
   return error == Flag::none;
 }
 
 /// Reload, first step: check the record, plan the copy back (and the zeroing), restore the
-/// kept buffers. Returns whether the tiles are to be copied (then end_reload must follow).
+/// kept buffers. Returns whether the tiles are to be copied (then end_reload must follow). The team's writes are handed
+/// on by its next barrier (the caller's publish()).
 template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
                                         const GroupedView<typename Traits::layout>& dest, const RecordRef& rec,
@@ -166,7 +180,6 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
     }
   }
   if (error == Flag::none) copy_kept<Traits>(team, dest, rec, false);
-  team.sync();
   return error == Flag::none;
 }
 
@@ -185,21 +198,27 @@ PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, con
   team.sync();
 }
 
-/// The tile work of the plan the record holds, over view's buffers.
+/// The tile work of the plan of size `plan` the record holds, over view's buffers.
 template <class Traits>
 PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
-                                         const RecordRef& rec, bool to_pages) {
+                                         const RecordRef& rec, bool to_pages, const PlanSize& plan) {
   TileWork w{};
-  note_load(rec.header);  // its items and tile shift, with the tiles run_operation reads: one round trip
   w.data = static_cast<unsigned char*>(v.buffer(BufferRole::data));
   w.scales = static_cast<unsigned char*>(v.buffer(BufferRole::scales));
   w.items = rec.items;
-  w.item_count = rec.header->items;
+  w.item_count = plan.items;
   w.page_ids = rec.page_ids;
   w.pool = pool;
-  w.tile_shift = rec.header->tile_shift;
+  w.tile_shift = plan.tile_shift;
   w.to_pages = to_pages;
   return w;
+}
+
+/// The tile work of the plan the record holds (its size read from the header), over view's buffers.
+template <class Traits>
+PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
+                                         const RecordRef& rec, bool to_pages) {
+  return tile_work<Traits>(pool, v, rec, to_pages, plan_size(*rec.header));
 }
 
 }  // namespace detail

@@ -197,10 +197,13 @@ TEST_CASE("emulated grid: the sector counter sees the bulk mover's copies, the s
   ps::PagePool pool(room_for<Tr>(shape, 4096, 2), ps::MemorySpace::host);
   const auto vectors = count_sectors<Tr>(pool, in.view, out.view);
   const auto bulk = count_sectors<ps::BulkCopy<Tr>>(pool, in.view, out.view);
+  // [stash loads, stash stores, reload loads, reload stores]: the pages' side (1, 2) starts on 4 KiB, the buffers' (0,
+  // 3) where malloc puts them (16 bytes: a row may straddle a sector there, for either mover).
   for (int k = 0; k < 4; ++k) {
     CAPTURE(k);
     CHECK(bulk[k].bytes == vectors[k].bytes);  // the same bytes, observed
-    CHECK(bulk[k].sector_use() == doctest::Approx(1.0));
+    CHECK(bulk[k].sectors <= vectors[k].sectors);
+    if (k == 1 || k == 2) CHECK(bulk[k].sector_use() == doctest::Approx(1.0));
     CHECK(bulk[k].requests > 0);
   }
 }

@@ -233,7 +233,7 @@ PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsig
 /// is 4-byte aligned, else bytes. Every index into x.w is a constant (unrolled loops, and a
 /// shift for the last word): a run-time index would put x in local memory.
 PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16& x, unsigned n) {
-  observe_vector(nullptr, 0, VectorAccess::use);  // its stores are not observed, its use of x is
+  observe_vector(nullptr, 0, VectorAccess::use);  // x's loads are used here, then its word and byte stores
   if (reinterpret_cast<cuda::std::uintptr_t>(dst) % 4 == 0) {
     PAGESTASH_UNROLL
     for (unsigned k = 0; k < 4; ++k) {
@@ -243,18 +243,25 @@ PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16
 #else
       std::memcpy(dst + 4 * k, &x.w[k], 4);
 #endif
+      observe_vector(dst + 4 * k, 4, VectorAccess::store);
     }
     const unsigned whole = n / 4 * 4;
     const cuda::std::uint32_t last = shift_bytes(x, whole % 16, false).w[0];
     PAGESTASH_UNROLL
     for (unsigned b = 0; b < 3; ++b) {
-      if (whole + b < n) dst[whole + b] = static_cast<unsigned char>(last >> (8 * b));
+      if (whole + b < n) {
+        dst[whole + b] = static_cast<unsigned char>(last >> (8 * b));
+        observe_vector(dst + whole + b, 1, VectorAccess::store);
+      }
     }
     return;
   }
   PAGESTASH_UNROLL
   for (unsigned b = 0; b < 16; ++b) {
-    if (b < n) dst[b] = static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4)));
+    if (b < n) {
+      dst[b] = static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4)));
+      observe_vector(dst + b, 1, VectorAccess::store);
+    }
   }
 }
 

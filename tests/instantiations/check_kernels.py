@@ -21,6 +21,9 @@ and the reset kernel, per architecture in the library:
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel;
+  - no block barrier (BAR.SYNC) between the verdict and the first data load: a stash or reload
+    kernel has a spin loop (the verdict's wait) with a path to an evict-first vector or word
+    load that passes no BAR.SYNC (issue 53; the arrival's and the locks' waits end at one);
   - no sequentially consistent fence (MEMBAR.SC.GPU, what __threadfence() and fence.sc.gpu
     compile to) in an operation kernel: the launch protocol releases with release stores and
     acq_rel read-modify-writes, and acquires with acquire fences (MEMBAR.ALL.GPU at most;
@@ -172,6 +175,35 @@ def is_vector_load(opcode):
     return re.match(r"LDG\.E(?:\.[A-Z]+)*\.128$", opcode) is not None and ".EF" in opcode
 
 
+def barrier_free_waits(code, spin_loops, index):
+    """How many spin loops a path leaves for a data load (an evict-first vector or word load: the copy's first) with no
+    block barrier (BAR.SYNC) on the way. The verdict's wait is one: a non-owner block's warps leave it for their tiles
+    and hand the verdict on with shuffles (issue 53); the arrival's and the locks' waits end at a barrier."""
+    def successors(i):
+        opcode, _, _, target, always, predicated = code[i]
+        if opcode == "EXIT" and not predicated:
+            return []
+        if target is not None:
+            return [target] if always else [target, i + 1]
+        return [i + 1]
+
+    found = 0
+    for lo, hi in spin_loops:
+        first, last = index[lo], index[hi]
+        todo = [last + 1] + [c[3] for c in code[first:last + 1] if c[3] is not None and not first <= c[3] <= last]
+        seen = set()
+        while todo:
+            i = todo.pop()
+            if i in seen or i >= len(code) or code[i][0].startswith("BAR.SYNC"):
+                continue
+            seen.add(i)
+            if is_vector_load(code[i][0]) or is_word_load(code[i][0]):
+                found += 1
+                break
+            todo += successors(i)
+    return found
+
+
 def find_tool(name):
     found = shutil.which(name)
     if found:
@@ -302,6 +334,7 @@ def analyse(cuobjdump, path):
         k["cctl"] = len(invalidations)
         k["cctl_in_spin"] = sum(1 for c in invalidations if any(lo <= c <= hi for lo, hi in spin_loops))
         k["spin_loops"] = len(spin_loops)
+        k["barrier_free_waits"] = barrier_free_waits(parsed, spin_loops, {a: i for i, (a, _) in enumerate(instructions)})
 
     return kernels
 
@@ -385,6 +418,8 @@ def main():
         # reload its 128-bit stores).
         if k.get("division_in_vector_loop", 0):
             divisions.append(f"{key[0]} {label}: {k['division_in_vector_loop']}")
+        if is_copy and not k.get("barrier_free_waits", 0):
+            why.append("every path from the verdict's wait to the first data load passes a block barrier (BAR.SYNC)")
         if k.get("cctl_in_spin", 0):
             why.append(f"{k['cctl_in_spin']} L1 invalidations (CCTL.IVALL) inside a spin loop")
         if k.get("cctl", 0) > MAX_CCTL_IVALL:
@@ -411,7 +446,7 @@ def main():
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, no MEMBAR.SC.GPU, 128-bit copies, "
           f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
-          f"the {spin} spin loops")
+          f"the {spin} spin loops, a path with no block barrier from the verdict's wait to the first load")
     if divisions:
         print(f"\n{len(divisions)} kernels have integer divisions (I2F.U32.RP) in a per-vector copy loop (not a rule yet): "
               + "; ".join(divisions[:4]) + (" ..." if len(divisions) > 4 else ""))

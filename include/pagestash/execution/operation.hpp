@@ -244,9 +244,8 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
 
   if (Op != Operation::discard && verdict == verdict_copy) {
     const TileWork work = tile_work<Traits>(pool, view, rec, Op == Operation::stash, start.plan);
-    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1); claims 64-bit (they overshoot), clamped (below).
-    // tiles and first 32-bit: 64-bit, they left sm_90's gather 15 words in flight of 20 (check_kernels.py); begin, end
-    // and t 64-bit: 32-bit, they cost sm_100's capacity-padded stash a spill.
+    // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1); sums and claims 64-bit (they overshoot), clamped
+    // (below). 64-bit indices left sm_90's gather 15 words in flight of 20 and cost sm_100 spills (check_kernels.py).
     const auto tiles = static_cast<cuda::std::int32_t>(start.plan.tiles);
     constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
     const cuda::std::int64_t chunk = ctx.warps * per_warp;
@@ -254,23 +253,26 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     ItemCursor cursor;
     // Test, then claim: a block that comes late to a launch whose tiles are all claimed leaves after a load, not a
     // read-modify-write on the launch's line. The grid's first chunks are the blocks' own (block b's: chunk b); the
-    // counter starts after them (arrive), so a plan they hold takes no read-modify-write at all. The leader claims
-    // the next chunk before its warp copies this one, and its result is used only after: the barrier that hands it on
-    // waits on no round trip. (Claimed after the warp's first tile, the claim's flag and compare stayed live through
-    // the copy: sm_100's compressed FP16 stash spilled.)
+    // counter starts after them (arrive), so a plan they hold takes no read-modify-write at all. The leader reads the
+    // counter as the chunk starts and claims the next chunk after its warp's first tile (a block holds at most half a
+    // chunk more than it copies): the barrier that hands the claim on waits on no round trip, and no warp's first load
+    // waits on it. A compressed kernel claims before its tiles instead: its codec leaves no register for the flag and
+    // the compare through the first tile (sm_100's FP16 -> FP8 1x128 stash spilled), one for the claim's result. (All
+    // claiming first, sm_100's packed quantized stashes spilled: check_kernels.py.)
+    constexpr bool claim_first = compression_of<Traits>::compressed;
     const device_atomic<cuda::std::int64_t> next(words.next_tile);
     for (cuda::std::int32_t first = below(ctx.block * chunk); first < tiles; first = team.share(first)) {
       // The leader's warp (warp 0) has a tile in every chunk: begin == first < tiles.
-      const cuda::std::int64_t begin = first + ctx.warp * per_warp;
-      const cuda::std::int64_t end = begin + per_warp < tiles ? begin + per_warp : tiles;
+      const cuda::std::int32_t begin = below(first + ctx.warp * per_warp), end = below(begin + per_warp);
+      const bool open = team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles;
       first = tiles;
-      if (team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles)
-        first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
+      if (claim_first && open) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
       // The warp's first tile: its item found by the warp together (run_tile's seek then moves on from it).
-      if (cursor.item < 0 && begin < end)
-        seek_item_on_warp(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(begin));
-      for (cuda::std::int64_t t = begin; t < end; ++t)
-        run_tile<Traits>(ctx.lanes, work, cursor, static_cast<cuda::std::int32_t>(t));
+      if (cursor.item < 0 && begin < end) seek_item_on_warp(ctx.lanes, work, cursor, begin);
+      for (cuda::std::int32_t t = begin; t < end; ++t) {
+        run_tile<Traits>(ctx.lanes, work, cursor, t);
+        if (!claim_first && open && t == begin) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
+      }
     }
   }
 

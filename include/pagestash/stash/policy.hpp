@@ -30,8 +30,8 @@ struct StashPolicy90 {
   static constexpr int grid_blocks_per_sm = 1;
   /// Consecutive tiles each warp of a block gets per claim: a block claims warps x this many at once (128 KiB of 4 KiB
   /// tiles at 16 warps), few enough claims that the atomic is cheap, small enough that the last claims even out. The
-  /// leader claims the next chunk before its warp's tiles of this one (execution/operation.hpp), so that the claim's
-  /// round trips overlap the chunk's copies.
+  /// leader claims the next chunk after its warp's first tile (execution/operation.hpp), so that the claim's round
+  /// trips overlap the rest of the chunk's copies.
   static constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
   /// log2 of a warp's tile (clipped to the page, tile_shift_for): 4 KiB, two rounds of loads_in_flight vectors a lane.
   /// Smaller tiles pay lookups for fewer bytes; larger leave a small stash too few (docs/design.md, "The work plan").

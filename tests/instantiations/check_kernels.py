@@ -368,7 +368,6 @@ def main():
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
     divisions = []  # kernels with an integer division in a per-vector copy loop (reported)
-    bulk_gathers = []  # bulk-mover kernels whose unaligned tiles' gather has fewer words in flight (reported)
 
     def shape_failures(k, label):
         """What breaks the rules every kernel keeps, with and without --use_fast_math."""
@@ -402,14 +401,8 @@ def main():
         if is_copy and k.get("batch", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"at most {k.get('batch', 0)} 128-bit loads before a store (< {MIN_LOADS_IN_FLIGHT})")
         if gathers and k.get("gather", 0) < WORDS_PER_VECTOR * MIN_LOADS_IN_FLIGHT:
-            short = (f"the gather has {k.get('gather', 0)} word loads in flight "
-                     f"(< {WORDS_PER_VECTOR} x {MIN_LOADS_IN_FLIGHT} vectors)")
-            # The bulk mover's kernels are opt-in (BulkCopy, StashPolicy::bulk off) until a GPU has measured them: the
-            # gather of their unaligned tiles is reported, every other rule holds.
-            if "BulkCopy<" in label:
-                bulk_gathers.append(f"{key[0]} {label}: {short}")
-            else:
-                why.append(short)
+            why.append(f"the gather has {k.get('gather', 0)} word loads in flight "
+                       f"(< {WORDS_PER_VECTOR} x {MIN_LOADS_IN_FLIGHT} vectors)")
         if STAGED and gathers and k.get("staged", 0) < MIN_STAGED_LOADS:
             why.append(f"the staged mover has {k.get('staged', 0)} 128-bit loads in flight (< {MIN_STAGED_LOADS})")
         if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
@@ -450,9 +443,6 @@ def main():
     if divisions:
         print(f"\n{len(divisions)} kernels have integer divisions (I2F.U32.RP) in a per-vector copy loop (not a rule yet): "
               + "; ".join(divisions[:4]) + (" ..." if len(divisions) > 4 else ""))
-    if bulk_gathers:
-        print(f"\n{len(bulk_gathers)} opt-in bulk-mover kernels have a gather of fewer words in flight (not a rule for "
-              "them yet): " + "; ".join(bulk_gathers))
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")
         for f in failures:

@@ -5,7 +5,8 @@
 // serialise in the L2; for a small stash of a large capacity-padded record (fine-grained
 // MoE) they, not bandwidth, decide the time. docs/benchmarks.md keeps the table.
 //
-//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds | --critical-path]
+//   pagestash_launch_cost [--sms N] [--major M] [--blocks B --threads T]
+//                         [--json | --rounds | --critical-path [--mib N]]
 //
 // --blocks/--threads replace the executor's grid (to count another launch shape).
 //
@@ -20,7 +21,9 @@
 //
 // A fourth (--critical-path: only it) counts each kernel family's critical path up to its first copy (CriticalPath):
 // the owner's dependent global accesses and fences before its verdict, any other block's before its first data load,
-// and the block barriers between verdict and first load, for a 1 MiB stash of a BF16, an MXFP8 and an NVFP4 layout.
+// and the block barriers between verdict and first load, for a 1 MiB stash (--mib N: N MiB) of a BF16, an MXFP8 and an
+// NVFP4 layout; and the longest block's whole launch, the copy's data rounds included, with the bytes it keeps in
+// flight on average (loaded bytes over that chain of rounds: Little's law, one round a memory latency).
 
 #include <pagestash/pagestash.hpp>
 #include <pagestash/sizing.hpp>
@@ -161,13 +164,13 @@ LaunchShape executor_grid(std::int64_t max_tiles, int sms, int major) {
 /// One row of the critical-path table: a 1 MiB stash of L (capacity-padded, kExperts x kCapacity x kHidden), its
 /// reload and a discard, on the executor's grid.
 template <class L>
-void print_critical_path_row(const char* name, int sms, int major) {
+void print_critical_path_row(const char* name, int sms, int major, int mib) {
   using Tr = ps::StashTraits<L>;
   ps::GroupedView<L> v;
   v.max_tokens = kCapacity;
   v.hidden = kHidden;
   v.groups = kExperts;
-  const std::vector<std::int32_t> counts = counts_for(v, 1 << 20);
+  const std::vector<std::int32_t> counts = counts_for(v, std::int64_t{mib} << 20);
   v.counts = counts.data();
   AlignedTensor<L> in(v, 21), out(v, 22);
   in.view.counts = out.view.counts = counts.data();
@@ -188,27 +191,37 @@ void print_critical_path_row(const char* name, int sms, int major) {
     std::snprintf(barriers[1], sizeof barriers[1], "%lld", static_cast<long long>(k.other_barriers));
     std::snprintf(other, sizeof other, "%lld + %lld", static_cast<long long>(k.other.accesses),
                   static_cast<long long>(k.other.fences));
-    std::printf("%-26s %-8s %5d %12lld + %-5lld %8s %7lld %15s %8s\n", name, family[f], grid.blocks,
+    // The copy's loads in flight, by Little's law one round a latency: the longest block's loaded bytes over its
+    // chain of rounds, against the peak its lanes' loads_in_flight vectors hold (duty: the share of the chain's rounds
+    // that carry the peak).
+    const double peak = 16.0 * ps::StashPolicy::loads_in_flight * grid.threads;
+    char chain[64] = "-";
+    if (f < 2)
+      std::snprintf(chain, sizeof chain, "%6lld %8.1f %6.2f", static_cast<long long>(k.chain),
+                    k.bytes_in_flight() / 1024, k.bytes_in_flight() / peak);
+    std::printf("%-26s %-8s %5d %12lld + %-5lld %8s %7lld %15s %8s   %s\n", name, family[f], grid.blocks,
                 static_cast<long long>(k.owner.accesses), static_cast<long long>(k.owner.fences),
                 k.owner_barriers < 0 ? "-" : barriers[0], static_cast<long long>(k.others), k.others ? other : "-",
-                k.others ? barriers[1] : "-");
+                k.others ? barriers[1] : "-", chain);
   }
 }
 
 /// The critical-path table (CriticalPath, tests/common/grid_emulator.hpp).
-void print_critical_paths(int sms, int major) {
+void print_critical_paths(int sms, int major, int mib) {
   std::printf(
       "Critical path to the first copy (grid emulator, counted: dependent global accesses + device fences; a barrier "
-      "joins\na block's threads), a 1 MiB stash of %d experts x %lld tokens x hidden %lld, capacity-padded, its "
+      "joins\na block's threads), a %d MiB stash of %d experts x %lld tokens x hidden %lld, capacity-padded, its "
       "reload and a\ndiscard; blocks of the executor's threads as on %d SMs of sm_%d0 (4 of its blocks; which block "
-      "gets tiles\nvaries with timing, the longest path is given)\n\n",
-      kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major);
-  std::printf("%-26s %-8s %5s %20s %8s %7s %15s %8s\n", "layout", "kernel", "grid", "owner to verdict", "barriers",
-              "others", "to first load", "barriers");
-  print_critical_path_row<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>("rowwise BF16", sms, major);
-  print_critical_path_row<Layout>("columnwise MXFP8, compact", sms, major);
+      "gets tiles\nvaries with timing, the longest path is given). Then the whole launch of the longest block: its "
+      "chain of\nrounds (the copy's data rounds too), the KiB it keeps in flight on average (loaded bytes / chain), "
+      "and that\nover the peak of its lanes' loads in flight (duty)\n\n",
+      mib, kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major);
+  std::printf("%-26s %-8s %5s %20s %8s %7s %15s %8s   %6s %8s %6s\n", "layout", "kernel", "grid", "owner to verdict",
+              "barriers", "others", "to first load", "barriers", "chain", "KiB", "duty");
+  print_critical_path_row<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>("rowwise BF16", sms, major, mib);
+  print_critical_path_row<Layout>("columnwise MXFP8, compact", sms, major, mib);
   print_critical_path_row<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>>(
-      "rowwise NVFP4, swizzled", sms, major);
+      "rowwise NVFP4, swizzled", sms, major, mib);
 }
 
 /// The rounds table (tests/common/fine_rounds.hpp's rows) on `grid`, with each row's sectors against its sector floor
@@ -266,7 +279,7 @@ bool print_rounds(const LaunchShape& grid, std::int64_t at_most, double floor_bo
 }  // namespace
 
 int main(int argc, char** argv) {
-  int sms = 132, major = 9, blocks = 0, threads = 0;
+  int sms = 132, major = 9, blocks = 0, threads = 0, mib = 1;
   bool json = false, rounds = false, critical = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sms") && i + 1 < argc) sms = std::atoi(argv[++i]);
@@ -276,10 +289,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--rounds")) rounds = true;
     else if (!std::strcmp(argv[i], "--critical-path")) critical = true;
+    else if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) mib = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds | --critical-path]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--sms N] [--major M] [--blocks B --threads T] [--json | --rounds | --critical-path [--mib N]]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -291,7 +306,7 @@ int main(int argc, char** argv) {
     return print_rounds(grid, pagestash_test::fine_rounds_bound, pagestash_test::fine_sector_bound) ? 0 : 1;
   }
   if (critical) {
-    print_critical_paths(sms, major);
+    print_critical_paths(sms, major, mib);
     return 0;
   }
 

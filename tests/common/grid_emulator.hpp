@@ -188,9 +188,10 @@ struct EmulatedThread {
   // CriticalPath's: this thread's path so far (after the block's barriers joined it), its barriers in this block.
   std::int64_t path_accesses = 0, path_fences = 0;
   std::int64_t syncs = 0;
-  bool polling = false;  ///< paused in a poll: its further loads are the same wait
-  int round = 0;         ///< in a OneRound: 1, and 2 once its first access is counted
-  bool loaded = false;   ///< has made a data load in this block
+  bool polling = false;     ///< paused in a poll: its further loads are the same wait
+  int round = 0;            ///< in a OneRound: 1, and 2 once its first access is counted
+  bool loaded = false;      ///< has made a data load in this block
+  bool data_round = false;  ///< data loads issued since this lane last used any (the launch's chain)
   // SectorCounter's: the counter (by serial number) this thread last kept its accesses for, and its list there.
   std::uint64_t sector_counter = 0;
   void* sector_list = nullptr;
@@ -636,7 +637,10 @@ using EmulatedContext = ps::GridContext<EmulatedTeam, EmulatedLanes>;
 /// Counted:
 ///   - the owner (the block that publishes the verdict): its path before that store;
 ///   - every other block: its path up to its first data load (the first, over its threads);
-///   - block barriers between the verdict (its store, or a block's last poll of it) and the block's first data load.
+///   - block barriers between the verdict (its store, or a block's last poll of it) and the block's first data load;
+///   - the whole launch's chain, the copy's data rounds included (a lane's data loads up to where it uses them, one
+///     round each, as RoundCounter counts them), and the bytes its lanes load: by Little's law a block keeps on
+///     average loaded bytes / chain rounds in flight, one round a memory latency (the copy's duty: docs/benchmarks.md).
 /// One at a time (it is the process's atomic and vector observer).
 class CriticalPath {
  public:
@@ -651,6 +655,13 @@ class CriticalPath {
     std::int64_t others = 0;           ///< other blocks that loaded data
     Path other;                        ///< the longest, before an other block's first data load
     std::int64_t other_barriers = -1;  ///< the most, between verdict and an other block's first data load
+    std::int64_t chain = 0;            ///< the longest block's whole launch: accesses, fences and data rounds
+    std::int64_t loaded_bytes = 0;     ///< of that block's data loads
+    std::int64_t loaded_total = 0;     ///< every block's data loads, in bytes
+    /// That block's data loads in flight on average, in bytes (one round a latency).
+    double bytes_in_flight() const {
+      return chain ? static_cast<double>(loaded_bytes) / static_cast<double>(chain) : 0;
+    }
   };
 
   explicit CriticalPath(const void* verdict_word) : verdict_(verdict_word) {
@@ -681,6 +692,8 @@ class CriticalPath {
         if (b.first_load.total() > c.other.total()) c.other = b.first_load;
         c.other_barriers = std::max(c.other_barriers, barriers);
       }
+      if (b.chain > c.chain) c.chain = b.chain, c.loaded_bytes = b.loaded_bytes;
+      c.loaded_total += b.loaded_bytes;
     }
     return c;
   }
@@ -690,7 +703,16 @@ class CriticalPath {
     bool owner = false, loaded = false;
     Path at_verdict, first_load;
     std::int64_t verdict_syncs = 0, load_syncs = 0;
+    std::int64_t chain = 0, loaded_bytes = 0;
   };
+  /// A thread's path so far extends its block's chain, its loads the block's bytes (at each access it observes: its
+  /// path only grows).
+  void extend(EmulatedThread& t, std::int64_t bytes) {
+    std::lock_guard<std::mutex> lock(m_);
+    Block& b = blocks_[t.block];
+    b.chain = std::max(b.chain, t.path_accesses + t.path_fences);
+    b.loaded_bytes += bytes;
+  }
 
   static void observe_atomic(const void* address, ps::AtomicAccess access, void* context) {
     EmulatedThread& t = emulated_thread();
@@ -725,12 +747,20 @@ class CriticalPath {
         }
         break;
     }
+    self->extend(t, 0);
   }
-  static void observe_vector(const void*, int, ps::VectorAccess access, void* context) {
+  static void observe_vector(const void*, int bytes, ps::VectorAccess access, void* context) {
     EmulatedThread& t = emulated_thread();
-    if (access != ps::VectorAccess::load || t.loaded || t.block < 0) return;
-    t.loaded = true;
+    if (t.block < 0 || access == ps::VectorAccess::tile) return;
     auto* self = static_cast<CriticalPath*>(context);
+    if (access != ps::VectorAccess::load) {  // a store or a use ends the lane's data round
+      if (t.data_round) ++t.path_accesses, t.data_round = false;
+      return self->extend(t, 0);
+    }
+    t.data_round = true;
+    if (t.loaded) return self->extend(t, bytes);
+    self->extend(t, bytes);
+    t.loaded = true;
     std::lock_guard<std::mutex> lock(self->m_);
     Block& b = self->blocks_[t.block];
     const Path p{t.path_accesses, t.path_fences};

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <type_traits>
@@ -63,6 +64,7 @@ void check_paths(std::uint32_t seed) {
       CHECK(std::memcmp(in.data.data() + g * 512 * row, out.data.data() + g * 512 * row,
                         static_cast<std::size_t>(in.counts[static_cast<std::size_t>(g)] * row)) == 0);
   }
+  const std::int64_t live = ps::plan_work<Tr>(in.view, in.counts.data(), false).live_bytes;
   const char* family[] = {"stash", "reload", "discard"};
   for (int f = 0; f < 3; ++f) {
     const CriticalPath::Count& k = c[static_cast<std::size_t>(f)];
@@ -79,6 +81,16 @@ void check_paths(std::uint32_t seed) {
       continue;
     }
     CHECK(k.owner_barriers <= held.barriers);
+    // The whole launch's chain, the copy's data rounds counted: longer than the owner's path to its verdict, every live
+    // byte loaded (an aligned copy of BF16 rows loads each once), and no block with more in flight than its lanes'
+    // batches (a vector's 5 words in the gather) hold, one round each.
+    CHECK(k.chain > k.owner.total());
+    CHECK(k.loaded_total >= live);
+    if constexpr (std::is_same_v<L, ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>)
+      CHECK(k.loaded_total == live);
+    const double lane_most = std::max(16.0 * ps::StashPolicy::loads_in_flight, 20.0 * ps::StashPolicy::gather_vectors);
+    CHECK(k.bytes_in_flight() > 0);
+    CHECK(k.bytes_in_flight() <= lane_most * grid.threads);
     if (k.others > 0) {
       CHECK(k.other.total() <= held.other);
       CHECK(k.other_barriers <= held.barriers);

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <vector>
@@ -133,6 +134,26 @@ struct Tensor {
     counts.upload(b);
   }
 };
+
+/// Fills the host pools' device arenas with the same bytes: what neither of two runs writes stays equal.
+inline void same_arenas(const ps::PoolConfig& cfg, std::initializer_list<ps::PagePool*> pools) {
+  for (ps::PagePool* pool : pools)
+    std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+}
+
+/// Two stashes of one tensor, each into a host pool of its own (two executors, or two movers): the same page ids,
+/// and the same bytes on each page.
+template <class TrA, class TrB>
+void check_same_pages(const ps::PagePool& pool_a, const ps::StashRecord<TrA>& a, const ps::PagePool& pool_b,
+                      const ps::StashRecord<TrB>& b) {
+  const std::vector<std::int32_t> ids = a.page_ids();
+  REQUIRE(b.page_ids() == ids);
+  for (std::int32_t id : ids) {
+    const unsigned char* p = pool_a.ref().page(id);
+    const unsigned char* q = pool_b.ref().page(id);
+    CHECK(std::equal(p, p + pool_a.config().page_bytes, q));
+  }
+}
 
 /// Random bytes, none zero (so that a byte zeroed by mistake shows).
 inline std::vector<std::uint8_t> random_bytes(std::size_t n, std::mt19937& rng) {

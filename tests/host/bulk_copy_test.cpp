@@ -134,8 +134,7 @@ std::int64_t check_bulk_matches_vectors(std::uint32_t seed) {
     const auto shape = sequence_shape<L>(odd);
     const ps::PoolConfig cfg = room_for<Traits>(shape, 1024, 2);
     ps::PagePool vector_pool(cfg, ps::MemorySpace::host), bulk_pool(cfg, ps::MemorySpace::host);
-    for (ps::PagePool* pool : {&vector_pool, &bulk_pool})
-      std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
+    same_arenas(cfg, {&vector_pool, &bulk_pool});
     auto vector_rec = ps::make_record<Traits>(vector_pool, shape);
     auto bulk_rec = ps::make_record<Bulk>(bulk_pool, shape);
     LaunchShape grid;
@@ -149,13 +148,7 @@ std::int64_t check_bulk_matches_vectors(std::uint32_t seed) {
       CHECK_FALSE(bulk.misaligned_.load());
     }
     REQUIRE(bulk_rec.status().state == ps::RecordState::stashed);
-    const std::vector<std::int32_t> ids = vector_rec.page_ids();
-    REQUIRE(bulk_rec.page_ids() == ids);
-    for (std::int32_t id : ids) {
-      const unsigned char* p = vector_pool.ref().page(id);
-      const unsigned char* q = bulk_pool.ref().page(id);
-      CHECK(std::equal(p, p + cfg.page_bytes, q));
-    }
+    check_same_pages(vector_pool, vector_rec, bulk_pool, bulk_rec);
     Buffers<L> out_vector(shape, rng);  // random bytes: a byte not restored differs from the stashed one
     Buffers<L> out_bulk = out_vector;
     Emulator{grid}.reload(vector_pool, vector_rec, out_vector.view, odd);

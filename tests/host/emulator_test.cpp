@@ -59,12 +59,6 @@ void wait_finished(const ps::StashRecord<Tr>& rec, std::int32_t blocks) {
   while (finished.load(cuda::std::memory_order_acquire) != blocks) std::this_thread::yield();
 }
 
-/// Fills the pools' device arenas with the same bytes: what neither run writes stays equal.
-void same_arenas(const ps::PoolConfig& cfg, std::initializer_list<ps::PagePool*> pools) {
-  for (ps::PagePool* pool : pools)
-    std::memset(pool->ref().device_arena, 0x5C, static_cast<std::size_t>(cfg.device_pages * cfg.page_bytes));
-}
-
 /// The same stashes through the host executor and the emulator, into two pools: the same
 /// page ids, the same page bytes, the same bytes reloaded.
 template <class Traits>
@@ -86,13 +80,7 @@ int check_pages_match_host_executor(std::uint32_t seed) {
       const ps::RecordStatus a = host_rec.status(), b = emulated_rec.status();
       CHECK(b.state == a.state);
       CHECK(b.stream_bytes == a.stream_bytes);
-      const std::vector<std::int32_t> ids = host_rec.page_ids();
-      REQUIRE(emulated_rec.page_ids() == ids);
-      for (std::int32_t id : ids) {
-        const unsigned char* p = host_pool.ref().page(id);
-        const unsigned char* q = emulated_pool.ref().page(id);
-        CHECK(std::equal(p, p + cfg.page_bytes, q));
-      }
+      check_same_pages(host_pool, host_rec, emulated_pool, emulated_rec);
       Buffers<L> out_a(shape, rng);
       Buffers<L> out_b = out_a;
       const bool zero_tail = i % 2 == 1;

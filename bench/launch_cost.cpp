@@ -164,7 +164,7 @@ LaunchShape executor_grid(std::int64_t max_tiles, int sms, int major) {
 /// One row of the critical-path table: a 1 MiB stash of L (capacity-padded, kExperts x kCapacity x kHidden), its
 /// reload and a discard, on the executor's grid.
 template <class L>
-void print_critical_path_row(const char* name, int sms, int major, int mib) {
+void print_critical_path_row(const char* name, int sms, int major, int mib, int blocks, int threads) {
   using Tr = ps::StashTraits<L>;
   ps::GroupedView<L> v;
   v.max_tokens = kCapacity;
@@ -182,6 +182,8 @@ void print_critical_path_row(const char* name, int sms, int major, int mib) {
   // block of a larger grid only waits longer), and 4 blocks of 512 threads emulate quickly.
   LaunchShape grid = executor_grid(ps::make_record<Tr>(pool, v).max_tiles(), sms, major);
   grid.blocks = std::min(grid.blocks, 4);
+  if (blocks > 0) grid.blocks = blocks;
+  if (threads > 0) grid.threads = threads;
   const auto c = pagestash_test::count_critical_paths<Tr>(pool, in.view, out.view, grid);
   const char* family[] = {"stash", "reload", "discard"};
   for (int f = 0; f < 3; ++f) {
@@ -207,21 +209,24 @@ void print_critical_path_row(const char* name, int sms, int major, int mib) {
 }
 
 /// The critical-path table (CriticalPath, tests/common/grid_emulator.hpp).
-void print_critical_paths(int sms, int major, int mib) {
+void print_critical_paths(int sms, int major, int mib, int blocks, int threads) {
   std::printf(
       "Critical path to the first copy (grid emulator, counted: dependent global accesses + device fences; a barrier "
       "joins\na block's threads), a %d MiB stash of %d experts x %lld tokens x hidden %lld, capacity-padded, its "
-      "reload and a\ndiscard; blocks of the executor's threads as on %d SMs of sm_%d0 (4 of its blocks; which block "
+      "reload and a\ndiscard; blocks of the executor's threads as on %d SMs of sm_%d0 (4 of its blocks, or --blocks "
+      "and "
+      "--threads; which block "
       "gets tiles\nvaries with timing, the longest path is given). Then the whole launch of the longest block: its "
       "chain of\nrounds (the copy's data rounds too), the KiB it keeps in flight on average (loaded bytes / chain), "
       "and that\nover the peak of its lanes' loads in flight (duty)\n\n",
       mib, kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major);
   std::printf("%-26s %-8s %5s %20s %8s %7s %15s %8s   %6s %8s %6s\n", "layout", "kernel", "grid", "owner to verdict",
               "barriers", "others", "to first load", "barriers", "chain", "KiB", "duty");
-  print_critical_path_row<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>("rowwise BF16", sms, major, mib);
-  print_critical_path_row<Layout>("columnwise MXFP8, compact", sms, major, mib);
+  print_critical_path_row<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>("rowwise BF16", sms, major, mib, blocks,
+                                                                                threads);
+  print_critical_path_row<Layout>("columnwise MXFP8, compact", sms, major, mib, blocks, threads);
   print_critical_path_row<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>>(
-      "rowwise NVFP4, swizzled", sms, major, mib);
+      "rowwise NVFP4, swizzled", sms, major, mib, blocks, threads);
 }
 
 /// The rounds table (tests/common/fine_rounds.hpp's rows) on `grid`, with each row's sectors against its sector floor
@@ -306,7 +311,7 @@ int main(int argc, char** argv) {
     return print_rounds(grid, pagestash_test::fine_rounds_bound, pagestash_test::fine_sector_bound) ? 0 : 1;
   }
   if (critical) {
-    print_critical_paths(sms, major, mib);
+    print_critical_paths(sms, major, mib, blocks, threads);
     return 0;
   }
 

@@ -113,3 +113,49 @@ TEST_CASE(
     check_paths<ps::RowwiseQuantized<ps::NVFP4, ps::CapacityPadded, ps::SwizzledScales>>(7);
   }
 }
+
+namespace {
+
+/// The whole launch's chain of a stash of two experts of `rows` BF16 rows of hidden 7168 each (28 whole 4 KiB tiles
+/// per 8 rows, aligned), on one block of `threads` threads.
+std::int64_t two_item_chain(std::int32_t rows, int threads) {
+  using L = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
+  using Tr = ps::StashTraits<L>;
+  HostTensor<L> in(rows, 7168, 2, {rows, rows}), out(rows, 7168, 2, {rows, rows});
+  std::mt19937 rng(11);
+  for (auto& b : in.data) b = static_cast<std::uint8_t>(rng());
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(in.view).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  LaunchShape grid;
+  grid.blocks = 1;
+  grid.threads = threads;
+  grid.slots = 1;
+  grid.random_delays = false;
+  const auto c = count_critical_paths<Tr>(pool, in.view, out.view, grid);
+  CHECK(in.data == out.data);
+  REQUIRE(c[0].decided);
+  return c[0].chain;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "critical path: a block's whole launch, round by round: each chunk of two whole tiles a warp is 12 rounds, its "
+    "data "
+    "rounds counted") {
+  // One block takes every chunk in turn, so its chain is exact. A chunk more (two tiles a warp) adds, on the longest
+  // warp: the leader's claim (a load of the counter, then its read-modify-write), the warp's search for the chunk's
+  // item (one round over up to 32 items, one for the item and the next; none with the binary search of
+  // run_tile's seek, as each warp's tiles stay in one item), and per tile its item and page id and two data rounds (4
+  // KiB: 32 lanes x 4 vectors of 16 bytes, twice). A round missed or counted twice anywhere in that loop moves it.
+  constexpr std::int64_t per_chunk = 2 + 2 + 2 * (2 + 2);
+  for (const int warps : {1, 16}) {
+    CAPTURE(warps);
+    const std::int32_t rows = 8 * warps;  // 56 tiles a warp: 28 chunks
+    const std::int64_t one = two_item_chain(rows, 32 * warps), two = two_item_chain(2 * rows, 32 * warps);
+    CAPTURE(one);
+    CHECK(two - one == 28 * per_chunk);
+  }
+}

@@ -267,8 +267,11 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
       const bool open = team.leader() && next.load(cuda::std::memory_order_relaxed) < tiles;
       first = tiles;
       if (claim_first && open) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
-      // The warp's first tile: its item found by the warp together (run_tile's seek then moves on from it).
-      if (cursor.item < 0 && begin < end) seek_item_on_warp(ctx.lanes, work, cursor, begin);
+      // Each chunk's first tile: its item found by the warp together, one round for up to 32 items, not a binary
+      // search (a warp's chunks are a block's warps x tiles_per_warp_claim tiles apart: mostly in another item).
+      // run_tile's seek then moves on from it. (Only where the tile leaves the cursor's item, sm_100's bulk BF16
+      // stash spilled.)
+      if (begin < end) seek_item_on_warp(ctx.lanes, work, cursor, begin);
       for (cuda::std::int32_t t = begin; t < end; ++t) {
         run_tile<Traits>(ctx.lanes, work, cursor, t);
         if (!claim_first && open && t == begin) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));

@@ -229,6 +229,20 @@ PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsig
   return keep_bytes(out, n);
 }
 
+/// An aligned word and a byte of a buffer's line (a reload's exact stores), observed as store_vector's are.
+PAGESTASH_HOST_DEVICE inline void store_word(unsigned char* dst, cuda::std::uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<cuda::std::uint32_t*>(dst) = w;
+#else
+  std::memcpy(dst, &w, 4);
+#endif
+  observe_vector(dst, 4, VectorAccess::store);
+}
+PAGESTASH_HOST_DEVICE inline void store_byte(unsigned char* dst, unsigned char b) {
+  *dst = b;
+  observe_vector(dst, 1, VectorAccess::store);
+}
+
 /// Bytes [0, n) of x to dst, any alignment; no other byte is written. Whole words where dst
 /// is 4-byte aligned, else bytes. Every index into x.w is a constant (unrolled loops, and a
 /// shift for the last word): a run-time index would put x in local memory.
@@ -238,30 +252,19 @@ PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16
     PAGESTASH_UNROLL
     for (unsigned k = 0; k < 4; ++k) {
       if (4 * k + 4 > n) continue;
-#if defined(__CUDA_ARCH__)
-      *reinterpret_cast<cuda::std::uint32_t*>(dst + 4 * k) = x.w[k];
-#else
-      std::memcpy(dst + 4 * k, &x.w[k], 4);
-#endif
-      observe_vector(dst + 4 * k, 4, VectorAccess::store);
+      store_word(dst + 4 * k, x.w[k]);
     }
     const unsigned whole = n / 4 * 4;
     const cuda::std::uint32_t last = shift_bytes(x, whole % 16, false).w[0];
     PAGESTASH_UNROLL
     for (unsigned b = 0; b < 3; ++b) {
-      if (whole + b < n) {
-        dst[whole + b] = static_cast<unsigned char>(last >> (8 * b));
-        observe_vector(dst + whole + b, 1, VectorAccess::store);
-      }
+      if (whole + b < n) store_byte(dst + whole + b, static_cast<unsigned char>(last >> (8 * b)));
     }
     return;
   }
   PAGESTASH_UNROLL
   for (unsigned b = 0; b < 16; ++b) {
-    if (b < n) {
-      dst[b] = static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4)));
-      observe_vector(dst + b, 1, VectorAccess::store);
-    }
+    if (b < n) store_byte(dst + b, static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4))));
   }
 }
 
@@ -768,7 +771,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
           const StagedChunk c = staged_chunk(tile, r, dense, lane_of(lanes), width, j);
           unsigned char* const at = tile.line0 + c.rel;
           if (dense) {
-            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) { at[b] = stage[p & (ring - 1)]; });
+            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) { store_byte(at + b, stage[p & (ring - 1)]); });
             continue;
           }
           if (c.first >= c.end) continue;

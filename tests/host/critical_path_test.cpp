@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 #include <type_traits>
@@ -38,23 +39,33 @@ HostTensor<L> tensor(std::uint32_t seed) {
   return t;
 }
 
+/// The critical paths of a stash of `in`, its reload into `out` and a discard (count_critical_paths), on `blocks`
+/// blocks of `threads`, `slots` at a time, no random delays, in a pool of 64 KiB pages that holds two stashes of `in`.
+template <class L>
+std::array<CriticalPath::Count, 3> paths_of(const HostTensor<L>& in, const HostTensor<L>& out, int blocks, int threads,
+                                            int slots, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  ps::PoolConfig cfg;
+  cfg.page_bytes = 1 << 16;
+  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(in.view).stream_bytes, cfg.page_bytes);
+  ps::PagePool pool(cfg, ps::MemorySpace::host);
+  LaunchShape grid;
+  grid.blocks = blocks;
+  grid.threads = threads;
+  grid.slots = slots;
+  grid.seed = seed;
+  grid.random_delays = false;
+  return count_critical_paths<Tr>(pool, in.view, out.view, grid);
+}
+
 template <class L>
 void check_paths(std::uint32_t seed) {
   using Tr = ps::StashTraits<L>;
   HostTensor<L> in = tensor<L>(seed), out = tensor<L>(seed + 1);
   out.counts = in.counts;
   out.view.counts = out.counts.data();
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1 << 16;
-  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(in.view).stream_bytes, cfg.page_bytes);
-  ps::PagePool pool(cfg, ps::MemorySpace::host);
-  LaunchShape grid;
-  grid.blocks = 4;
-  grid.threads = ps::StashPolicy::threads_per_block;
-  grid.slots = 2;
-  grid.seed = seed;
-  grid.random_delays = false;
-  const auto c = count_critical_paths<Tr>(pool, in.view, out.view, grid);
+  constexpr int blocks = 4, threads = ps::StashPolicy::threads_per_block;
+  const auto c = paths_of(in, out, blocks, threads, 2, seed);
   // The reload restored the stash's bytes: the data of every live row (rowwise, capacity-padded: rows of hidden
   // values).
   if constexpr (L::placement::packed == false &&
@@ -90,7 +101,7 @@ void check_paths(std::uint32_t seed) {
       CHECK(k.loaded_total == live);
     const double lane_most = std::max(16.0 * ps::StashPolicy::loads_in_flight, 20.0 * ps::StashPolicy::gather_vectors);
     CHECK(k.bytes_in_flight() > 0);
-    CHECK(k.bytes_in_flight() <= lane_most * grid.threads);
+    CHECK(k.bytes_in_flight() <= lane_most * threads);
     if (k.others > 0) {
       CHECK(k.other.total() <= held.other);
       CHECK(k.other_barriers <= held.barriers);
@@ -120,20 +131,10 @@ namespace {
 /// per 8 rows, aligned), on one block of `threads` threads.
 std::int64_t two_item_chain(std::int32_t rows, int threads) {
   using L = ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>;
-  using Tr = ps::StashTraits<L>;
   HostTensor<L> in(rows, 7168, 2, {rows, rows}), out(rows, 7168, 2, {rows, rows});
   std::mt19937 rng(11);
   for (auto& b : in.data) b = static_cast<std::uint8_t>(rng());
-  ps::PoolConfig cfg;
-  cfg.page_bytes = 1 << 16;
-  cfg.device_pages = 2 * ps::pages_for(ps::work_bounds<Tr>(in.view).stream_bytes, cfg.page_bytes);
-  ps::PagePool pool(cfg, ps::MemorySpace::host);
-  LaunchShape grid;
-  grid.blocks = 1;
-  grid.threads = threads;
-  grid.slots = 1;
-  grid.random_delays = false;
-  const auto c = count_critical_paths<Tr>(pool, in.view, out.view, grid);
+  const auto c = paths_of(in, out, 1, threads, 1, 0);
   CHECK(in.data == out.data);
   REQUIRE(c[0].decided);
   return c[0].chain;

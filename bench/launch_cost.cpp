@@ -214,11 +214,9 @@ void print_critical_paths(int sms, int major, int mib, int blocks, int threads) 
       "Critical path to the first copy (grid emulator, counted: dependent global accesses + device fences; a barrier "
       "joins\na block's threads), a %d MiB stash of %d experts x %lld tokens x hidden %lld, capacity-padded, its "
       "reload and a\ndiscard; blocks of the executor's threads as on %d SMs of sm_%d0 (4 of its blocks, or --blocks "
-      "and "
-      "--threads; which block "
-      "gets tiles\nvaries with timing, the longest path is given). Then the whole launch of the longest block: its "
-      "chain of\nrounds (the copy's data rounds too), the KiB it keeps in flight on average (loaded bytes / chain), "
-      "and that\nover the peak of its lanes' loads in flight (duty)\n\n",
+      "and\n--threads; which block gets tiles varies with timing, the longest path is given). Then the whole launch of "
+      "the\nlongest block: its chain of rounds (the copy's data rounds too), the KiB it keeps in flight on average\n"
+      "(loaded bytes / chain), and that over the peak of its lanes' loads in flight (duty)\n\n",
       mib, kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major);
   std::printf("%-26s %-8s %5s %20s %8s %7s %15s %8s   %6s %8s %6s\n", "layout", "kernel", "grid", "owner to verdict",
               "barriers", "others", "to first load", "barriers", "chain", "KiB", "duty");

@@ -142,10 +142,7 @@ std::int64_t two_item_chain(std::int32_t rows, int threads) {
 
 }  // namespace
 
-TEST_CASE(
-    "critical path: a block's whole launch, round by round: each chunk of two whole tiles a warp is 12 rounds, its "
-    "data "
-    "rounds counted") {
+TEST_CASE("critical path: a block's whole launch, round by round: 12 rounds a chunk of two whole tiles a warp") {
   // One block takes every chunk in turn, so its chain is exact. A chunk more (two tiles a warp) adds, on the longest
   // warp: the leader's claim (a load of the counter, then its read-modify-write), the warp's search for the chunk's
   // item (one round over up to 32 items, one for the item and the next; none with the binary search of

@@ -19,6 +19,7 @@
 #include "../common/stash_sequence.hpp"
 #include "../common/suite_backends.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include <functional>
 #include <future>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -764,6 +766,62 @@ TEST_CASE("emulated block plan: the count check and the plan by 64 threads equal
 #define PAGESTASH_CHECK_TEAM_PLAN(L) check_team_plan<PAGESTASH_LAYOUT(L)>(#L);
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_TEAM_PLAN)
 #undef PAGESTASH_CHECK_TEAM_PLAN
+}
+
+TEST_CASE("emulated warp: the warp's item search finds every tile's item, as a search over the first tiles does") {
+  // Plans of 1 to 3,000 items (one round, the last round's two items a lane, two and three rounds), a third of them
+  // empty (sharing their first tile with the next item), searched by the 32 lanes of one emulated warp; the oracle is
+  // std::upper_bound over the items' first tiles.
+  std::mt19937 rng(23);
+  for (const int n : {1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 1000, 2047, 2048, 2049, 3000}) {
+    std::vector<ps::WorkItem> items(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> firsts(items.size());
+    std::int64_t tiles = 0;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      items[k].first_tile = firsts[k] = tiles;
+      tiles += rng() % 3 == 0 ? 0 : 1 + rng() % 4;
+    }
+    if (tiles == 0) tiles = 1;  // every item empty: the last one holds the one tile
+    ps::TileWork w{};
+    w.items = items.data();
+    w.item_count = n;
+    std::vector<std::int32_t> probe;
+    for (std::int64_t t = 0; t < tiles; t += 1 + static_cast<std::int64_t>(rng() % 3))
+      probe.push_back(static_cast<std::int32_t>(t));
+    probe.push_back(static_cast<std::int32_t>(tiles - 1));
+    std::vector<int> wrong(32, 0);
+    LaunchShape one;
+    one.blocks = 1;
+    one.threads = 32;
+    one.slots = 1;
+    emulate_launch(one, [&](const EmulatedContext& ctx) {
+      for (const std::int32_t t : probe) {
+        ps::ItemCursor c;
+        ps::detail::seek_item_on_warp(ctx.lanes, w, c, t);
+        const auto k = std::upper_bound(firsts.begin(), firsts.end(), t) - firsts.begin() - 1;
+        const std::int64_t end =
+            k + 1 < n ? firsts[static_cast<std::size_t>(k + 1)] : static_cast<std::int64_t>(ps::max_plan_tiles);
+        if (c.item != k || c.first != firsts[static_cast<std::size_t>(k)] || c.end != end)
+          ++wrong[static_cast<std::size_t>(ctx.lanes.rank())];
+      }
+    });
+    CAPTURE(n);
+    CHECK(std::accumulate(wrong.begin(), wrong.end(), 0) == 0);
+  }
+}
+
+TEST_CASE("the verdict word holds the verdict and the plan's size at their limits") {
+  for (const std::int32_t verdict : {ps::detail::verdict_copy, ps::detail::verdict_skip})
+    for (const std::int64_t tiles : {std::int64_t{0}, std::int64_t{1}, std::int64_t{12345}, ps::max_plan_tiles})
+      for (const std::int32_t items : {0, 1, 4 * 256, 0x7FFFFFFF}) {
+        const ps::detail::Start s =
+            ps::detail::start_of(ps::detail::verdict_word(verdict, ps::detail::PlanSize{tiles, items, 12}), 11);
+        CHECK(s.verdict == verdict);
+        CHECK(s.plan.tiles == tiles);
+        CHECK(s.plan.items == items);
+        CHECK(s.plan.tile_shift == 11);
+      }
+  CHECK(ps::detail::verdict_word(ps::detail::verdict_pending, ps::detail::PlanSize{0, 0, 12}) == 0);
 }
 
 TEST_CASE("emulated grid: a launch cuts tiles of the device policy's size, the host executor of the host policy's") {

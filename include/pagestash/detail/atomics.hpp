@@ -162,7 +162,7 @@ PAGESTASH_HOST_DEVICE inline void spin_pause() {
 #endif
 }
 
-/// The order of a poll, or of a lock's exchange, that acquire_fence() completes: relaxed on the device (an acquire load
+/// The order of a poll, that acquire_fence() completes: relaxed on the device (an acquire load
 /// invalidates the SM's L1 each time); acquire on the host, where it costs nothing and ThreadSanitizer, which does not
 /// model fences, sees the synchronisation.
 #if defined(__CUDA_ARCH__)

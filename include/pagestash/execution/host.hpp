@@ -53,19 +53,20 @@ template <class Traits>
 void stash_on_host(const HostExecutor& ex, const PoolRef& pool, const GroupedView<typename Traits::layout>& view,
                    const RecordRef& rec) {
   using namespace detail;  // the steps and the tile loop
-  if (begin_stash<Traits>(SerialTeam{}, pool, view, rec, tile_shift_on_host(pool)))
-    run_tiles_on_host<Traits>(ex, tile_work<Traits>(pool, view, rec, true), rec.header->tiles);
+  const Begun begun = begin_stash<Traits>(SerialTeam{}, pool, view, rec, tile_shift_on_host(pool));
+  if (begun.copy) run_tiles_on_host<Traits>(ex, tile_work<Traits>(pool, view, rec, true, begun.plan), begun.plan.tiles);
 }
 
 template <class Traits>
 void reload_on_host(const HostExecutor& ex, const PoolRef& pool, const RecordRef& rec,
                     const GroupedView<typename Traits::layout>& dest, ReloadOptions options) {
   using namespace detail;  // the steps and the tile loop
-  if (!begin_reload<Traits>(SerialTeam{}, pool, dest, rec, options.zero_tail, tile_shift_on_host(pool))) {
+  const Begun begun = begin_reload<Traits>(SerialTeam{}, pool, dest, rec, options.zero_tail, tile_shift_on_host(pool));
+  if (!begun.copy) {
     if (options.poison) poison_buffers<Traits>(dest, 0, 1);
     return;
   }
-  run_tiles_on_host<Traits>(ex, tile_work<Traits>(pool, dest, rec, false), rec.header->tiles);
+  run_tiles_on_host<Traits>(ex, tile_work<Traits>(pool, dest, rec, false, begun.plan), begun.plan.tiles);
   end_reload(SerialTeam{}, pool, rec);
 }
 

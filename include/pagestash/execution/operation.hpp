@@ -23,10 +23,10 @@
 //            need only be unique (GridContext::launch), not ordered; the words keep each
 //            one reduced once to 62 bits (kept_launch_id), the same in every word.
 //   verdict  the block that took the record resets the launch words, publishes `owner`,
-//            runs begin_* and publishes copy / skip; the others wait for `owner`, then each
-//            warp's first lane polls for the verdict (relaxed loads, one acquire fence after
-//            each wait), reads the plan's size and hands both to its lanes: no block barrier
-//            between the verdict and a warp's first tile, in any block.
+//            runs begin_* and publishes copy / skip with the plan's size, in one word; the
+//            others wait for `owner`, then each warp's first lane polls for the verdict word
+//            (relaxed loads, one acquire fence after the wait) and hands it to its lanes: no
+//            block barrier between the verdict and a warp's first tile, in any block.
 //   tiles    block b's first chunk of tiles is chunk b of the plan, no claim needed (a plan
 //            of at most one chunk a block touches no counter); the chunks after the grid's
 //            first are claimed from an atomic counter (a block that starts late, or a grid
@@ -103,21 +103,25 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
   const u64 me = kept_launch_id(ctx.launch);
   const device_atomic<u64> arrival(words.arrival), owner(words.owner);
   const device_atomic<cuda::std::int32_t> generation(words.generation), now(pool.state->counters.generation);
-  u64 w = arrival.load(cuda::std::memory_order_acquire);  // with the owner's acquire below: what came before the word
-  for (;;) {
+  // Acquire, as the owner below: what came before the word and the owner (the holder's generation, the launches
+  // remembered). A word or owner read by a poll (relaxed) is acquired by a fence instead.
+  u64 w = arrival.load(cuda::std::memory_order_acquire);
+  for (bool acquired = true;; acquired = false) {
     const u64 newest = w >> launch_id_shift;
     const bool held = (w & launch_held) != 0, refused = (w & launch_refused) != 0;
     if (refused && newest == me) return refuse_block(pool, words, false);
-    // Acquire: an owner older than the word (a replay's id, equal to the taker's, before its release cleared it) must
-    // not pass for the taker's publication.
-    if (held && !refused && owner.load(cuda::std::memory_order_acquire) != newest) {
+    // After the word: an owner older than the word (a replay's id, equal to the taker's, before its release cleared it)
+    // must not pass for the taker's publication.
+    u64 holder = held ? owner.load(cuda::std::memory_order_acquire) : 0;
+    if (held && !refused && holder != newest) {
       // The newest launch took the record and publishes its id right after: wait for it, or for the word to move on.
       const u64 seen = w;
-      while (owner.load(poll_order) != newest && (w = arrival.load(poll_order)) == seen) spin_pause();
+      while ((holder = owner.load(poll_order)) != newest && (w = arrival.load(poll_order)) == seen) spin_pause();
       if (w != seen) continue;
+      acquired = false;
     }
-    acquire_fence();  // what came with `owner` and the word: the holder's generation, the launches remembered
-    if (held && owner.load(cuda::std::memory_order_relaxed) == me) return Arrival::joined;
+    if (!acquired) acquire_fence();
+    if (held && holder == me) return Arrival::joined;
     if (remembered(words, me)) return refuse_block(pool, words, false);
     if (refused && !remembered(words, newest)) {
       // The word names a refused launch whose deciding block has not remembered it yet (it does right after naming
@@ -141,7 +145,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
       return refuse_block(pool, words, true);
     }
     // Taken: the previous holder released the record (or a reset left it held). Atomic, as all launch-word accesses.
-    device_atomic<cuda::std::int32_t>(words.verdict).store(verdict_pending, cuda::std::memory_order_relaxed);
+    device_atomic<cuda::std::uint64_t>(words.verdict).store(verdict_pending, cuda::std::memory_order_relaxed);
     device_atomic<cuda::std::int32_t>(words.finished).store(0, cuda::std::memory_order_relaxed);
     // The counter numbers the tiles after the grid's first chunks (block b's own: chunk b, run_operation).
     device_atomic<cuda::std::int64_t>(words.next_tile)
@@ -159,33 +163,75 @@ struct Start {
   cuda::std::int32_t unused;
 };
 
+/// The verdict word: the verdict in bits 0-1, the plan's tiles in bits 2-32 and its items in bits 33-63 (each under
+/// 2^31: max_plan_tiles, WorkTotals), so that a block reads its start in the load that finds the verdict.
+PAGESTASH_HOST_DEVICE inline cuda::std::uint64_t verdict_word(cuda::std::int32_t verdict, const PlanSize& plan) {
+  using u64 = cuda::std::uint64_t;
+  return static_cast<u64>(verdict) | static_cast<u64>(plan.tiles) << 2 | static_cast<u64>(plan.items) << 33;
+}
+PAGESTASH_HOST_DEVICE inline Start start_of(cuda::std::uint64_t word, int tile_shift) {
+  Start s{};
+  s.verdict = static_cast<cuda::std::int32_t>(word & 3);
+  s.plan.tiles = static_cast<cuda::std::int64_t>(word >> 2 & 0x7FFFFFFF);
+  s.plan.items = static_cast<cuda::std::int32_t>(word >> 33);
+  s.plan.tile_shift = tile_shift;
+  return s;
+}
+
 /// Moves `cursor` to the item that owns `tile`, as seek_item does, with the warp's lanes: each round every lane reads
-/// one item of the range left, and the range shrinks 32-fold (a plan of up to 32 items: one round, up to 1024: two;
-/// a binary search takes log2 of the items). Every lane of the warp calls it, with the same tile.
+/// one item of the range left, and the range shrinks 32-fold (a binary search takes log2 of the items). The last round
+/// (32 or 64 items left) reads every item left and the one after each lane's, so that the lane holding the answer
+/// knows it and hands on its tiles: a plan of up to 64 items takes one round, up to 2048 two. Every lane of the warp
+/// calls it, with the same tile.
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork& w, ItemCursor& c,
                                              cuda::std::int32_t tile) {
   if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) {  // one lane (a serial context): the binary search
     seek_item(w, c, tile);
   } else {
+    using u32 = cuda::std::uint32_t;
+    constexpr int last_step = 2;
     cuda::std::int32_t lo = 0, hi = w.item_count;  // the answer is in [lo, hi); items[lo].first_tile <= tile
-    while (hi - lo > 1) {
+    for (;;) {
       const cuda::std::int32_t step = (hi - lo + lanes.size() - 1) / lanes.size();
       const cuda::std::int32_t at = lo + lanes.rank() * step;
-      cuda::std::uint32_t best[1] = {static_cast<cuda::std::uint32_t>(lo)};
+      if (step <= last_step) {
+        u32 found[3] = {0, 0, 0};  // the item, its first tile and its end: the answer's lane's, 0 elsewhere
+        cuda::std::int32_t first[last_step + 1];  // of items at, at + 1, ...: the end of the one before
+        {
+          const OneRound together;
+          PAGESTASH_UNROLL
+          for (int k = 0; k <= last_step; ++k) {
+            first[k] = static_cast<cuda::std::int32_t>(max_plan_tiles);
+            if (k <= step && at + k < w.item_count && at < hi) {
+              note_load(&w.items[at + k]);
+              first[k] = static_cast<cuda::std::int32_t>(w.items[at + k].first_tile);
+            }
+          }
+        }
+        PAGESTASH_UNROLL
+        for (int k = 0; k < last_step; ++k) {
+          if (k < step && at + k < hi && first[k] <= tile && tile < first[k + 1]) {
+            found[0] = static_cast<u32>(at + k);
+            found[1] = static_cast<u32>(first[k]);
+            found[2] = static_cast<u32>(first[k + 1]);
+          }
+        }
+        lanes.max_over(found, lanes.size());
+        c.item = static_cast<cuda::std::int32_t>(found[0]);
+        c.first = static_cast<cuda::std::int32_t>(found[1]);
+        c.end = static_cast<cuda::std::int32_t>(found[2]);
+        return;
+      }
+      u32 best[1] = {static_cast<u32>(lo)};
       if (at < hi) {
         note_load(&w.items[at]);
-        if (w.items[at].first_tile <= tile) best[0] = static_cast<cuda::std::uint32_t>(at);
+        if (w.items[at].first_tile <= tile) best[0] = static_cast<u32>(at);
       }
       lanes.max_over(best, lanes.size());
       lo = static_cast<cuda::std::int32_t>(best[0]);
       hi = lo + step < hi ? lo + step : hi;
     }
-    c.item = lo;
-    note_load(&w.items[lo]);  // with the next item's: one round trip
-    c.first = static_cast<cuda::std::int32_t>(w.items[lo].first_tile);
-    c.end = lo + 1 < w.item_count ? static_cast<cuda::std::int32_t>(w.items[lo + 1].first_tile)
-                                  : static_cast<cuda::std::int32_t>(max_plan_tiles);
   }
 }
 
@@ -213,29 +259,30 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
 
   Start start{};
   start.verdict = verdict_skip;
+  const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
   if (arrival == Arrival::owner) {
-    bool copy = false;
-    const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
-    if constexpr (Op == Operation::stash) copy = begin_stash<Traits>(team, pool, view, rec, tile_shift);
+    Begun begun{};
+    if constexpr (Op == Operation::stash) begun = begin_stash<Traits>(team, pool, view, rec, tile_shift);
     if constexpr (Op == Operation::reload)
-      copy = begin_reload<Traits>(team, pool, view, rec, options.zero_tail, tile_shift);
+      begun = begin_reload<Traits>(team, pool, view, rec, options.zero_tail, tile_shift);
     if constexpr (Op == Operation::discard) discard_pages(team, pool, rec, record_kind<Traits>(view));
-    start.verdict = copy ? verdict_copy : verdict_skip;
+    start.verdict = begun.copy ? verdict_copy : verdict_skip;
     // The header and plan, by every thread, before the verdict: the barrier, then the leader's release store. This
     // block's threads read the plan's size the leader wrote before the barrier (not kept in registers through the
     // steps: a stash kernel spilled).
     team.publish();
     if (team.leader())
-      device_atomic<cuda::std::int32_t>(words.verdict).store(start.verdict, cuda::std::memory_order_release);
-    if (Op != Operation::discard && copy) start.plan = plan_size(*rec.header);
+      device_atomic<cuda::std::uint64_t>(words.verdict)
+          .store(verdict_word(start.verdict, begun.plan), cuda::std::memory_order_release);
+    if (Op != Operation::discard && begun.copy) start.plan = plan_size(*rec.header);
   } else {
-    // Each warp's first lane waits for the verdict, and hands it on with the plan's size (read after its acquire fence,
-    // as its lanes' reads of the plan are, after the hand-off): no block barrier on the way to the first tile.
+    // Each warp's first lane waits for the verdict, with the plan's size in its word, and hands both on (its lanes'
+    // reads of the plan come after its acquire fence and the hand-off): no block barrier on the way to the first tile.
     if (ctx.lanes.rank() == 0) {
-      start.verdict = spin_until(device_atomic<cuda::std::int32_t>(words.verdict),
-                                 [](cuda::std::int32_t v) { return v != verdict_pending; });
+      const cuda::std::uint64_t word = spin_until(device_atomic<cuda::std::uint64_t>(words.verdict),
+                                                  [](cuda::std::uint64_t v) { return (v & 3) != verdict_pending; });
       acquire_fence();  // the owner's header and plan
-      if (Op != Operation::discard && start.verdict == verdict_copy) start.plan = plan_size(*rec.header);
+      start = start_of(word, tile_shift);
     }
     start = ctx.lanes.share(start);
   }

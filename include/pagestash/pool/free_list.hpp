@@ -6,7 +6,8 @@
 // A stash takes the pages it needs from the top of the device stack, and the rest from the host stack; a reload pushes
 // them back. A short critical section guarded by one spin lock (device-scope acquire/release) makes the stacks safe for
 // stashes and reloads of different records running at once on different CUDA streams or host threads; the argument is
-// in docs/design.md, "Memory ordering".
+// in docs/design.md, "Memory ordering". The caller takes the lock (a discard's leader in the round of its checks of the
+// record); take_pages and return_pages release it.
 
 #include <pagestash/pool/page_pool.hpp>
 
@@ -16,15 +17,18 @@ PAGESTASH_NAMESPACE_BEGIN
 
 namespace detail {
 
+/// A team's leader takes the pool's lock. Test-and-test-and-set: the exchange acquires (the one that finds the lock
+/// free synchronises with its last holder's release), and waiters poll with relaxed loads (an acquire per poll would
+/// invalidate the SM's L1 each time).
+PAGESTASH_HOST_DEVICE inline void acquire_pool_lock(const PoolRef& pool) {
+  const device_atomic<cuda::std::int32_t> lock(pool.state->lock);
+  while (lock.exchange(1, cuda::std::memory_order_acquire) != 0)
+    spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
+}
+
 template <class Team>
 PAGESTASH_HOST_DEVICE void lock_pool(const Team& team, const PoolRef& pool) {
-  if (team.leader()) {
-    // Test-and-test-and-set: waiters poll with relaxed loads, and the winner fences once (an acquire per poll would
-    // invalidate the SM's L1 each time).
-    const device_atomic<cuda::std::int32_t> lock(pool.state->lock);
-    while (lock.exchange(1, poll_order) != 0) spin_until(lock, [](cuda::std::int32_t held) { return held == 0; });
-    acquire_fence();
-  }
+  if (team.leader()) acquire_pool_lock(pool);
   team.sync();
 }
 
@@ -61,12 +65,12 @@ struct Taken {
   cuda::std::int64_t device_pages;  ///< ids[0, device_pages) are device pages, the rest host pages
 };
 
-/// Takes `need` pages into ids[0, need): device pages first, then host pages. Does nothing if the overflow flag is set;
-/// if the pool cannot give `need` pages, sets the flag and takes nothing. `live_bytes` feeds the statistics.
+/// With the pool's lock held (the leader's): takes `need` pages into ids[0, need), device pages first, then host pages,
+/// and releases the lock. Does nothing if the overflow flag is set; if the pool cannot give `need` pages, sets the flag
+/// and takes nothing. `live_bytes` feeds the statistics.
 template <class Team>
 PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cuda::std::int64_t need,
                                        cuda::std::int64_t live_bytes, cuda::std::int32_t* ids) {
-  lock_pool(team, pool);
   PoolState& c = *pool.state;
   PoolCounters& n = c.counters;
   Taken t{TakeResult::taken, 0, 0};
@@ -120,13 +124,12 @@ PAGESTASH_HOST_DEVICE Taken take_pages(const Team& team, const PoolRef& pool, cu
   return t;
 }
 
-/// Pushes ids[0, count) back, ids[0, device_pages) onto the device stack and the rest onto the host stack, in any order
-/// relative to other records.
+/// With the pool's lock held (the leader's): pushes ids[0, count) back, ids[0, device_pages) onto the device stack and
+/// the rest onto the host stack, in any order relative to other records, and releases the lock.
 template <class Team>
 PAGESTASH_HOST_DEVICE void return_pages(const Team& team, const PoolRef& pool, const cuda::std::int32_t* ids,
                                         cuda::std::int64_t count, cuda::std::int64_t device_pages,
                                         cuda::std::int64_t live_bytes) {
-  lock_pool(team, pool);
   PoolCounters& n = pool.state->counters;
   cuda::std::int64_t device_top = 0, host_top = 0;
   if (team.leader()) {

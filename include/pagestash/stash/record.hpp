@@ -77,12 +77,11 @@ struct LaunchWords {
   cuda::std::uint64_t arrival;   ///< newest launch id << 2 | refused (2) | held (1)
   cuda::std::uint64_t owner;     ///< the id of the launch that holds the record (0 once it released it)
   cuda::std::int64_t next_tile;  ///< the first tile no block has claimed yet
-  cuda::std::int32_t verdict;
-  cuda::std::int32_t finished;
+  cuda::std::uint64_t verdict;   ///< the verdict and, to copy, the plan's size: one load (operation.hpp's Start)
   cuda::std::int32_t refused;
   cuda::std::int32_t generation;  ///< the pool's generation when `owner` took the record
   cuda::std::uint32_t next_remembered;
-  cuda::std::uint32_t unused;
+  cuda::std::int32_t finished;
   cuda::std::uint64_t remembered[8];  ///< ids of the last remembered_launches refused launches
   unsigned char padding[16];
 };

@@ -54,7 +54,8 @@ PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const R
 
 /// Whether the record was made for another pool (its memory attached to this one's): its
 /// page ids, counts and plan are not this pool's. Every step checks it first, on the leader,
-/// before it reads or writes anything else of the record, the pool or the pages.
+/// before it trusts or writes anything else of the record, the pool or the pages (a discard reads the record's kind
+/// and state and takes the pool's lock in the same round, and lets go of both when it refuses).
 PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHeader& h) {
   note_load(&h.pool_id);  // with the pool's id: one round trip
   return h.pool_id != pool.state->id;
@@ -93,13 +94,19 @@ PAGESTASH_HOST_DEVICE inline PlanSize plan_size(const RecordHeader& h) {
   return PlanSize{h.tiles, h.items, h.tile_shift};
 }
 
+/// What begin_stash and begin_reload decide: whether the tiles are to be copied, and the plan's size (the verdict's).
+struct Begun {
+  PlanSize plan;
+  bool copy;
+};
+
 /// Stash, first step: snapshot the counts, check them, plan, take pages, keep the small
-/// buffers. Returns whether the tiles are to be copied. The team's writes are handed on by its next barrier (the
-/// caller's publish()).
+/// buffers. Returns whether the tiles are to be copied, and the plan. The team's writes are handed on by its next
+/// barrier (the caller's publish()).
 template <class Traits, class Team>
-PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
-                                       const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
-                                       int tile_shift) {
+PAGESTASH_HOST_DEVICE Begun begin_stash(const Team& team, const PoolRef& pool,
+                                        const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
+                                        int tile_shift) {
   RecordHeader& h = *rec.header;
   Flag refused = Flag::none;  // another pool's record, or one that would lose its pages
   if (team.leader()) {
@@ -108,15 +115,16 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     if (refused != Flag::none) refuse(pool, h, refused);
     else h.made_for = record_kind<Traits>(v);  // what the record holds from now on: its reloads and discards compare
   }
-  if (team.share(refused) != Flag::none) return false;
-  for (cuda::std::int32_t g = team.rank(); g < v.groups; g += team.size()) {
+  if (team.share(refused) != Flag::none) return Begun{};
+  // The count check by the whole team (block scans over groups), each count snapshot into the record as it is read:
+  // one read, and the counts checked are the record's (a scan's barrier follows each chunk's writes, before the plan
+  // reads them). A check that fails stops at the chunk of its first bad group, and leaves the rest of the snapshot.
+  const CountCheck check = check_counts_of(team, v, [&](cuda::std::int32_t g) {
     note_load(&v.counts[g]);
-    rec.counts[g] = v.counts[g];
-  }
-  team.sync();
-
-  // The count check and the plan, by the whole team (block scans over groups and segments).
-  const CountCheck check = check_counts(team, v, rec.counts);
+    const cuda::std::int32_t m = v.counts[g];
+    rec.counts[g] = m;
+    return m;
+  });
   Flag error = check.verdict();
   WorkTotals totals{};  // a stash that fails on its counts holds nothing
   if (error == Flag::none)
@@ -133,6 +141,7 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
       (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
   Taken taken{TakeResult::taken, 0, 0};
   if (error == Flag::none) {
+    lock_pool(team, pool);
     taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);
     if (taken.result != TakeResult::taken) error = Flag::overflow;
   }
@@ -146,16 +155,16 @@ PAGESTASH_HOST_DEVICE bool begin_stash(const Team& team, const PoolRef& pool,
     if (error == Flag::overflow) raise_overflow(pool);
   }
   if (error == Flag::none) copy_kept<Traits>(team, v, rec, true);
-  return error == Flag::none;
+  return Begun{PlanSize{totals.tiles, totals.items, tile_shift}, error == Flag::none};
 }
 
 /// Reload, first step: check the record, plan the copy back (and the zeroing), restore the
-/// kept buffers. Returns whether the tiles are to be copied (then end_reload must follow). The team's writes are handed
-/// on by its next barrier (the caller's publish()).
+/// kept buffers. Returns whether the tiles are to be copied (then end_reload must follow), and the plan. The team's
+/// writes are handed on by its next barrier (the caller's publish()).
 template <class Traits, class Team>
-PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
-                                        const GroupedView<typename Traits::layout>& dest, const RecordRef& rec,
-                                        bool zero_tail, int tile_shift) {
+PAGESTASH_HOST_DEVICE Begun begin_reload(const Team& team, const PoolRef& pool,
+                                         const GroupedView<typename Traits::layout>& dest, const RecordRef& rec,
+                                         bool zero_tail, int tile_shift) {
   RecordHeader& h = *rec.header;
   Flag error = Flag::none;
   if (team.leader()) {
@@ -170,24 +179,24 @@ PAGESTASH_HOST_DEVICE bool begin_reload(const Team& team, const PoolRef& pool,
     if (error == Flag::none) h.summary.error = error;
   }
   error = team.share(error);
-  if (error == Flag::none) {
-    const WorkTotals totals =
-        plan_work_on_team<Traits>(team, dest, SegmentsAt{rec.counts}, zero_tail, tile_shift, rec.items);
-    if (team.leader()) {
-      h.tile_shift = tile_shift;
-      h.tiles = totals.tiles;
-      h.items = totals.items;
-    }
+  if (error != Flag::none) return Begun{};
+  const WorkTotals totals =
+      plan_work_on_team<Traits>(team, dest, SegmentsAt{rec.counts}, zero_tail, tile_shift, rec.items);
+  if (team.leader()) {
+    h.tile_shift = tile_shift;
+    h.tiles = totals.tiles;
+    h.items = totals.items;
   }
-  if (error == Flag::none) copy_kept<Traits>(team, dest, rec, false);
-  return error == Flag::none;
+  copy_kept<Traits>(team, dest, rec, false);
+  return Begun{PlanSize{totals.tiles, totals.items, tile_shift}, true};
 }
 
-/// Reload, last step, after every tile is copied: return the pages.
+/// Reload, last step, after every tile is copied: return the pages. `locked`: the leader holds the pool's lock already.
 template <class Team>
 PAGESTASH_HOST_DEVICE void end_reload(const Team& team, const PoolRef& pool, const RecordRef& rec,
-                                      RecordState final_state = RecordState::reloaded) {
+                                      RecordState final_state = RecordState::reloaded, bool locked = false) {
   RecordHeader& h = *rec.header;
+  if (!locked) lock_pool(team, pool);
   note_load(&h.summary);
   return_pages(team, pool, rec.page_ids, h.summary.pages, h.summary.device_pages, h.summary.stream_bytes);
   if (team.leader()) {
@@ -214,13 +223,6 @@ PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<
   return w;
 }
 
-/// The tile work of the plan the record holds (its size read from the header), over view's buffers.
-template <class Traits>
-PAGESTASH_HOST_DEVICE TileWork tile_work(const PoolRef& pool, const GroupedView<typename Traits::layout>& v,
-                                         const RecordRef& rec, bool to_pages) {
-  return tile_work<Traits>(pool, v, rec, to_pages, plan_size(*rec.header));
-}
-
 }  // namespace detail
 
 /// Discard: return the pages without copying. A record that holds none is left alone and the reason recorded; no flag
@@ -233,17 +235,23 @@ PAGESTASH_HOST_DEVICE void discard_pages(const Team& team, const PoolRef& pool, 
   RecordHeader& h = *rec.header;
   Flag error = Flag::none;
   if (team.leader()) {
-    error = is_foreign(pool, h) ? Flag::foreign_record : check_holds_pages(pool, h);
-    if (error == Flag::foreign_record) {
+    bool foreign = false, other = false;
+    {
+      const OneRound together;  // the record's checks and the pool's lock
+      foreign = is_foreign(pool, h);
+      other = is_other_kind(h, kind);  // read, not trusted, when foreign
+      error = check_holds_pages(pool, h);
+      acquire_pool_lock(pool);
+    }
+    if (foreign || other) {
+      error = foreign ? Flag::foreign_record : Flag::record_mismatch;
       refuse(pool, h, error);
-    } else if (is_other_kind(h, kind)) {
-      error = Flag::record_mismatch;
-      refuse(pool, h, Flag::record_mismatch);
     } else {
       h.summary.error = error;
     }
   }
-  if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded);
+  if (team.share(error) == Flag::none) end_reload(team, pool, rec, RecordState::discarded, /*locked=*/true);
+  else unlock_pool(team, pool);
 }
 
 PAGESTASH_NAMESPACE_END

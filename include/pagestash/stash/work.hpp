@@ -195,16 +195,15 @@ struct CountCheck {
   PAGESTASH_HOST_DEVICE constexpr Flag verdict() const { return first_bad_group >= 0 ? Flag::bad_counts : Flag::none; }
 };
 
-/// The count check by the whole team: threads take groups rank, rank + size, ...; the
+/// The count check by the whole team, count g being count_of(g): threads take groups rank, rank + size, ...; the
 /// packed prefix is a team scan. Every thread gets the answer.
-template <class Layout, class Team>
-PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedView<Layout>& v,
-                                              const cuda::std::int32_t* counts) {
+template <class Layout, class Team, class CountOf>
+PAGESTASH_HOST_DEVICE CountCheck check_counts_of(const Team& team, const GroupedView<Layout>& v,
+                                                 const CountOf& count_of) {
   cuda::std::int64_t before = 0;  // tokens of the chunks done
   for (cuda::std::int32_t base = 0; base < v.groups; base += team.size()) {
     const cuda::std::int32_t g = base + team.rank();
-    if (g < v.groups) detail::note_load(counts + g);
-    const cuda::std::int64_t m = g < v.groups ? counts[g] : 0;
+    const cuda::std::int64_t m = g < v.groups ? count_of(g) : 0;
     cuda::std::int64_t chunk_tokens = 0, bad_groups = 0, first_plus_one = 0;
     const cuda::std::int64_t next = before + team.exclusive_sum(m, chunk_tokens);
     const bool bad = g < v.groups && !count_fits(v, next, m);
@@ -214,6 +213,16 @@ PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedVie
     before += chunk_tokens;
   }
   return CountCheck{-1};
+}
+
+/// The count check of `counts` by the whole team.
+template <class Layout, class Team>
+PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedView<Layout>& v,
+                                              const cuda::std::int32_t* counts) {
+  return check_counts_of(team, v, [counts](cuda::std::int32_t g) {
+    detail::note_load(counts + g);
+    return counts[g];
+  });
 }
 
 /// The count check on one thread (host code; counts in host memory).

@@ -797,7 +797,7 @@ TEST_CASE("emulated warp: the warp's item search finds every tile's item, as a s
     emulate_launch(one, [&](const EmulatedContext& ctx) {
       for (const std::int32_t t : probe) {
         ps::ItemCursor c;
-        ps::detail::seek_item_on_warp(ctx.lanes, w, c, t);
+        ps::seek_item_on_warp(ctx.lanes, w, c, t);
         const auto k = std::upper_bound(firsts.begin(), firsts.end(), t) - firsts.begin() - 1;
         const std::int64_t end =
             k + 1 < n ? firsts[static_cast<std::size_t>(k + 1)] : static_cast<std::int64_t>(ps::max_plan_tiles);
@@ -808,20 +808,6 @@ TEST_CASE("emulated warp: the warp's item search finds every tile's item, as a s
     CAPTURE(n);
     CHECK(std::accumulate(wrong.begin(), wrong.end(), 0) == 0);
   }
-}
-
-TEST_CASE("the verdict word holds the verdict and the plan's size at their limits") {
-  for (const std::int32_t verdict : {ps::detail::verdict_copy, ps::detail::verdict_skip})
-    for (const std::int64_t tiles : {std::int64_t{0}, std::int64_t{1}, std::int64_t{12345}, ps::max_plan_tiles})
-      for (const std::int32_t items : {0, 1, 4 * 256, 0x7FFFFFFF}) {
-        const ps::detail::Start s =
-            ps::detail::start_of(ps::detail::verdict_word(verdict, ps::detail::PlanSize{tiles, items, 12}), 11);
-        CHECK(s.verdict == verdict);
-        CHECK(s.plan.tiles == tiles);
-        CHECK(s.plan.items == items);
-        CHECK(s.plan.tile_shift == 11);
-      }
-  CHECK(ps::detail::verdict_word(ps::detail::verdict_pending, ps::detail::PlanSize{0, 0, 12}) == 0);
 }
 
 TEST_CASE("emulated grid: a launch cuts tiles of the device policy's size, the host executor of the host policy's") {

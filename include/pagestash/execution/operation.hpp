@@ -165,11 +165,11 @@ struct Start {
 
 /// The verdict word: the verdict in bits 0-1, the plan's tiles in bits 2-32 and its items in bits 33-63 (each under
 /// 2^31: max_plan_tiles, WorkTotals), so that a block reads its start in the load that finds the verdict.
-PAGESTASH_HOST_DEVICE inline cuda::std::uint64_t verdict_word(cuda::std::int32_t verdict, const PlanSize& plan) {
+PAGESTASH_HOST_DEVICE constexpr cuda::std::uint64_t verdict_word(cuda::std::int32_t verdict, const PlanSize& plan) {
   using u64 = cuda::std::uint64_t;
   return static_cast<u64>(verdict) | static_cast<u64>(plan.tiles) << 2 | static_cast<u64>(plan.items) << 33;
 }
-PAGESTASH_HOST_DEVICE inline Start start_of(cuda::std::uint64_t word, int tile_shift) {
+PAGESTASH_HOST_DEVICE constexpr Start start_of(cuda::std::uint64_t word, int tile_shift) {
   Start s{};
   s.verdict = static_cast<cuda::std::int32_t>(word & 3);
   s.plan.tiles = static_cast<cuda::std::int64_t>(word >> 2 & 0x7FFFFFFF);
@@ -177,6 +177,14 @@ PAGESTASH_HOST_DEVICE inline Start start_of(cuda::std::uint64_t word, int tile_s
   s.plan.tile_shift = tile_shift;
   return s;
 }
+// The word holds the largest plan whole.
+static_assert(start_of(verdict_word(verdict_copy, PlanSize{max_plan_tiles, 0x7FFFFFFF, 0}), 0).plan.tiles ==
+              max_plan_tiles);
+static_assert(start_of(verdict_word(verdict_skip, PlanSize{max_plan_tiles, 0x7FFFFFFF, 0}), 0).plan.items ==
+              0x7FFFFFFF);
+static_assert(start_of(verdict_word(verdict_skip, PlanSize{max_plan_tiles, 0x7FFFFFFF, 0}), 0).verdict == verdict_skip);
+
+}  // namespace detail
 
 /// Moves `cursor` to the item that owns `tile`, as seek_item does, with the warp's lanes: each round every lane reads
 /// one item of the range left, and the range shrinks 32-fold (a binary search takes log2 of the items). The last round
@@ -187,7 +195,7 @@ template <class Lanes>
 PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork& w, ItemCursor& c,
                                              cuda::std::int32_t tile) {
   if constexpr (cuda::std::is_same_v<Lanes, SerialTeam>) {  // one lane (a serial context): the binary search
-    seek_item(w, c, tile);
+    detail::seek_item(w, c, tile);
   } else {
     using u32 = cuda::std::uint32_t;
     constexpr int last_step = 2;
@@ -199,12 +207,12 @@ PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork&
         u32 found[3] = {0, 0, 0};  // the item, its first tile and its end: the answer's lane's, 0 elsewhere
         cuda::std::int32_t first[last_step + 1];  // of items at, at + 1, ...: the end of the one before
         {
-          const OneRound together;
+          const detail::OneRound together;
           PAGESTASH_UNROLL
           for (int k = 0; k <= last_step; ++k) {
             first[k] = static_cast<cuda::std::int32_t>(max_plan_tiles);
             if (k <= step && at + k < w.item_count && at < hi) {
-              note_load(&w.items[at + k]);
+              detail::note_load(&w.items[at + k]);
               first[k] = static_cast<cuda::std::int32_t>(w.items[at + k].first_tile);
             }
           }
@@ -225,7 +233,7 @@ PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork&
       }
       u32 best[1] = {static_cast<u32>(lo)};
       if (at < hi) {
-        note_load(&w.items[at]);
+        detail::note_load(&w.items[at]);
         if (w.items[at].first_tile <= tile) best[0] = static_cast<u32>(at);
       }
       lanes.max_over(best, lanes.size());
@@ -234,6 +242,8 @@ PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork&
     }
   }
 }
+
+namespace detail {
 
 /// A reload that does not restore poisons its destination (unless `options` say not to), split over the grid's threads.
 template <class Traits, Operation Op, class Context>

@@ -195,6 +195,8 @@ struct CountCheck {
   PAGESTASH_HOST_DEVICE constexpr Flag verdict() const { return first_bad_group >= 0 ? Flag::bad_counts : Flag::none; }
 };
 
+namespace detail {
+
 /// The count check by the whole team, count g being count_of(g): threads take groups rank, rank + size, ...; the
 /// packed prefix is a team scan. Every thread gets the answer.
 template <class Layout, class Team, class CountOf>
@@ -215,11 +217,13 @@ PAGESTASH_HOST_DEVICE CountCheck check_counts_of(const Team& team, const Grouped
   return CountCheck{-1};
 }
 
+}  // namespace detail
+
 /// The count check of `counts` by the whole team.
 template <class Layout, class Team>
 PAGESTASH_HOST_DEVICE CountCheck check_counts(const Team& team, const GroupedView<Layout>& v,
                                               const cuda::std::int32_t* counts) {
-  return check_counts_of(team, v, [counts](cuda::std::int32_t g) {
+  return detail::check_counts_of(team, v, [counts](cuda::std::int32_t g) {
     detail::note_load(counts + g);
     return counts[g];
   });

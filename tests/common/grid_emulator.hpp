@@ -571,7 +571,7 @@ struct EmulatedTeam {
   std::int64_t exclusive_sum(std::int64_t x, std::int64_t& total) const {
     sync();  // the slots' previous use is over
     block->sums[static_cast<std::size_t>(r)] = x;
-    block->barrier.wait();  // within the scan (cub::BlockScan's own barrier): not counted twice
+    block->barrier.wait();  // the scan's own (the device's second, before the warps' totals are read): not counted
     std::int64_t before = 0;
     total = 0;
     for (int k = 0; k < block->threads; ++k) {

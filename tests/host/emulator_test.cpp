@@ -954,11 +954,11 @@ TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and o
   CHECK(nvfp4[1].max_warp == 2);
 }
 
-TEST_CASE("fine-grained rows on one emulated warp: at most 8 dependent rounds a warp claim when staged, 32 capped") {
+TEST_CASE("fine-grained rows on one emulated warp: at most 8 dependent rounds a warp claim") {
   // A claim is two tiles, a tile of short lines at most 256 of them (max_tile_lines) in one to three rounds of the
   // staged mover. Before it, an NVFP4 stash's slowest claim waited 192-256 rounds (docs/benchmarks.md, "Dependent
-  // rounds per warp"). With the kernels' staging off (StashPolicy::staged, until it fits their registers), the capped
-  // tiles alone: 32 (a claim of two 256-line tiles of one-byte runs, gathered a piece at a time).
+  // rounds per warp"); with the kernels' staging off (StashPolicy::staged), the capped tiles alone wait 32 (a claim of
+  // two 256-line tiles of one-byte runs, gathered a piece at a time), and this fails.
   // Every row (tests/common/fine_rounds.hpp) is held by the ctest "bench: dependent rounds per warp" (Release, step 1
   // of the test command); here, where one warp of 32 threads emulates a row in 5-20 s under the sanitizers, the rows
   // that waited longest before the staged mover (NVFP4, both scale layouts) and an MXFP8 one of each shape.

@@ -1,7 +1,7 @@
 #pragma once
 // A team is the threads that run one step of an algorithm together: one CPU thread on the host, a thread block or a
 // warp on the device. The pool and stash steps are written once against it, so the host executor runs the very code
-// the kernels run. Not public API, but for SerialTeam (the host's team) and BlockScan (a policy's choice).
+// the kernels run. Not public API, but for SerialTeam (the host's team).
 //
 //   rank(), size()   this thread's index in the team, and the team's size
 //   leader()         rank() == 0: does the serial parts
@@ -26,7 +26,7 @@
 
 #include <cuda/std/cstdint>
 #if defined(__CUDACC__)
-#  include <cub/block/block_scan.cuh>
+#  include <cub/warp/warp_scan.cuh>
 #endif
 
 PAGESTASH_NAMESPACE_BEGIN
@@ -48,17 +48,13 @@ struct SerialTeam {
   }
 };
 
-/// The cub::BlockScan algorithm a block's team scans with (a policy picks it, stash/policy.hpp).
-enum class BlockScan { raking, raking_memoize };
-
 namespace detail {
 
 #if defined(__CUDACC__)
 /// The threads of one block, BlockThreads of them (the kernels launch StashPolicy::threads_per_block).
-template <int BlockThreads, BlockScan Algorithm>
+template <int BlockThreads>
 struct BlockTeam {
-  static constexpr cub::BlockScanAlgorithm scan_algorithm =
-      Algorithm == BlockScan::raking ? cub::BLOCK_SCAN_RAKING : cub::BLOCK_SCAN_RAKING_MEMOIZE;
+  static_assert(BlockThreads % 32 == 0 && BlockThreads <= 32 * 32, "whole warps, whose totals one warp scans");
   __device__ static int rank() { return static_cast<int>(threadIdx.x); }
   __device__ static int size() { return static_cast<int>(blockDim.x); }
   __device__ static bool leader() { return threadIdx.x == 0; }
@@ -75,12 +71,21 @@ struct BlockTeam {
     sync();
     return slot;
   }
+  /// Each warp scans by shuffles, then every warp scans the warps' totals: a lane holds its own values only. (CUB's
+  /// block scans rake 16 values a lane of one warp: the owner's plan then spilled in stash kernels at 64 registers.)
   __device__ static cuda::std::int64_t exclusive_sum(cuda::std::int64_t x, cuda::std::int64_t& total) {
-    using Scan = cub::BlockScan<cuda::std::int64_t, BlockThreads, scan_algorithm>;
-    __shared__ typename Scan::TempStorage storage;
-    sync();  // the storage's previous use is over
-    Scan(storage).ExclusiveSum(x, x, total);
-    return x;
+    using WarpScan = cub::WarpScan<cuda::std::int64_t>;
+    __shared__ typename WarpScan::TempStorage none;  // empty: a shuffle scan keeps nothing in shared memory
+    __shared__ cuda::std::int64_t totals[BlockThreads / 32];
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+    cuda::std::int64_t in_warp = 0;
+    WarpScan(none).ExclusiveSum(x, x, in_warp);
+    sync();  // the totals' previous use is over
+    if (lane == 0) totals[warp] = in_warp;
+    sync();
+    cuda::std::int64_t before = lane < BlockThreads / 32 ? totals[lane] : 0;  // lane w: the warps before warp w
+    WarpScan(none).ExclusiveSum(before, before, total);
+    return x + __shfl_sync(0xFFFFFFFFu, before, warp);
   }
 };
 

@@ -29,7 +29,7 @@ __device__ inline cuda::std::uint64_t grid_launch_id() {
 namespace detail {
 
 /// A block of the operation kernels, as the architecture's policy has it.
-using PolicyBlockTeam = BlockTeam<StashPolicy::threads_per_block, StashPolicy::block_scan>;
+using PolicyBlockTeam = BlockTeam<StashPolicy::threads_per_block>;
 
 /// CUDA's context for a thread of the launch.
 __device__ inline GridContext<PolicyBlockTeam, WarpLanes> device_grid_context() {
@@ -51,12 +51,12 @@ __global__ void __launch_bounds__(StashPolicy::threads_per_block) reset_kernel(P
 
 template <int Unused = 0>
 __global__ void __launch_bounds__(32) report_kernel(PoolRef pool, PoolStats* dst) {
-  write_report(BlockTeam<32, StashPolicy::block_scan>{}, pool, dst);
+  write_report(BlockTeam<32>{}, pool, dst);
 }
 
 template <int Unused = 0>
 __global__ void __launch_bounds__(32) end_step_kernel(PoolRef pool) {
-  check_balance(BlockTeam<32, StashPolicy::block_scan>{}, pool);
+  check_balance(BlockTeam<32>{}, pool);
 }
 
 template <int Unused = 0>

@@ -20,7 +20,7 @@
 //                      emulator's per-warp host buffer)
 //                      and stores whole, aligned stream vectors from it. A reload loads the
 //                      stream's vectors into the stage and stores each chunk's live bytes into
-//                      its line exactly. Rounds of lines that fit the stage, a ring: the stream
+//                      its line exactly (store_masked). Rounds of lines that fit the stage, a ring: the stream
 //                      vector across two rounds waits there for the second.
 //   copy_tile_pieces   one host thread (the host executor): the same pieces, each line's run
 //                      a memcpy, which is what a CPU copies fastest; where a line's dead rest
@@ -229,18 +229,45 @@ PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsig
   return keep_bytes(out, n);
 }
 
-/// An aligned word and a byte of a buffer's line (a reload's exact stores), observed as store_vector's are.
-PAGESTASH_HOST_DEVICE inline void store_word(unsigned char* dst, cuda::std::uint32_t w) {
+/// An aligned word, half-word or byte of a buffer's line (a reload's exact stores), observed as store_vector's are.
+template <class Unit>
+PAGESTASH_HOST_DEVICE void store_unit(unsigned char* dst, Unit u) {
 #if defined(__CUDA_ARCH__)
-  *reinterpret_cast<cuda::std::uint32_t*>(dst) = w;
+  *reinterpret_cast<Unit*>(dst) = u;
 #else
-  std::memcpy(dst, &w, 4);
+  std::memcpy(dst, &u, sizeof(Unit));
 #endif
-  observe_vector(dst, 4, VectorAccess::store);
+  observe_vector(dst, sizeof(Unit), VectorAccess::store);
 }
-PAGESTASH_HOST_DEVICE inline void store_byte(unsigned char* dst, unsigned char b) {
-  *dst = b;
-  observe_vector(dst, 1, VectorAccess::store);
+
+/// The bytes of x that `mask` selects (bit b: byte b) to dst on 16 bytes; no other byte is written. Every aligned 16,
+/// 8, 4 or 2 bytes the mask fills is one store, the rest single bytes: a line's piece of n bytes from a chunk's start
+/// takes one store for each power of two in n (store_bytes takes up to 6), a whole chunk one. Constant indices only.
+PAGESTASH_HOST_DEVICE inline void store_masked(unsigned char* dst, const Vector16& x, cuda::std::uint32_t mask) {
+  using u32 = cuda::std::uint32_t;
+  observe_vector(nullptr, 0, VectorAccess::use);
+  if ((mask & 0xFFFF) == 0xFFFF) return store_vector(dst, x, true);
+  PAGESTASH_UNROLL
+  for (u32 h = 0; h < 2; ++h) {
+    if (((mask >> (8 * h)) & 0xFF) == 0xFF) {
+      store_vector(dst + 8 * h, Vector8{{x.w[2 * h], x.w[2 * h + 1]}}, true);
+      continue;
+    }
+    PAGESTASH_UNROLL
+    for (u32 q = 2 * h; q < 2 * h + 2; ++q) {
+      if (((mask >> (4 * q)) & 0xF) == 0xF) {
+        store_unit(dst + 4 * q, x.w[q]);
+        continue;
+      }
+      PAGESTASH_UNROLL
+      for (u32 k = 0; k < 4; k += 2) {
+        const u32 pair = (mask >> (4 * q + k)) & 3, bits = x.w[q] >> (8 * k);
+        if (pair == 3) store_unit(dst + 4 * q + k, static_cast<cuda::std::uint16_t>(bits));
+        else if (pair == 1) store_unit(dst + 4 * q + k, static_cast<unsigned char>(bits));
+        else if (pair == 2) store_unit(dst + 4 * q + k + 1, static_cast<unsigned char>(bits >> 8));
+      }
+    }
+  }
 }
 
 /// Bytes [0, n) of x to dst, any alignment; no other byte is written. Whole words where dst
@@ -252,19 +279,19 @@ PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16
     PAGESTASH_UNROLL
     for (unsigned k = 0; k < 4; ++k) {
       if (4 * k + 4 > n) continue;
-      store_word(dst + 4 * k, x.w[k]);
+      store_unit(dst + 4 * k, x.w[k]);
     }
     const unsigned whole = n / 4 * 4;
     const cuda::std::uint32_t last = shift_bytes(x, whole % 16, false).w[0];
     PAGESTASH_UNROLL
     for (unsigned b = 0; b < 3; ++b) {
-      if (whole + b < n) store_byte(dst + whole + b, static_cast<unsigned char>(last >> (8 * b)));
+      if (whole + b < n) store_unit(dst + whole + b, static_cast<unsigned char>(last >> (8 * b)));
     }
     return;
   }
   PAGESTASH_UNROLL
   for (unsigned b = 0; b < 16; ++b) {
-    if (b < n) store_byte(dst + b, static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4))));
+    if (b < n) store_unit(dst + b, static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4))));
   }
 }
 
@@ -770,20 +797,27 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
         for (u32 j = 0; j < loads; ++j) {
           const StagedChunk c = staged_chunk(tile, r, dense, lane_of(lanes), width, j);
           unsigned char* const at = tile.line0 + c.rel;
+          // The chunk's live bytes from the stage, and which they are (the chunk is on 16 bytes).
+          Vector16 y{};
+          u32 mask = 0;
           if (dense) {
-            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) { store_byte(at + b, stage[p & (ring - 1)]); });
-            continue;
+            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) {
+              y.w[b / 4] |= u32{stage[p & (ring - 1)]} << (8 * (b % 4));
+              mask |= 1u << b;
+            });
+          } else {
+            if (c.first >= c.end) continue;
+            // One line's bytes, consecutive in the stream: the stage's words under them, shifted into place (bytes
+            // before c.first, of another round or none, are read but not stored).
+            const auto p = static_cast<u32>(c.pos);
+            u32 words[5];
+            PAGESTASH_UNROLL
+            for (u32 i = 0; i < 5; ++i) words[i] = stage_word(stage, p / 4 + i);
+            PAGESTASH_UNROLL
+            for (u32 i = 0; i < 4; ++i) y.w[i] = funnel_shift_right(words[i], words[i + 1], 8 * (p % 4));
+            mask = (1u << c.end) - (1u << c.first);
           }
-          if (c.first >= c.end) continue;
-          // One line's bytes, consecutive in the stream: the stage's words under them, shifted into place.
-          const auto p = static_cast<u32>(c.pos + c.first);
-          u32 words[5];
-          PAGESTASH_UNROLL
-          for (u32 i = 0; i < 5; ++i) words[i] = stage_word(stage, p / 4 + i);
-          Vector16 y;
-          PAGESTASH_UNROLL
-          for (u32 i = 0; i < 4; ++i) y.w[i] = funnel_shift_right(words[i], words[i + 1], 8 * (p % 4));
-          store_bytes(at + c.first, y, static_cast<u32>(c.end - c.first));
+          store_masked(at, y, mask);
         }
       };
       if (tile.dense) unstage(cuda::std::true_type{});

@@ -7,7 +7,6 @@
 
 #include <pagestash/config.hpp>
 #include <pagestash/detail/math.hpp>
-#include <pagestash/detail/team.hpp>
 
 #include <cuda/std/cstdint>
 #include <cuda/std/type_traits>
@@ -51,13 +50,9 @@ struct StashPolicy90 {
   static constexpr cuda::std::uint32_t staged_max_run = 256;
   /// The longest pitch of lines not on 16 bytes it takes (compact scales: a few bytes a line): it loads every chunk.
   static constexpr cuda::std::int64_t staged_max_dense_pitch = 64;
-  /// Whether the kernels stage short-line tiles (off: the gather moves them). Off for now: with it, ptxas spills
-  /// sm_90's stash kernels (a 16-byte stack frame at 64 registers; sm_100's and the reloads fit; issue 54). The grid
-  /// emulator runs the same policy; the copy-engine tests run the staged mover directly (tile_stageable).
-  static constexpr bool staged = false;
-  /// The block scan of the count check and the plan (512 int64 values): the one that leaves the stash kernels within 64
-  /// registers with no stack frame (check_kernels.py). The default raking scan spills on sm_90.
-  static constexpr BlockScan block_scan = BlockScan::raking_memoize;
+  /// Whether the kernels stage short-line tiles (off: the gather moves them). The grid emulator runs the same policy;
+  /// the copy-engine tests run the staged mover directly (tile_stageable).
+  static constexpr bool staged = true;
   /// The bulk mover (stash/bulk_copy.hpp): whether kernels move aligned tiles by TMA bulk copies where their traits
   /// don't say (BulkCopy does), the slots of the warp's stage it rings through (of stage_bytes), and the shortest run
   /// it takes (each run piece is a copy of one lane's). Off until a GPU has measured it.
@@ -72,8 +67,6 @@ struct StashPolicy100 : StashPolicy90 {
   /// 8 TB/s over 148 SMs needs 15-25 KiB of loads in flight per SM: one block has them; a second copies while the first
   /// waits at a barrier.
   static constexpr int grid_blocks_per_sm = 2;
-  /// The memoized scan spills on sm_100.
-  static constexpr BlockScan block_scan = BlockScan::raking;
   /// ptxas for sm_100 starts shifting the first gathered vector before the last one's words are loaded: one more vector
   /// keeps four in flight (on sm_90 it spills).
   static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight + 1;

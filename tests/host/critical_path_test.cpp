@@ -24,7 +24,7 @@ struct Held {
   std::int64_t other;     ///< an other block, before its first data load
   std::int64_t barriers;  ///< between verdict and first data load, any block
 };
-constexpr Held held{{10, 8, 8}, 7, 0};
+constexpr Held held{{8, 7, 7}, 7, 0};
 
 /// A seeded tensor of L: 32 experts of hidden 7168, capacity 512, 4-20 tokens each (a few MiB: every block of the grid
 /// finds tiles), random bytes.

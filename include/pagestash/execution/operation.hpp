@@ -78,14 +78,20 @@ PAGESTASH_HOST_DEVICE inline Arrival refuse_block(const PoolRef& pool, LaunchWor
   return Arrival::refused;
 }
 
-/// Whether launch `id` is among the refused launches the words remember: every slot read at once, one round trip.
-PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint64_t id) {
+/// Whether launch `id` is among the refused launches the words remember, every slot read at once, and what `also` reads
+/// with them: one round trip.
+template <class Also>
+PAGESTASH_HOST_DEVICE bool remembered(LaunchWords& words, cuda::std::uint64_t id, const Also& also) {
   const OneRound together;
+  also();
   bool found = false;
   PAGESTASH_UNROLL
   for (int k = 0; k < LaunchWords::remembered_launches; ++k)
     found |= device_atomic<cuda::std::uint64_t>(words.remembered[k]).load(poll_order) == id;
   return found;
+}
+PAGESTASH_HOST_DEVICE inline bool remembered(LaunchWords& words, cuda::std::uint64_t id) {
+  return remembered(words, id, [] {});
 }
 
 /// A launch's id as the launch words keep it, in `arrival`, `owner` and the remembered launches alike: its low 62 bits
@@ -122,7 +128,13 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     }
     if (!acquired) acquire_fence();
     if (held && holder == me) return Arrival::joined;
-    if (remembered(words, me)) return refuse_block(pool, words, false);
+    // The pool's generation (a holder from before a pool reset is none), read with the remembered launches: one round.
+    cuda::std::int32_t pool_generation = 0, held_generation = 0;
+    const auto generations = [&] {
+      pool_generation = now.load(cuda::std::memory_order_relaxed);
+      held_generation = generation.load(cuda::std::memory_order_relaxed);
+    };
+    if (remembered(words, me, generations)) return refuse_block(pool, words, false);
     if (refused && !remembered(words, newest)) {
       // The word names a refused launch whose deciding block has not remembered it yet (it does right after naming
       // it): the word moves on only once it has, so that the launch's later blocks find it refused.
@@ -132,8 +144,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     }
     // This launch's fate is not decided yet: take the record if nothing holds it (or a launch from before a pool
     // reset), else refuse the launch. The word then names this launch.
-    const bool take =
-        !held || generation.load(cuda::std::memory_order_relaxed) != now.load(cuda::std::memory_order_relaxed);
+    const bool take = !held || held_generation != pool_generation;
     const u64 decided = me << launch_id_shift | launch_held | (take ? u64{0} : launch_refused);
     if (!arrival.compare_exchange_strong(w, decided, cuda::std::memory_order_acq_rel, poll_order)) continue;
     if (!take) {
@@ -150,7 +161,7 @@ PAGESTASH_HOST_DEVICE Arrival arrive(const Context& ctx, const PoolRef& pool, La
     // The counter numbers the tiles after the grid's first chunks (block b's own: chunk b, run_operation).
     device_atomic<cuda::std::int64_t>(words.next_tile)
         .store(ctx.blocks * ctx.warps * StashPolicy::tiles_per_warp_claim, cuda::std::memory_order_relaxed);
-    generation.store(now.load(cuda::std::memory_order_relaxed), cuda::std::memory_order_relaxed);
+    generation.store(pool_generation, cuda::std::memory_order_relaxed);
     owner.store(me, cuda::std::memory_order_release);
     return Arrival::owner;
   }

@@ -54,8 +54,9 @@ PAGESTASH_HOST_DEVICE inline Flag check_holds_pages(const PoolRef& pool, const R
 
 /// Whether the record was made for another pool (its memory attached to this one's): its
 /// page ids, counts and plan are not this pool's. Every step checks it first, on the leader,
-/// before it trusts or writes anything else of the record, the pool or the pages (a discard reads the record's kind
-/// and state and takes the pool's lock in the same round, and lets go of both when it refuses).
+/// before it trusts or writes anything else of the record, the pool or the pages (a stash and a discard read the
+/// record's state, and a discard its kind, and take the pool's lock in the same round, and let go of both when they
+/// refuse).
 PAGESTASH_HOST_DEVICE inline bool is_foreign(const PoolRef& pool, const RecordHeader& h) {
   note_load(&h.pool_id);  // with the pool's id: one round trip
   return h.pool_id != pool.state->id;
@@ -100,9 +101,9 @@ struct Begun {
   bool copy;
 };
 
-/// Stash, first step: snapshot the counts, check them, plan, take pages, keep the small
-/// buffers. Returns whether the tiles are to be copied, and the plan. The team's writes are handed on by its next
-/// barrier (the caller's publish()).
+/// Stash, first step: snapshot the counts, check them, plan, take pages (the pool's lock held from the record's checks
+/// on), keep the small buffers. Returns whether the tiles are to be copied, and the plan. The team's writes are handed
+/// on by its next barrier (the caller's publish()).
 template <class Traits, class Team>
 PAGESTASH_HOST_DEVICE Begun begin_stash(const Team& team, const PoolRef& pool,
                                         const GroupedView<typename Traits::layout>& v, const RecordRef& rec,
@@ -110,12 +111,25 @@ PAGESTASH_HOST_DEVICE Begun begin_stash(const Team& team, const PoolRef& pool,
   RecordHeader& h = *rec.header;
   Flag refused = Flag::none;  // another pool's record, or one that would lose its pages
   if (team.leader()) {
-    if (is_foreign(pool, h)) refused = Flag::foreign_record;
-    else if (check_holds_pages(pool, h) == Flag::none) refused = Flag::still_stashed;
+    bool foreign = false;
+    Flag holds = Flag::none;
+    {
+      // The record's checks and the pool's lock, held through the count check and the plan to the page take: one
+      // round where a lock taken after the plan is one more on the way to the verdict.
+      const OneRound together;
+      foreign = is_foreign(pool, h);
+      holds = check_holds_pages(pool, h);
+      acquire_pool_lock(pool);
+    }
+    if (foreign) refused = Flag::foreign_record;
+    else if (holds == Flag::none) refused = Flag::still_stashed;
     if (refused != Flag::none) refuse(pool, h, refused);
     else h.made_for = record_kind<Traits>(v);  // what the record holds from now on: its reloads and discards compare
   }
-  if (team.share(refused) != Flag::none) return Begun{};
+  if (team.share(refused) != Flag::none) {
+    unlock_pool(team, pool);
+    return Begun{};
+  }
   // The count check by the whole team (block scans over groups), each count snapshot into the record as it is read:
   // one read, and the counts checked are the record's (a scan's barrier follows each chunk's writes, before the plan
   // reads them). A check that fails stops at the chunk of its first bad group, and leaves the rest of the snapshot.
@@ -141,9 +155,10 @@ PAGESTASH_HOST_DEVICE Begun begin_stash(const Team& team, const PoolRef& pool,
       (totals.stream_bytes + pool.page_bytes - 1) >> pool.page_shift;  // pages are 2^k bytes
   Taken taken{TakeResult::taken, 0, 0};
   if (error == Flag::none) {
-    lock_pool(team, pool);
-    taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);
+    taken = take_pages(team, pool, need, totals.stream_bytes, rec.page_ids);  // it releases the lock
     if (taken.result != TakeResult::taken) error = Flag::overflow;
+  } else {
+    unlock_pool(team, pool);
   }
   if (team.leader()) {
     h.summary.error = error;

@@ -30,7 +30,7 @@ struct EngineCase {
   int executor_tile_shift = ps::StashPolicy::tile_shift;  ///< or HostPolicy::tile_shift
   int lanes = 32;                                         ///< lanes of the vector mover
   bool zero_tail = false;                                 ///< reload also clears the dead rest of each line
-  unsigned base_misalign = 0;                             ///< the buffer's address mod 16
+  unsigned base_misalign = 0;                             ///< the buffer's address mod 32 (a sector)
   std::vector<ps::Segment> segments;                      ///< in one buffer, not overlapping (lines * pitch each)
   std::uint32_t seed = 1;                                 ///< bytes, page order, tile order
 };
@@ -64,7 +64,7 @@ inline EngineCase random_engine_case(std::mt19937& rng, int count, std::int64_t 
   c.executor_tile_shift = pick(0, 1) == 0 ? ps::StashPolicy::tile_shift : ps::HostPolicy::tile_shift;
   c.lanes = pick(0, 3) == 0 ? static_cast<int>(pick(1, 31)) : 32;
   c.zero_tail = pick(0, 1) == 1;
-  c.base_misalign = static_cast<unsigned>(pick(0, 15));
+  c.base_misalign = static_cast<unsigned>(pick(0, 31));
   c.seed = static_cast<std::uint32_t>(rng());
   std::int64_t at = pick(0, 40);
   for (int i = 0; i < count; ++i) {
@@ -101,9 +101,11 @@ inline std::string check_engine(const EngineCase& c) {
 
   // The source buffer (random non-zero bytes) at the requested misalignment.
   // (16 guard bytes on either side: a reload must not write them)
-  std::vector<unsigned char> source_mem(static_cast<std::size_t>(buffer_bytes) + 64);
-  unsigned char* const source =
-      source_mem.data() + (16 - reinterpret_cast<std::uintptr_t>(source_mem.data()) % 16) % 16 + 16 + c.base_misalign;
+  const auto at_misalign = [&c](std::vector<unsigned char>& mem) {
+    return mem.data() + (32 - reinterpret_cast<std::uintptr_t>(mem.data()) % 32) % 32 + 32 + c.base_misalign;
+  };
+  std::vector<unsigned char> source_mem(static_cast<std::size_t>(buffer_bytes) + 128);
+  unsigned char* const source = at_misalign(source_mem);
   for (std::int64_t i = 0; i < buffer_bytes; ++i) source[i] = static_cast<unsigned char>(rng() % 255 + 1);
 
   // The oracle stream: each segment's runs back to back, zeros up to 16 bytes.
@@ -182,7 +184,7 @@ inline std::string check_engine(const EngineCase& c) {
   ps::WorkTotals reload_totals{};
   reload_items = engine_items(c, true, reload_totals);
   std::vector<unsigned char> dest_mem(source_mem.size());
-  unsigned char* const dest = dest_mem.data() + (source - source_mem.data());
+  unsigned char* const dest = at_misalign(dest_mem);
   // The bulk mover only where it has tiles to move (one of the stash's or the reload's).
   const auto has_bulk = [&](const std::vector<ps::WorkItem>& items, std::int64_t tiles, bool to_pages) {
     const ps::TileWork w = work_for(items, source, to_pages);

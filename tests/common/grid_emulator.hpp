@@ -207,8 +207,9 @@ struct Unobserved {};
 /// Counts the 32-byte sectors and 128-byte lines each warp-wide access touches (what Nsight
 /// Compute calls sectors per request), through the library's vector observer: a warp's lanes
 /// make the same accesses in the same order within a tile (one instruction: the n-th load or
-/// store of a size by each lane since the tile began), so the accesses of one instruction
-/// are those with the same block, warp, tile, kind, size and n. One at a time.
+/// store of a size by each lane since the tile began; a store the lane was off for counts its
+/// place), so the accesses of one instruction are those with the same block, warp, tile, kind,
+/// size and n. One at a time.
 class SectorCounter {
  public:
   struct Count {
@@ -244,6 +245,8 @@ class SectorCounter {
       bulk_.push_back(Bulk{store, reinterpret_cast<std::uintptr_t>(address), bytes});
       return;
     }
+    const std::int64_t n = t.ordinal[store][bytes]++;
+    if (address == nullptr) return;  // the lane off for this instruction: its place in the lane's sequence, no access
     // Each thread keeps its accesses in its own list (no lock but the first time): a row's millions of them.
     if (t.sector_counter != serial_) {
       std::lock_guard<std::mutex> lock(m_);
@@ -251,8 +254,8 @@ class SectorCounter {
       t.sector_counter = serial_, t.sector_list = lists_.back().get();
     }
     static_cast<std::vector<Access>*>(t.sector_list)
-        ->push_back(Access{request(store, t.block, t.warp, t.tile, bytes, t.ordinal[store][bytes]++),
-                           reinterpret_cast<std::uintptr_t>(address)});
+        ->push_back(
+            Access{request(store, t.block, t.warp, t.tile, bytes, n), reinterpret_cast<std::uintptr_t>(address)});
   }
 
  private:

@@ -39,7 +39,7 @@ void fuzz_engine(FuzzedDataProvider& in) {
   c.executor_tile_shift = in.ConsumeBool() ? ps::HostPolicy::tile_shift : ps::StashPolicy::tile_shift;
   c.lanes = in.ConsumeIntegralInRange(1, 32);
   c.zero_tail = in.ConsumeBool();
-  c.base_misalign = in.ConsumeIntegralInRange(0u, 15u);
+  c.base_misalign = in.ConsumeIntegralInRange(0u, 31u);
   c.seed = in.ConsumeIntegral<std::uint32_t>();
   const int segments = in.ConsumeIntegralInRange(1, 6);
   std::int64_t at = in.ConsumeIntegralInRange(0, 40);

@@ -30,7 +30,7 @@ TEST_CASE("copy engine: random segments (short, misaligned and long lines, 256 B
 }
 
 TEST_CASE("copy engine: lines shorter than 16 bytes at every buffer alignment") {
-  for (unsigned misalign = 0; misalign < 16; ++misalign) {
+  for (unsigned misalign = 0; misalign < 32; ++misalign) {
     for (std::int64_t live = 1; live < 16; ++live) {
       EngineCase c;
       c.base_misalign = misalign;
@@ -45,21 +45,25 @@ TEST_CASE("copy engine: lines shorter than 16 bytes at every buffer alignment") 
 
 TEST_CASE("copy engine: staged short lines on 16-byte line starts, runs of 0-64 bytes and longer, tiles cut anywhere") {
   // Runs packed end to end start at every offset of a stream vector; 256-byte and 4 KiB tiles cut lines at every
-  // column. The third mover (a warp of threads with a stage) stages these; the oracle is a plain copy.
+  // column; lines start at both halves of a sector (a reload stores the bytes past a line's last sector boundary a
+  // byte a lane). The third mover (a warp of threads with a stage) stages these; the oracle is a plain copy.
   for (int page_shift : {8, 12}) {
-    for (std::int64_t i = 0; i <= 69; ++i) {
-      const std::int64_t live = i <= 64 ? i : 64 + 48 * (i - 64);  // and 112, 160, 208, 256 (staged_max_run), 304
-      EngineCase c;
-      c.page_shift = page_shift;
-      c.zero_tail = live % 2 == 0;
-      const std::int64_t pitch = (live + 15) / 16 * 16 + 16 * (live % 3);
-      const std::int64_t lines = live <= 16 ? 700 : 90;
-      c.segments = Segments{{16, lines, std::max<std::int64_t>(pitch, 16), live},
-                            {16 + lines * std::max<std::int64_t>(pitch, 16) + 32, 33,
-                             std::max<std::int64_t>(live, 64) + 16 * (live % 2), live}};
-      c.seed = static_cast<std::uint32_t>(100 * page_shift + live);
-      INFO("page_shift " << page_shift << ", live " << live);
-      REQUIRE(check_engine(c) == "");
+    for (unsigned half : {0u, 16u}) {
+      for (std::int64_t i = 0; i <= 69; ++i) {
+        const std::int64_t live = i <= 64 ? i : 64 + 48 * (i - 64);  // and 112, 160, 208, 256 (staged_max_run), 304
+        EngineCase c;
+        c.page_shift = page_shift;
+        c.zero_tail = live % 2 == 0;
+        c.base_misalign = half;
+        const std::int64_t pitch = (live + 15) / 16 * 16 + 16 * (live % 3);
+        const std::int64_t lines = live <= 16 ? 700 : 90;
+        c.segments = Segments{{16, lines, std::max<std::int64_t>(pitch, 16), live},
+                              {16 + lines * std::max<std::int64_t>(pitch, 16) + 32, 33,
+                               std::max<std::int64_t>(live, 64) + 16 * (live % 2), live}};
+        c.seed = static_cast<std::uint32_t>(100 * page_shift + live);
+        INFO("page_shift " << page_shift << ", live " << live << ", misalign " << half);
+        REQUIRE(check_engine(c) == "");
+      }
     }
   }
 }

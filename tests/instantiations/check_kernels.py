@@ -15,9 +15,9 @@ and the reset kernel, per architecture in the library:
   - a stash kernel's staged mover of short lines (copy_tile_staged), where the policy has the
     kernels stage (StashPolicy::staged), has at least staged_loads 128-bit evict-first loads
     (its chunks) issued before the first instruction that reads one;
-  - integer divisions (I2F.U32.RP, the start of its reciprocal) inside a per-vector copy loop
-    (an innermost loop with a 128-bit global load or store) are reported, not yet failed:
-    locate() divides by the run per vector;
+  - no integer division (I2F.U32.RP, the start of its reciprocal) inside a per-vector copy loop
+    (an innermost loop with a 128-bit global load or store), with and without --use_fast_math:
+    locate() and value_at() find a line by a multiply-high (issue 54);
   - no L1 invalidation (CCTL.IVALL, what an acquire load or fence at device scope compiles
     to) inside a spin loop (a backward branch whose body sleeps, NANOSLEEP): a waiter polls
     relaxed and fences once after; and at most MAX_CCTL_IVALL of them in the kernel;
@@ -367,7 +367,6 @@ def main():
     keys = sorted(kernels)
     pretty = dict(zip(keys, demangle([m for _, m in keys])))
     failures = []
-    divisions = []  # kernels with an integer division in a per-vector copy loop (reported)
 
     def shape_failures(k, label):
         """What breaks the rules every kernel keeps, with and without --use_fast_math."""
@@ -380,6 +379,8 @@ def main():
             why.append(f"{k['regs']} registers > {MAX_REGISTERS}")
         if k.get("membar_sc", 0) and label.startswith(("stash", "reload", "discard")):
             why.append(f"{k['membar_sc']} sequentially consistent fences (MEMBAR.SC.GPU)")
+        if k.get("division_in_vector_loop", 0):
+            why.append(f"{k['division_in_vector_loop']} integer divisions (I2F.U32.RP) in a per-vector copy loop")
         return why
 
     print(f"{'arch':6s} {'kernel':90s} {'regs':>4s} {'stack':>5s} {'spill':>5s} {'shared':>6s} {'blocks/SM':>9s} {'ld batch':>8s} {'unaligned':>9s} {'L1 inv':>6s} {'SC fence':>8s}  128-bit ld/st")
@@ -407,10 +408,6 @@ def main():
             why.append(f"the staged mover has {k.get('staged', 0)} 128-bit loads in flight (< {MIN_STAGED_LOADS})")
         if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"the scatter has {k.get('scatter', 0)} 128-bit loads in flight (< {MIN_LOADS_IN_FLIGHT})")
-        # Reported, not yet a rule: locate() divides by the run per vector (issue 54; a multiply-high there cost sm_90's
-        # reload its 128-bit stores).
-        if k.get("division_in_vector_loop", 0):
-            divisions.append(f"{key[0]} {label}: {k['division_in_vector_loop']}")
         if is_copy and not k.get("barrier_free_waits", 0):
             why.append("every path from the verdict's wait to the first data load passes a block barrier (BAR.SYNC)")
         if k.get("cctl_in_spin", 0):
@@ -438,11 +435,8 @@ def main():
         print(f"{len(fast)} kernels compiled with --use_fast_math, compared with the library's float arithmetic")
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, no MEMBAR.SC.GPU, 128-bit copies, "
-          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), <= {MAX_CCTL_IVALL} L1 invalidations and none in "
+          f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), no division in a per-vector loop, <= {MAX_CCTL_IVALL} L1 invalidations and none in "
           f"the {spin} spin loops, a path with no block barrier from the verdict's wait to the first load")
-    if divisions:
-        print(f"\n{len(divisions)} kernels have integer divisions (I2F.U32.RP) in a per-vector copy loop (not a rule yet): "
-              + "; ".join(divisions[:4]) + (" ..." if len(divisions) > 4 else ""))
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")
         for f in failures:

@@ -48,13 +48,16 @@ PAGESTASH_HOST_DEVICE inline float div_rn(float a, float b) { return ieee_rn<'/'
 
 /// One tile of a compressed item, resolved.
 struct CodedTile {
-  unsigned char* buffer;        ///< the data buffer
-  Segment segment;              ///< the item's segment
-  cuda::std::int64_t per_line;  ///< values a line holds (live)
-  cuda::std::int64_t first;     ///< the tile's first value, in the item
-  cuda::std::uint32_t blocks;   ///< blocks of the tile
-  unsigned char* codes;         ///< the tile's first code (one page holds every code of the tile)
-  cuda::std::int64_t scales;    ///< stream position of the item's first scale
+  unsigned char* buffer;           ///< the data buffer
+  Segment segment;                 ///< the item's segment
+  cuda::std::int64_t per_line;     ///< values a line holds (live)
+  cuda::std::int64_t first;        ///< the tile's first value, in the item
+  cuda::std::int64_t line;         ///< the first value's line (several lines: else 0)
+  cuda::std::uint32_t col;         ///< and its column there (several lines)
+  cuda::std::uint32_t per_line_m;  ///< ShortDivisor(min(per_line, 2^max_tile_shift)).m: value_at without a division
+  cuda::std::uint32_t blocks;      ///< blocks of the tile
+  unsigned char* codes;            ///< the tile's first code (one page holds every code of the tile)
+  cuda::std::int64_t scales;       ///< stream position of the item's first scale
 };
 
 /// Resolves tile `tile` of a compressed item (Traits' data buffer is of 2-byte values); moves the cursor to its item.
@@ -73,6 +76,14 @@ PAGESTASH_HOST_DEVICE CodedTile resolve_coded_tile(const TileWork& w, ItemCursor
   c.first = (cell > item.stream ? cell : item.stream) - item.stream;
   const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << w.tile_shift) - item.stream;
   c.blocks = static_cast<cuda::std::uint32_t>(((next < values ? next : values) - c.first) / Compression::block);
+  c.line = 0, c.col = 0, c.per_line_m = 0;
+  if (item.segment.lines > 1) {  // a segment of several lines holds less than 4 GiB: 32-bit division (copy.hpp)
+    const auto first = static_cast<cuda::std::uint32_t>(c.first),
+               per_line = static_cast<cuda::std::uint32_t>(c.per_line);
+    c.line = first / per_line, c.col = first % per_line;
+    constexpr cuda::std::uint32_t most = cuda::std::uint32_t{1} << max_tile_shift;  // a tile's values (a code a byte)
+    c.per_line_m = detail::ShortDivisor(per_line < most ? per_line : most).m;
+  }
   c.codes = detail::stream_byte(w, item.stream + c.first);
   c.scales = item.stream + detail::round_up(values, 16);
   return c;
@@ -80,14 +91,16 @@ PAGESTASH_HOST_DEVICE CodedTile resolve_coded_tile(const TileWork& w, ItemCursor
 
 namespace detail {
 
-/// Where value v of a coded tile's item is in the buffer.
-PAGESTASH_HOST_DEVICE inline unsigned char* value_at(const CodedTile& c, cuda::std::int64_t v) {
-  cuda::std::int64_t line = 0, col = v;
-  if (c.segment.lines > 1) {  // a segment of several lines holds less than 4 GiB: 32-bit division (copy.hpp)
-    line = static_cast<cuda::std::uint32_t>(v) / static_cast<cuda::std::uint32_t>(c.per_line);
-    col = static_cast<cuda::std::uint32_t>(v) % static_cast<cuda::std::uint32_t>(c.per_line);
-  }
-  return c.buffer + c.segment.line_offset(line) + 2 * col;
+/// Where value o of a coded tile (from its first) is in the buffer: lines past the first by a multiply-high, exact as
+/// o < 2^max_tile_shift (locate's), and the column carried over once.
+PAGESTASH_HOST_DEVICE inline unsigned char* value_at(const CodedTile& c, cuda::std::uint32_t o) {
+  if (c.segment.lines <= 1) return c.buffer + c.segment.line_offset(0) + 2 * (c.first + o);
+  ShortDivisor per_line_of(1);
+  per_line_of.m = c.per_line_m;
+  const auto per_line = static_cast<cuda::std::uint32_t>(c.per_line);
+  cuda::std::uint32_t lines = per_line_of.of(o), col = c.col + (o - lines * per_line);
+  if (col >= per_line) col -= per_line, ++lines;
+  return c.buffer + c.segment.line_offset(c.line + lines) + 2 * col;
 }
 
 /// The 16-bit source format's facts: the bits of infinity, and floor(log2) of a finite non-zero magnitude.
@@ -292,7 +305,7 @@ PAGESTASH_HOST_DEVICE void encode_units(const Lanes& lanes, const TileWork& w, c
     PAGESTASH_UNROLL
     for (cuda::std::uint32_t k = 0; k < Map::batch; ++k)
       x[k] = Map::block(first, k, rank, size) < c.blocks
-                 ? load_vector<16>(value_at(c, c.first + unit_values * Map::unit(first, k, rank, size)))
+                 ? load_vector<16>(value_at(c, unit_values * Map::unit(first, k, rank, size)))
                  : Vector16{};
     cuda::std::uint32_t m[Map::blocks] = {};
     PAGESTASH_UNROLL
@@ -341,8 +354,7 @@ PAGESTASH_HOST_DEVICE void decode_units(const Lanes& lanes, const TileWork& w, c
     for (cuda::std::uint32_t k = 0; k < Map::batch; ++k) {
       if (Map::block(first, k, rank, size) >= c.blocks) continue;
       const cuda::std::uint32_t u = Map::unit(first, k, rank, size);
-      store_vector(value_at(c, c.first + unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]),
-                   true);
+      store_vector(value_at(c, unit_values * u), decode_vector<Format, T>(codes[k], factor[k / Map::rounds]), true);
     }
   }
 }

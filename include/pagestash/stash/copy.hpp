@@ -19,8 +19,10 @@
 //                      compacts their live bytes in its stage (shared memory; the grid
 //                      emulator's per-warp host buffer)
 //                      and stores whole, aligned stream vectors from it. A reload loads the
-//                      stream's vectors into the stage and stores each chunk's live bytes into
-//                      its line exactly (store_masked). Rounds of lines that fit the stage, a ring: the stream
+//                      stream's vectors into the stage and stores exactly the live bytes,
+//                      each sector by one store instruction: a line's whole sectors as
+//                      vectors, the bytes past its last sector boundary (dense lines: every
+//                      byte) a byte a lane. Rounds of lines that fit the stage, a ring: the stream
 //                      vector across two rounds waits there for the second.
 //   copy_tile_pieces   one host thread (the host executor): the same pieces, each line's run
 //                      a memcpy, which is what a CPU copies fastest; where a line's dead rest
@@ -62,9 +64,10 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
 }
 
 /// A lane's access to the buffer or the pages, as a host observer sees it (vector_observer): a load or store of
-/// `bytes`, the start of a tile (address null), after which the lanes of a warp make their accesses in step again, or
-/// a use (address null): the lane uses the values it loaded before it loads again, as a store of them does (a round,
-/// docs/design.md's glossary).
+/// `bytes` (a store at address null: the lane's store instruction ran with the lane off, so that its count of
+/// instructions stays in step with its warp's), the start of a tile (address null), after which the lanes of a warp
+/// make their accesses in step again, or a use (address null): the lane uses the values it loaded before it loads
+/// again, as a store of them does (a round, docs/design.md's glossary).
 enum class VectorAccess : int { load, store, tile, use };
 
 #if !defined(__CUDA_ARCH__)
@@ -129,11 +132,11 @@ PAGESTASH_HOST_DEVICE void store_vector(unsigned char* dst, const Vector<Bytes>&
 #if defined(__CUDA_ARCH__)
   if constexpr (Bytes == 16) {
     const uint4 u = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
-    if (read_soon) *reinterpret_cast<uint4*>(dst) = u;
+    if (read_soon) __stwb(reinterpret_cast<uint4*>(dst), u);  // global, said not inferred (else ptxas may emit ST)
     else __stcs(reinterpret_cast<uint4*>(dst), u);
   } else {
     const uint2 u = make_uint2(x.w[0], x.w[1]);
-    if (read_soon) *reinterpret_cast<uint2*>(dst) = u;
+    if (read_soon) __stwb(reinterpret_cast<uint2*>(dst), u);
     else __stcs(reinterpret_cast<uint2*>(dst), u);
   }
 #else
@@ -229,11 +232,13 @@ PAGESTASH_HOST_DEVICE inline Vector16 load_bytes(const unsigned char* src, unsig
   return keep_bytes(out, n);
 }
 
-/// An aligned word, half-word or byte of a buffer's line (a reload's exact stores), observed as store_vector's are.
+/// An aligned word, half-word or byte of a buffer's line (a reload's exact stores), observed as store_vector's are;
+/// where `on` is false, none (the lane is off for this store: observed as such).
 template <class Unit>
-PAGESTASH_HOST_DEVICE void store_unit(unsigned char* dst, Unit u) {
+PAGESTASH_HOST_DEVICE void store_unit(unsigned char* dst, Unit u, bool on = true) {
+  if (!on) return observe_vector(nullptr, sizeof(Unit), VectorAccess::store);
 #if defined(__CUDA_ARCH__)
-  *reinterpret_cast<Unit*>(dst) = u;
+  __stwb(reinterpret_cast<Unit*>(dst), u);
 #else
   std::memcpy(dst, &u, sizeof(Unit));
 #endif
@@ -243,28 +248,28 @@ PAGESTASH_HOST_DEVICE void store_unit(unsigned char* dst, Unit u) {
 /// The bytes of x that `mask` selects (bit b: byte b) to dst on 16 bytes; no other byte is written. Every aligned 16,
 /// 8, 4 or 2 bytes the mask fills is one store, the rest single bytes: a line's piece of n bytes from a chunk's start
 /// takes one store for each power of two in n (store_bytes takes up to 6), a whole chunk one. Constant indices only.
+/// Each store is a place in the lane's instructions, made or (observed) not, as its warp runs it.
 PAGESTASH_HOST_DEVICE inline void store_masked(unsigned char* dst, const Vector16& x, cuda::std::uint32_t mask) {
   using u32 = cuda::std::uint32_t;
   observe_vector(nullptr, 0, VectorAccess::use);
-  if ((mask & 0xFFFF) == 0xFFFF) return store_vector(dst, x, true);
+  const bool whole = (mask & 0xFFFF) == 0xFFFF;
+  if (whole) store_vector(dst, x, true);
+  else observe_vector(nullptr, 16, VectorAccess::store);
   PAGESTASH_UNROLL
   for (u32 h = 0; h < 2; ++h) {
-    if (((mask >> (8 * h)) & 0xFF) == 0xFF) {
-      store_vector(dst + 8 * h, Vector8{{x.w[2 * h], x.w[2 * h + 1]}}, true);
-      continue;
-    }
+    const bool half = !whole && ((mask >> (8 * h)) & 0xFF) == 0xFF;
+    if (half) store_vector(dst + 8 * h, Vector8{{x.w[2 * h], x.w[2 * h + 1]}}, true);
+    else observe_vector(nullptr, 8, VectorAccess::store);
     PAGESTASH_UNROLL
     for (u32 q = 2 * h; q < 2 * h + 2; ++q) {
-      if (((mask >> (4 * q)) & 0xF) == 0xF) {
-        store_unit(dst + 4 * q, x.w[q]);
-        continue;
-      }
+      const bool wider = whole || half, word = !wider && ((mask >> (4 * q)) & 0xF) == 0xF;
+      store_unit(dst + 4 * q, x.w[q], word);
       PAGESTASH_UNROLL
       for (u32 k = 0; k < 4; k += 2) {
-        const u32 pair = (mask >> (4 * q + k)) & 3, bits = x.w[q] >> (8 * k);
-        if (pair == 3) store_unit(dst + 4 * q + k, static_cast<cuda::std::uint16_t>(bits));
-        else if (pair == 1) store_unit(dst + 4 * q + k, static_cast<unsigned char>(bits));
-        else if (pair == 2) store_unit(dst + 4 * q + k + 1, static_cast<unsigned char>(bits >> 8));
+        const u32 pair = wider || word ? 0u : (mask >> (4 * q + k)) & 3, bits = x.w[q] >> (8 * k);
+        store_unit(dst + 4 * q + k, static_cast<cuda::std::uint16_t>(bits), pair == 3);
+        store_unit(dst + 4 * q + k, static_cast<unsigned char>(bits), pair == 1);
+        store_unit(dst + 4 * q + k + 1, static_cast<unsigned char>(bits >> 8), pair == 2);
       }
     }
   }
@@ -277,22 +282,16 @@ PAGESTASH_HOST_DEVICE inline void store_bytes(unsigned char* dst, const Vector16
   observe_vector(nullptr, 0, VectorAccess::use);  // x's loads are used here, then its word and byte stores
   if (reinterpret_cast<cuda::std::uintptr_t>(dst) % 4 == 0) {
     PAGESTASH_UNROLL
-    for (unsigned k = 0; k < 4; ++k) {
-      if (4 * k + 4 > n) continue;
-      store_unit(dst + 4 * k, x.w[k]);
-    }
+    for (unsigned k = 0; k < 4; ++k) store_unit(dst + 4 * k, x.w[k], 4 * k + 4 <= n);
     const unsigned whole = n / 4 * 4;
     const cuda::std::uint32_t last = shift_bytes(x, whole % 16, false).w[0];
     PAGESTASH_UNROLL
-    for (unsigned b = 0; b < 3; ++b) {
-      if (whole + b < n) store_unit(dst + whole + b, static_cast<unsigned char>(last >> (8 * b)));
-    }
+    for (unsigned b = 0; b < 3; ++b)
+      store_unit(dst + whole + b, static_cast<unsigned char>(last >> (8 * b)), whole + b < n);
     return;
   }
   PAGESTASH_UNROLL
-  for (unsigned b = 0; b < 16; ++b) {
-    if (b < n) store_unit(dst + b, static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4))));
-  }
+  for (unsigned b = 0; b < 16; ++b) store_unit(dst + b, static_cast<unsigned char>(x.w[b / 4] >> (8 * (b % 4))), b < n);
 }
 
 PAGESTASH_HOST_DEVICE inline bool aligned16(const unsigned char* p) {
@@ -791,37 +790,68 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
       }
       lanes.sync_lanes();
       const StagedRound r = staged_round(tile, tile.first);
-      const auto unstage = [&](auto dense_tag) {
-        constexpr bool dense = decltype(dense_tag)::value;
+      if (tile.dense) {
+        // Dense lines: lanes sweep the round's buffer bytes in sectors, a byte a lane, and store the live ones: each
+        // sector is one store instruction's.
+        const u32 pitch = tile.pitch, run = tile.run, col0 = tile.col0;
+        ShortDivisor per_pitch(1);
+        per_pitch.m = tile.per_pitch;
+        const u32 skew = static_cast<u32>(reinterpret_cast<cuda::std::uintptr_t>(tile.line0) % 32);
+        const u32 from = r.first * pitch + (r.first == 0 ? col0 : 0), to = (r.end - 1) * pitch + run;
+        const auto start = static_cast<cuda::std::int32_t>(((from + skew) & ~31u) - skew);  // from line0, >= -31
+        const u32 n = to - static_cast<u32>(start);
+        for (u32 k0 = 0; k0 < n; k0 += width) {
+          const u32 k = k0 + lane_of(lanes);
+          const cuda::std::int32_t rel = start + static_cast<cuda::std::int32_t>(k);
+          const u32 l = rel < 0 ? 0u : per_pitch.of(static_cast<u32>(rel)), col = static_cast<u32>(rel) - l * pitch;
+          const auto p = static_cast<cuda::std::int32_t>(l * run + col - col0);
+          const bool on = k < n && rel >= 0 && col < run && p >= r.lo && p < r.hi;
+          store_unit(tile.line0 + rel, stage[p & (ring - 1)], on);
+        }
+      } else {
+        // Lines on 16 bytes: a line's bytes up to its last sector boundary are whole chunks, stored as vectors (two
+        // lanes' of one instruction a sector); its bytes past it (its tail: up to 31) are lanes' of one byte store,
+        // 2^g lanes a line, so that every sector is written by one store instruction.
+        const u32 run = tile.run, pitch = tile.pitch, col0 = tile.col0;
+        const u32 skew0 = static_cast<u32>(reinterpret_cast<cuda::std::uintptr_t>(tile.line0) % 32), flip = pitch % 32;
+        const auto tail_of = [run](u32 skew) {  // the tail of a line starting `skew` bytes into a sector (0 or 16)
+          const u32 t = (skew + run) % 32;
+          return t > run ? run : (t == 16 ? 0 : t);  // a whole chunk alone in its sector: a vector
+        };
         PAGESTASH_UNROLL
         for (u32 j = 0; j < loads; ++j) {
-          const StagedChunk c = staged_chunk(tile, r, dense, lane_of(lanes), width, j);
+          const StagedChunk c = staged_chunk(tile, r, false, lane_of(lanes), width, j);
           unsigned char* const at = tile.line0 + c.rel;
-          // The chunk's live bytes from the stage, and which they are (the chunk is on 16 bytes).
-          Vector16 y{};
-          u32 mask = 0;
-          if (dense) {
-            for_each_staged_byte(tile, r, dense, c, [&](u32 b, u32 p) {
-              y.w[b / 4] |= u32{stage[p & (ring - 1)]} << (8 * (b % 4));
-              mask |= 1u << b;
-            });
-          } else {
-            if (c.first >= c.end) continue;
-            // One line's bytes, consecutive in the stream: the stage's words under them, shifted into place (bytes
-            // before c.first, of another round or none, are read but not stored).
-            const auto p = static_cast<u32>(c.pos);
-            u32 words[5];
-            PAGESTASH_UNROLL
-            for (u32 i = 0; i < 5; ++i) words[i] = stage_word(stage, p / 4 + i);
-            PAGESTASH_UNROLL
-            for (u32 i = 0; i < 4; ++i) y.w[i] = funnel_shift_right(words[i], words[i + 1], 8 * (p % 4));
-            mask = (1u << c.end) - (1u << c.first);
+          const u32 skew =
+              static_cast<u32>((reinterpret_cast<cuda::std::uintptr_t>(at) - static_cast<u32>(c.col)) % 32);
+          if (c.first >= c.end || static_cast<u32>(c.col) >= run - tail_of(skew)) {
+#if !defined(__CUDA_ARCH__)
+            store_masked(at, Vector16{}, 0);  // the lane off for the chunk's stores, which its warp runs
+#endif
+            continue;
           }
-          store_masked(at, y, mask);
+          // One line's bytes, consecutive in the stream: the stage's words under them, shifted into place (bytes
+          // before c.first, of another round or none, are read but not stored).
+          const auto p = static_cast<u32>(c.pos);
+          u32 words[5];
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < 5; ++i) words[i] = stage_word(stage, p / 4 + i);
+          Vector16 y;
+          PAGESTASH_UNROLL
+          for (u32 i = 0; i < 4; ++i) y.w[i] = funnel_shift_right(words[i], words[i + 1], 8 * (p % 4));
+          store_masked(at, y, (1u << c.end) - (1u << c.first));
         }
-      };
-      if (tile.dense) unstage(cuda::std::true_type{});
-      else unstage(cuda::std::false_type{});
+        const u32 even = tail_of(skew0), odd = tail_of(skew0 ^ flip), most = even > odd ? even : odd;
+        const u32 g = most <= 1 ? 0 : (most <= 2 ? 1 : (most <= 4 ? 2 : (most <= 8 ? 3 : (most <= 16 ? 4 : 5))));
+        const u32 n = most == 0 ? 0 : (r.end - r.first) << g;
+        for (u32 k0 = 0; k0 < n; k0 += width) {
+          const u32 k = k0 + lane_of(lanes), l = r.first + (k >> g), b = k & ((1u << g) - 1);
+          const u32 tail = l % 2 == 0 ? even : odd, col = run - tail + b;
+          const auto p = static_cast<cuda::std::int32_t>(l * run + col - col0);
+          const bool on = k < n && b < tail && p >= r.lo && p < r.hi;
+          store_unit(tile.line0 + static_cast<cuda::std::uint64_t>(l) * pitch + col, stage[p & (ring - 1)], on);
+        }
+      }
       last = r.last;
     }
     const u32 next = tile.first + tile.group;
@@ -893,6 +923,9 @@ PAGESTASH_HOST_DEVICE void copy_tile_vectors(const Lanes& lanes, const TileSpan&
         PAGESTASH_UNROLL
         for (int j = 0; j < 5; ++j) words[k][j] = load_word(first + 4 * j);
       }
+#if defined(__CUDA_ARCH__)
+      __syncwarp();  // every word issued before one is shifted: else ptxas for sm_90 shifts the first vector early
+#endif
       Vector16 x[gather];
       PAGESTASH_UNROLL
       for (cuda::std::uint32_t k = 0; k < gather; ++k) {

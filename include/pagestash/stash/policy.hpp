@@ -67,9 +67,6 @@ struct StashPolicy100 : StashPolicy90 {
   /// 8 TB/s over 148 SMs needs 15-25 KiB of loads in flight per SM: one block has them; a second copies while the first
   /// waits at a barrier.
   static constexpr int grid_blocks_per_sm = 2;
-  /// ptxas for sm_100 starts shifting the first gathered vector before the last one's words are loaded: one more vector
-  /// keeps four in flight (on sm_90 it spills).
-  static constexpr cuda::std::uint32_t gather_vectors = loads_in_flight + 1;
 };
 
 /// The host executor's: one host thread moves a tile.

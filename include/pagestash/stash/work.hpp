@@ -36,6 +36,12 @@ inline constexpr cuda::std::int64_t max_tile_lines = 256;
 /// block of 4 GiB (a single-line segment, e.g. a packed buffer, has no limit).
 inline constexpr cuda::std::int64_t max_lined_segment_bytes = 0xFFFFFFFFLL;
 
+/// The largest tile, log2: a tile's byte offsets times a line's run stay under 2^32, so that locate finds a line by a
+/// multiply-high (detail::ShortDivisor), not a division a vector.
+inline constexpr int max_tile_shift = 16;
+static_assert(StashPolicy90::tile_shift <= max_tile_shift && StashPolicy100::tile_shift <= max_tile_shift &&
+              HostPolicy::tile_shift <= max_tile_shift);
+
 /// log2 of the tile size of an executor (its policy's tile_shift, stash/policy.hpp) on a
 /// pool of 2^page_shift-byte pages: the executor's, or a page when pages are smaller.
 PAGESTASH_HOST_DEVICE constexpr int tile_shift_for(int page_shift, int executor_shift) {
@@ -269,6 +275,7 @@ struct TileSpan {
   cuda::std::uint32_t bytes;       ///< of the tile
   cuda::std::uint32_t head_bytes;  ///< <= bytes
   cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
+  cuda::std::uint32_t per_run;     ///< ShortDivisor(min(run, bytes)).m: locate's line without a division
   bool last;                       ///< the item's last tile
 };
 
@@ -313,9 +320,12 @@ struct Piece {
   cuda::std::uint32_t room;
 };
 
+/// Per vector: the line by a multiply-high (TileSpan::per_run), exact since d < bytes <= 2^max_tile_shift.
 PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t q) {
   if (q < s.head_bytes) return {s.head + q, s.head_bytes - q};
-  const cuda::std::uint32_t d = q - s.head_bytes, line = d / s.run, col = d % s.run;
+  ShortDivisor per_run(1);
+  per_run.m = s.per_run;
+  const cuda::std::uint32_t d = q - s.head_bytes, line = per_run.of(d), col = d - line * s.run;
   return {s.body + static_cast<cuda::std::int64_t>(line) * s.pitch + col, s.run - col};
 }
 
@@ -358,6 +368,8 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   s.body = line_start + seg.pitch;
   s.pitch = seg.pitch;
   s.run = static_cast<cuda::std::uint32_t>(run < 0x80000000LL ? run : 0x80000000LL);
+  // A run of at least the tile's bytes has line 0 for every byte past the head: so has a divisor of the tile's bytes.
+  s.per_run = detail::ShortDivisor(s.run < s.bytes ? s.run : s.bytes).m;
   s.last = e == bytes;
   s.stream = nullptr;
   if (copy) {

@@ -95,10 +95,8 @@ namespace detail {
 /// o < 2^max_tile_shift (locate's), and the column carried over once.
 PAGESTASH_HOST_DEVICE inline unsigned char* value_at(const CodedTile& c, cuda::std::uint32_t o) {
   if (c.segment.lines <= 1) return c.buffer + c.segment.line_offset(0) + 2 * (c.first + o);
-  ShortDivisor per_line_of(1);
-  per_line_of.m = c.per_line_m;
   const auto per_line = static_cast<cuda::std::uint32_t>(c.per_line);
-  cuda::std::uint32_t lines = per_line_of.of(o), col = c.col + (o - lines * per_line);
+  cuda::std::uint32_t lines = ShortDivisor::kept(c.per_line_m).of(o), col = c.col + (o - lines * per_line);
   if (col >= per_line) col -= per_line, ++lines;
   return c.buffer + c.segment.line_offset(c.line + lines) + 2 * col;
 }

@@ -617,9 +617,7 @@ PAGESTASH_HOST_DEVICE StagedChunk staged_chunk(const Tile& t, const StagedRound&
   const u32 from = r.first * pitch + (r.first == 0 ? col0 : 0);  // the round's first byte, from line0
   const i32 rel = static_cast<i32>(((from + skew) & ~15u) - skew + 16 * (lane + j * width));
   c.rel = rel;
-  ShortDivisor per_pitch(1);
-  per_pitch.m = t.per_pitch;
-  const i32 l = rel < 0 ? -1 : static_cast<i32>(per_pitch.of(static_cast<u32>(rel)));
+  const i32 l = rel < 0 ? -1 : static_cast<i32>(ShortDivisor::kept(t.per_pitch).of(static_cast<u32>(rel)));
   c.col = rel - l * static_cast<i32>(pitch);
   c.pos = l * static_cast<i32>(run) + c.col - static_cast<i32>(col0);
   c.first = 0;
@@ -794,8 +792,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
         // Dense lines: lanes sweep the round's buffer bytes in sectors, a byte a lane, and store the live ones: each
         // sector is one store instruction's.
         const u32 pitch = tile.pitch, run = tile.run, col0 = tile.col0;
-        ShortDivisor per_pitch(1);
-        per_pitch.m = tile.per_pitch;
+        const ShortDivisor per_pitch = ShortDivisor::kept(tile.per_pitch);
         const u32 skew = static_cast<u32>(reinterpret_cast<cuda::std::uintptr_t>(tile.line0) % 32);
         const u32 from = r.first * pitch + (r.first == 0 ? col0 : 0), to = (r.end - 1) * pitch + run;
         const auto start = static_cast<cuda::std::int32_t>(((from + skew) & ~31u) - skew);  // from line0, >= -31

@@ -305,6 +305,12 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
 struct ShortDivisor {
   cuda::std::uint32_t m;
   PAGESTASH_HOST_DEVICE explicit ShortDivisor(cuda::std::uint32_t d) : m(d <= 1 ? 0u : 0xFFFFFFFFu / d + 1) {}
+  /// The divisor whose multiplier `m` a tile keeps (computed once, where the tile is resolved).
+  PAGESTASH_HOST_DEVICE static ShortDivisor kept(cuda::std::uint32_t multiplier) {
+    ShortDivisor x(1);
+    x.m = multiplier;
+    return x;
+  }
   PAGESTASH_HOST_DEVICE cuda::std::uint32_t of(cuda::std::uint32_t n) const {
 #if defined(__CUDA_ARCH__)
     return m == 0 ? n : __umulhi(n, m);
@@ -323,9 +329,7 @@ struct Piece {
 /// Per vector: the line by a multiply-high (TileSpan::per_run), exact since d < bytes <= 2^max_tile_shift.
 PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t q) {
   if (q < s.head_bytes) return {s.head + q, s.head_bytes - q};
-  ShortDivisor per_run(1);
-  per_run.m = s.per_run;
-  const cuda::std::uint32_t d = q - s.head_bytes, line = per_run.of(d), col = d - line * s.run;
+  const cuda::std::uint32_t d = q - s.head_bytes, line = ShortDivisor::kept(s.per_run).of(d), col = d - line * s.run;
   return {s.body + static_cast<cuda::std::int64_t>(line) * s.pitch + col, s.run - col};
 }
 

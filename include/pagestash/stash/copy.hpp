@@ -803,7 +803,7 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
           const u32 l = rel < 0 ? 0u : per_pitch.of(static_cast<u32>(rel)), col = static_cast<u32>(rel) - l * pitch;
           const auto p = static_cast<cuda::std::int32_t>(l * run + col - col0);
           const bool on = k < n && rel >= 0 && col < run && p >= r.lo && p < r.hi;
-          store_unit(tile.line0 + rel, stage[p & (ring - 1)], on);
+          store_unit(tile.line0 + rel, stage[static_cast<u32>(p) & (ring - 1)], on);
         }
       } else {
         // Lines on 16 bytes: a line's bytes up to its last sector boundary are whole chunks, stored as vectors (two
@@ -846,7 +846,8 @@ PAGESTASH_HOST_DEVICE void copy_tile_staged(const Lanes& lanes, const TileSpan& 
           const u32 tail = l % 2 == 0 ? even : odd, col = run - tail + b;
           const auto p = static_cast<cuda::std::int32_t>(l * run + col - col0);
           const bool on = k < n && b < tail && p >= r.lo && p < r.hi;
-          store_unit(tile.line0 + static_cast<cuda::std::uint64_t>(l) * pitch + col, stage[p & (ring - 1)], on);
+          store_unit(tile.line0 + static_cast<cuda::std::uint64_t>(l) * pitch + col,
+                     stage[static_cast<u32>(p) & (ring - 1)], on);
         }
       }
       last = r.last;

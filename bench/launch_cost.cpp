@@ -158,6 +158,7 @@ LaunchShape executor_grid(std::int64_t max_tiles, int sms, int major) {
   });
   grid.slots = 2;
   grid.random_delays = false;
+  grid.fibers = true;  // counted, not explored: a block on one host thread
   return grid;
 }
 

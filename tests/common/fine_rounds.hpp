@@ -37,6 +37,7 @@ inline LaunchShape one_warp() {
   grid.threads = 32;
   grid.slots = 1;
   grid.random_delays = false;
+  grid.fibers = true;
   return grid;
 }
 

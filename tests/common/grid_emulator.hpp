@@ -5,6 +5,8 @@
 //
 //   - a block is a team of T host threads with a real barrier for sync() / publish() /
 //     share(); its warps are 32 emulated lanes each (one host thread per lane, as SIMT);
+//     where the launch counts rather than explores (LaunchShape::fibers), the T threads are
+//     fibers of one host thread, switched at the block's barriers (FiberBlock);
 //   - `slots` blocks are resident at once (one team of T threads each); the B blocks start
 //     in a shuffled order, slot after slot, so there may be more blocks than resident ones
 //     and some start late (optionally after a random delay, or after a caller's hook);
@@ -29,6 +31,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -46,13 +49,177 @@
 
 #if defined(__linux__)
 #  include <linux/futex.h>
+#  include <sys/mman.h>
 #  include <sys/syscall.h>
+#  include <ucontext.h>
 #  include <unistd.h>
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#  define PAGESTASH_TEST_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#  define PAGESTASH_TEST_ASAN 1
+#endif
+#if defined(__has_feature)
+#  if __has_feature(thread_sanitizer)
+#    define PAGESTASH_TEST_TSAN 1
+#  endif
+#  if __has_feature(address_sanitizer)
+#    define PAGESTASH_TEST_ASAN 1
+#  endif
+#endif
+#if defined(PAGESTASH_TEST_ASAN)
+#  include <sanitizer/common_interface_defs.h>
 #endif
 
 namespace pagestash_test {
 
 namespace ps = pagestash;
+
+struct EmulatedThread;
+
+/// Whether a launch may run each block's threads as fibers of one host thread (LaunchShape::fibers): on Linux, and not
+/// under ThreadSanitizer (which must see the threads as threads). AddressSanitizer is told of each switch.
+#if defined(__linux__) && !defined(PAGESTASH_TEST_TSAN)
+inline constexpr bool fibers_available = true;
+#else
+inline constexpr bool fibers_available = false;
+#endif
+
+/// The threads of one emulated block as fibers of the calling host thread (ucontext), run one at a time: a fiber runs
+/// until it waits at a barrier (HostBarrier yields to the next), so a barrier of n threads costs n switches in the
+/// process, not n sleeps and wakes of host threads. The counting tools run on it (a warp's 32 lanes as 32 host
+/// threads on two cores spent most of their time in the kernel's scheduler); what explores orders, and anything under a
+/// sanitizer, keeps host threads.
+class FiberBlock {
+ public:
+  static constexpr std::size_t stack_bytes = 256 * 1024;
+
+  /// The fiber block the calling host thread runs, and the fiber's thread state (null: none).
+  static FiberBlock*& current() {
+    thread_local FiberBlock* running = nullptr;
+    return running;
+  }
+
+#if defined(__linux__)
+  FiberBlock(int n, std::function<void(int)> body) : body_(std::move(body)), fibers_(static_cast<std::size_t>(n)) {}
+  ~FiberBlock() {
+    for (Fiber& f : fibers_)
+      if (f.stack != nullptr) munmap(f.stack, stack_bytes);
+  }
+  FiberBlock(const FiberBlock&) = delete;
+  FiberBlock& operator=(const FiberBlock&) = delete;
+
+  /// Runs body(0), ..., body(n - 1) to their ends on the calling thread.
+  void run() {
+    for (Fiber& f : fibers_) {
+      // A stack with a guard page below it: an overflow faults, never writes into another fiber's stack.
+      f.stack = mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (f.stack == MAP_FAILED || mprotect(f.stack, 4096, PROT_NONE) != 0)
+        throw std::runtime_error("FiberBlock: no stack");
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = f.stack;
+      f.context.uc_stack.ss_size = stack_bytes;
+      f.context.uc_link = nullptr;
+      makecontext(&f.context, &FiberBlock::entry, 0);
+    }
+    alive_ = static_cast<int>(fibers_.size());
+    current() = this;
+    running_ = 0;
+    switch_to(&main_, &main_fake_, fibers_[0]);
+    current() = nullptr;
+  }
+
+  /// To the next fiber that has not ended (round robin); back here when it is this one's turn again.
+  void yield() {
+    const int from = running_;
+    const int next = next_alive(from);
+    if (next == from) return;
+    running_ = next;
+    Fiber& f = fibers_[static_cast<std::size_t>(from)];
+    switch_to(&f.context, &f.fake_stack, fibers_[static_cast<std::size_t>(next)]);
+  }
+
+  /// The running fiber's emulated-thread state (emulated_thread()).
+  EmulatedThread& thread_state();
+
+ private:
+  struct Fiber {
+    ucontext_t context{};
+    void* stack = nullptr;
+    bool ended = false;
+    std::unique_ptr<EmulatedThread> state;
+    void* fake_stack = nullptr;  ///< AddressSanitizer's, kept while the fiber is switched out
+  };
+
+  /// From the running context (`from`; its fake stack kept in *fake) to fiber `to`, until something switches back.
+  static void switch_to(ucontext_t* from, void** fake, const Fiber& to) {
+#  if defined(PAGESTASH_TEST_ASAN)
+    __sanitizer_start_switch_fiber(fake, to.stack, stack_bytes);
+#  endif
+    swapcontext(from, &to.context);
+#  if defined(PAGESTASH_TEST_ASAN)
+    __sanitizer_finish_switch_fiber(*fake, nullptr, nullptr);
+#  else
+    (void)fake;
+#  endif
+  }
+  /// From an ended fiber to `to` (or the caller of run(), its stack [bottom, bottom + size)), for good.
+  [[noreturn]] static void leave_for(const ucontext_t* to, const void* bottom, std::size_t size) {
+#  if defined(PAGESTASH_TEST_ASAN)
+    __sanitizer_start_switch_fiber(nullptr, bottom, size);  // null: the ended fiber's fake stack is freed
+#  else
+    (void)bottom, (void)size;
+#  endif
+    setcontext(to);
+    std::abort();
+  }
+
+  static void entry() {
+    FiberBlock& b = *current();
+#  if defined(PAGESTASH_TEST_ASAN)
+    const void* from_bottom = nullptr;
+    std::size_t from_size = 0;
+    __sanitizer_finish_switch_fiber(nullptr, &from_bottom, &from_size);
+    if (b.main_bottom_ == nullptr) b.main_bottom_ = from_bottom, b.main_size_ = from_size;  // fiber 0, from run()
+#  endif
+    const int me = b.running_;
+    try {
+      b.body_(me);
+    } catch (const std::exception& e) {  // as in a host thread: the block's other threads would wait for ever
+      std::fprintf(stderr, "FiberBlock: a thread threw: %s\n", e.what());
+      std::abort();
+    }
+    b.fibers_[static_cast<std::size_t>(me)].ended = true;
+    if (--b.alive_ == 0) leave_for(&b.main_, b.main_bottom_, b.main_size_);
+    b.running_ = b.next_alive(me);
+    const Fiber& next = b.fibers_[static_cast<std::size_t>(b.running_)];
+    leave_for(&next.context, next.stack, stack_bytes);
+  }
+  int next_alive(int from) const {
+    const int n = static_cast<int>(fibers_.size());
+    for (int k = 1; k <= n; ++k) {
+      const int i = (from + k) % n;
+      if (!fibers_[static_cast<std::size_t>(i)].ended) return i;
+    }
+    return from;
+  }
+
+  std::function<void(int)> body_;
+  std::vector<Fiber> fibers_;
+  ucontext_t main_{};
+  void* main_fake_ = nullptr;
+  const void* main_bottom_ = nullptr;  ///< the caller's stack (AddressSanitizer's)
+  std::size_t main_size_ = 0;
+  int running_ = 0, alive_ = 0;
+#else
+  FiberBlock(int, std::function<void(int)>) { throw std::logic_error("FiberBlock: not on this platform"); }
+  void run() {}
+  void yield() {}
+  EmulatedThread& thread_state();
+#endif
+};
 
 /// A reusable barrier of n threads (C++17 has no std::barrier). The emulator's blocks are
 /// many more threads than cores, and nearly all of a launch's time is spent here: on Linux a
@@ -71,7 +238,10 @@ class HostBarrier {
       wake_all();
       return;
     }
-    while (phase_.load(std::memory_order_acquire) == phase) sleep_while(phase);
+    while (phase_.load(std::memory_order_acquire) == phase) {
+      if (FiberBlock* fibers = FiberBlock::current()) fibers->yield();  // a fiber: the block's next thread runs
+      else sleep_while(phase);
+    }
   }
 
  private:
@@ -197,9 +367,20 @@ struct EmulatedThread {
   void* sector_list = nullptr;
 };
 inline EmulatedThread& emulated_thread() {
+  if (FiberBlock* fibers = FiberBlock::current()) return fibers->thread_state();
   thread_local EmulatedThread t;
   return t;
 }
+
+#if defined(__linux__)
+inline EmulatedThread& FiberBlock::thread_state() {
+  Fiber& f = fibers_[static_cast<std::size_t>(running_)];
+  if (!f.state) f.state = std::make_unique<EmulatedThread>();
+  return *f.state;
+}
+#else
+inline EmulatedThread& FiberBlock::thread_state() { throw std::logic_error("FiberBlock: not on this platform"); }
+#endif
 
 /// A counter of the lanes' vector accesses that does not take the vector observer: another feeds it.
 struct Unobserved {};
@@ -866,6 +1047,9 @@ struct LaunchShape {
   std::function<void(int)> before_start;
   /// The launch's id (GridContext::launch); 0: a new one (next_grid_id), as on a GPU.
   std::uint64_t launch = 0;
+  /// Each block's threads as fibers of one host thread (FiberBlock), where fibers_available: the same accesses and
+  /// barriers, a block's threads switched only at its barriers. For counting, not for exploring orders.
+  bool fibers = false;
 };
 
 /// Runs body(ctx) on every thread of every block of one launch; returns when all are done.
@@ -883,7 +1067,7 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
   const int slots = std::max(1, std::min(shape.slots, shape.blocks));
   std::vector<std::unique_ptr<EmulatedBlock>> resident;
   for (int s = 0; s < slots; ++s) resident.push_back(std::make_unique<EmulatedBlock>(shape.threads));
-  HostThreads::borrow(slots * shape.threads, [&](int thread) {
+  const auto run_thread = [&](int thread) {
     const int s = thread / shape.threads, r = thread % shape.threads;
     EmulatedBlock& block = *resident[static_cast<std::size_t>(s)];
     const EmulatedTeam team{&block, r};
@@ -916,7 +1100,15 @@ void emulate_launch(const LaunchShape& shape, Body&& body) {
       body(ctx);
       block.barrier.wait();  // the block's threads leave together, as a block does
     }
-  });
+  };
+  if (shape.fibers && fibers_available) {
+    HostThreads::borrow(slots, [&](int s) {
+      FiberBlock fibers(shape.threads, [&](int r) { run_thread(s * shape.threads + r); });
+      fibers.run();
+    });
+  } else {
+    HostThreads::borrow(slots * shape.threads, run_thread);
+  }
 }
 
 /// The operations through the emulator, on host-memory pools: the same host checks as the
@@ -1002,14 +1194,22 @@ std::array<SectorCounter::Count, 4> count_sectors(ps::PagePool& pool, const ps::
 }
 
 /// The critical paths (CriticalPath) of a stash of `in`, a reload of it into `out`, and a discard of a second stash of
-/// `in`, each one launch of `grid`, on a new record of Tr in `pool`.
+/// `in`, each one launch of `grid`, on a new record of Tr in `pool`. The blocks after a launch's first start once it
+/// has published its id (`owner`): the count is of a block that arrives while the owner plans or after, whatever the
+/// host's timing (one that came between the owner's compare-exchange and its publication would wait for it: a window
+/// of one round on a GPU, which a busy host opens at random).
 template <class Tr>
 std::array<CriticalPath::Count, 3> count_critical_paths(ps::PagePool& pool,
                                                         const ps::GroupedView<typename Tr::layout>& in,
                                                         const ps::GroupedView<typename Tr::layout>& out,
-                                                        const LaunchShape& grid) {
+                                                        LaunchShape grid) {
   auto rec = ps::make_record<Tr>(pool, in);
   const void* verdict = &rec.ref().header->launch.verdict;
+  const std::uint64_t* owner = &rec.ref().header->launch.owner;  // read past the library's observers
+  grid.before_start = [owner, then = grid.before_start](int k) {
+    if (then) then(k);
+    while (k > 0 && __atomic_load_n(owner, __ATOMIC_ACQUIRE) == 0) std::this_thread::yield();
+  };
   std::array<CriticalPath::Count, 3> c;
   const auto expect = [&](ps::RecordState state, const char* what) {
     if (rec.status().state != state) throw std::runtime_error(std::string("count_critical_paths: ") + what);

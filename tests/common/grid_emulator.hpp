@@ -90,13 +90,13 @@ inline constexpr bool fibers_available = false;
 /// The threads of one emulated block as fibers of the calling host thread (ucontext), run one at a time: a fiber runs
 /// until it waits at a barrier (HostBarrier yields to the next), so a barrier of n threads costs n switches in the
 /// process, not n sleeps and wakes of host threads. The counting tools run on it (a warp's 32 lanes as 32 host
-/// threads on two cores spent most of their time in the kernel's scheduler); what explores orders, and anything under a
-/// sanitizer, keeps host threads.
+/// threads on two cores spent most of their time in the kernel's scheduler); what explores orders, and anything under
+/// ThreadSanitizer, keeps host threads.
 class FiberBlock {
  public:
   static constexpr std::size_t stack_bytes = 256 * 1024;
 
-  /// The fiber block the calling host thread runs, and the fiber's thread state (null: none).
+  /// The fiber block the calling host thread runs (null: none, a plain host thread).
   static FiberBlock*& current() {
     thread_local FiberBlock* running = nullptr;
     return running;

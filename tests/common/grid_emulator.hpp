@@ -77,7 +77,26 @@ namespace pagestash_test {
 
 namespace ps = pagestash;
 
-struct EmulatedThread;
+/// Which emulated block, warp and lane the calling host thread (or fiber) runs, and where its lane is in
+/// its sequence of accesses (SectorCounter's key): set when the thread starts a block.
+struct EmulatedThread {
+  std::int64_t block = -1;
+  int warp = 0;
+  std::int64_t tile = 0;             ///< tiles begun by this lane in this block
+  std::int64_t ordinal[2][17] = {};  ///< [store][bytes]: accesses of that kind in this tile
+  std::int64_t rounds = 0;           ///< dependent rounds of this lane in this tile (RoundCounter)
+  bool loading = false;              ///< loads since the last round ended
+  // CriticalPath's: this thread's path so far (after the block's barriers joined it), its barriers in this block.
+  std::int64_t path_accesses = 0, path_fences = 0;
+  std::int64_t syncs = 0;
+  bool polling = false;     ///< paused in a poll: its further loads are the same wait
+  int round = 0;            ///< in a OneRound: 1, and 2 once its first access is counted
+  bool loaded = false;      ///< has made a data load in this block
+  bool data_round = false;  ///< data loads issued since this lane last used any (the launch's chain)
+  // SectorCounter's: the counter (by serial number) this thread last kept its accesses for, and its list there.
+  std::uint64_t sector_counter = 0;
+  void* sector_list = nullptr;
+};
 
 /// Whether a launch may run each block's threads as fibers of one host thread (LaunchShape::fibers): on Linux, and not
 /// under ThreadSanitizer (which must see the threads as threads). AddressSanitizer is told of each switch.
@@ -142,14 +161,14 @@ class FiberBlock {
   }
 
   /// The running fiber's emulated-thread state (emulated_thread()).
-  EmulatedThread& thread_state();
+  EmulatedThread& thread_state() { return fibers_[static_cast<std::size_t>(running_)].state; }
 
  private:
   struct Fiber {
     ucontext_t context{};
     void* stack = nullptr;
     bool ended = false;
-    std::unique_ptr<EmulatedThread> state;
+    EmulatedThread state;
     void* fake_stack = nullptr;  ///< AddressSanitizer's, kept while the fiber is switched out
   };
 
@@ -217,7 +236,7 @@ class FiberBlock {
   FiberBlock(int, std::function<void(int)>) { throw std::logic_error("FiberBlock: not on this platform"); }
   void run() {}
   void yield() {}
-  EmulatedThread& thread_state();
+  EmulatedThread& thread_state() { throw std::logic_error("FiberBlock: not on this platform"); }
 #endif
 };
 
@@ -346,41 +365,11 @@ class CostCounter {
   std::atomic<std::int64_t> blocks_{0}, fences_{0}, barriers_{0};
 };
 
-/// Which emulated block, warp and lane the calling host thread runs, and where its lane is in
-/// its sequence of accesses (SectorCounter's key): set when the thread starts a block.
-struct EmulatedThread {
-  std::int64_t block = -1;
-  int warp = 0;
-  std::int64_t tile = 0;             ///< tiles begun by this lane in this block
-  std::int64_t ordinal[2][17] = {};  ///< [store][bytes]: accesses of that kind in this tile
-  std::int64_t rounds = 0;           ///< dependent rounds of this lane in this tile (RoundCounter)
-  bool loading = false;              ///< loads since the last round ended
-  // CriticalPath's: this thread's path so far (after the block's barriers joined it), its barriers in this block.
-  std::int64_t path_accesses = 0, path_fences = 0;
-  std::int64_t syncs = 0;
-  bool polling = false;     ///< paused in a poll: its further loads are the same wait
-  int round = 0;            ///< in a OneRound: 1, and 2 once its first access is counted
-  bool loaded = false;      ///< has made a data load in this block
-  bool data_round = false;  ///< data loads issued since this lane last used any (the launch's chain)
-  // SectorCounter's: the counter (by serial number) this thread last kept its accesses for, and its list there.
-  std::uint64_t sector_counter = 0;
-  void* sector_list = nullptr;
-};
 inline EmulatedThread& emulated_thread() {
   if (FiberBlock* fibers = FiberBlock::current()) return fibers->thread_state();
   thread_local EmulatedThread t;
   return t;
 }
-
-#if defined(__linux__)
-inline EmulatedThread& FiberBlock::thread_state() {
-  Fiber& f = fibers_[static_cast<std::size_t>(running_)];
-  if (!f.state) f.state = std::make_unique<EmulatedThread>();
-  return *f.state;
-}
-#else
-inline EmulatedThread& FiberBlock::thread_state() { throw std::logic_error("FiberBlock: not on this platform"); }
-#endif
 
 /// A counter of the lanes' vector accesses that does not take the vector observer: another feeds it.
 struct Unobserved {};

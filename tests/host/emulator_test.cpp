@@ -768,7 +768,7 @@ TEST_CASE("emulated block plan: the count check and the plan by 64 threads equal
 #undef PAGESTASH_CHECK_TEAM_PLAN
 }
 
-TEST_CASE("emulated warp: the warp's item search finds every tile's item, as a search over the first tiles does") {
+TEST_CASE("emulated warp: the warp's item search finds every tile's item and grid, as a search over first tiles does") {
   // Plans of 1 to 3,000 items (one round, the last round's two items a lane, two and three rounds), a third of them
   // empty (sharing their first tile with the next item), searched by the 32 lanes of one emulated warp; the oracle is
   // std::upper_bound over the items' first tiles.
@@ -779,6 +779,9 @@ TEST_CASE("emulated warp: the warp's item search finds every tile's item, as a s
     std::int64_t tiles = 0;
     for (std::size_t k = 0; k < items.size(); ++k) {
       items[k].first_tile = firsts[k] = tiles;
+      // A zero item's grid, or a copy item's of a stream offset past 4 GiB (both words handed on).
+      const auto stream = (std::int64_t{1} << 40) + 16 * static_cast<std::int64_t>(rng() % 100000);
+      items[k].grid = rng() % 4 == 0 ? -1 : ps::detail::stream_grid(stream, 8 + static_cast<int>(rng() % 9));
       tiles += rng() % 3 == 0 ? 0 : 1 + rng() % 4;
     }
     if (tiles == 0) tiles = 1;  // every item empty: the last one holds the one tile
@@ -801,7 +804,8 @@ TEST_CASE("emulated warp: the warp's item search finds every tile's item, as a s
         const auto k = std::upper_bound(firsts.begin(), firsts.end(), t) - firsts.begin() - 1;
         const std::int64_t end =
             k + 1 < n ? firsts[static_cast<std::size_t>(k + 1)] : static_cast<std::int64_t>(ps::max_plan_tiles);
-        if (c.item != k || c.first != firsts[static_cast<std::size_t>(k)] || c.end != end)
+        if (c.item != k || c.first != firsts[static_cast<std::size_t>(k)] || c.end != end ||
+            c.grid != items[static_cast<std::size_t>(k)].grid)
           ++wrong[static_cast<std::size_t>(ctx.lanes.rank())];
       }
     });

@@ -200,8 +200,8 @@ static_assert(start_of(verdict_word(verdict_skip, PlanSize{max_plan_tiles, 0x7FF
 /// Moves `cursor` to the item that owns `tile`, as seek_item does, with the warp's lanes: each round every lane reads
 /// one item of the range left, and the range shrinks 32-fold (a binary search takes log2 of the items). The last round
 /// (32 or 64 items left) reads every item left and the one after each lane's, so that the lane holding the answer
-/// knows it and hands on its tiles: a plan of up to 64 items takes one round, up to 2048 two. Every lane of the warp
-/// calls it, with the same tile.
+/// knows it and hands on its tiles and grid: a plan of up to 64 items takes one round, up to 2048 two. Every lane of
+/// the warp calls it, with the same tile.
 template <class Lanes>
 PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork& w, ItemCursor& c,
                                              cuda::std::int32_t tile) {
@@ -215,16 +215,19 @@ PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork&
       const cuda::std::int32_t step = (hi - lo + lanes.size() - 1) / lanes.size();
       const cuda::std::int32_t at = lo + lanes.rank() * step;
       if (step <= last_step) {
-        u32 found[3] = {0, 0, 0};  // the item, its first tile and its end: the answer's lane's, 0 elsewhere
+        u32 found[5] = {0, 0, 0, 0, 0};  // the item, its first tile, end and grid: the answer's lane's, 0 elsewhere
         cuda::std::int32_t first[last_step + 1];  // of items at, at + 1, ...: the end of the one before
+        cuda::std::int64_t grid[last_step];       // of items at, at + 1, ...
         {
           const detail::OneRound together;
           PAGESTASH_UNROLL
           for (int k = 0; k <= last_step; ++k) {
             first[k] = static_cast<cuda::std::int32_t>(max_plan_tiles);
+            if (k < last_step) grid[k] = -1;
             if (k <= step && at + k < w.item_count && at < hi) {
               detail::note_load(&w.items[at + k]);
               first[k] = static_cast<cuda::std::int32_t>(w.items[at + k].first_tile);
+              if (k < last_step) grid[k] = w.items[at + k].grid;
             }
           }
         }
@@ -234,12 +237,15 @@ PAGESTASH_HOST_DEVICE void seek_item_on_warp(const Lanes& lanes, const TileWork&
             found[0] = static_cast<u32>(at + k);
             found[1] = static_cast<u32>(first[k]);
             found[2] = static_cast<u32>(first[k + 1]);
+            found[3] = static_cast<u32>(static_cast<cuda::std::uint64_t>(grid[k]));
+            found[4] = static_cast<u32>(static_cast<cuda::std::uint64_t>(grid[k]) >> 32);
           }
         }
         lanes.max_over(found, lanes.size());
         c.item = static_cast<cuda::std::int32_t>(found[0]);
         c.first = static_cast<cuda::std::int32_t>(found[1]);
         c.end = static_cast<cuda::std::int32_t>(found[2]);
+        c.grid = static_cast<cuda::std::int64_t>(static_cast<cuda::std::uint64_t>(found[4]) << 32 | found[3]);
         return;
       }
       u32 best[1] = {static_cast<u32>(lo)};

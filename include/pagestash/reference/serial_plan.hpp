@@ -31,11 +31,15 @@ PAGESTASH_HOST_DEVICE CountCheck plan_groups(const GroupedView<Layout>& v, const
 inline void append_item(WorkTotals& t, const Segment& seg, BufferRole role, WorkKind kind, int tile_shift,
                         WorkItem* items) {
   const cuda::std::int64_t bytes = seg.lines * detail::item_line_bytes(seg, kind);
-  if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind};
+  int shift = tile_shift;
+  while (kind == WorkKind::copy && seg.lines > 1 && seg.live > 0 &&
+         (cuda::std::int64_t{1} << shift) > max_tile_lines * seg.live)
+    --shift;
+  // The grid's cell and shift as WorkItem::grid packs them, zero items none.
+  const cuda::std::int64_t grid = kind == WorkKind::copy ? (t.stream_bytes >> shift) * 64 + shift : -1;
+  if (items != nullptr) items[t.items] = WorkItem{t.tiles, t.stream_bytes, seg, role, kind, grid};
   ++t.items;
   if (kind == WorkKind::copy) {
-    int shift = tile_shift;
-    while (seg.lines > 1 && shift > 0 && (cuda::std::int64_t{1} << shift) > max_tile_lines * seg.live) --shift;
     t.tiles += detail::tiles_on_grid(t.stream_bytes, bytes, shift);
     t.stream_bytes += detail::stream_bytes_of(bytes);
     t.live_bytes += bytes;

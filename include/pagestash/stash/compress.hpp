@@ -64,6 +64,7 @@ struct CodedTile {
 template <class Compression>
 PAGESTASH_HOST_DEVICE CodedTile resolve_coded_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
   detail::seek_item(w, cursor, tile);
+  cursor.grid = ItemCursor::grid_unknown;  // the codes' page is read after the item: not kept through the tile
   const WorkItem& item = w.items[cursor.item];
   CodedTile c;
   c.buffer = w.data;
@@ -457,7 +458,7 @@ PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemC
       return code_tile<Compression, typename Traits::layout::data_type>(lanes, w, c);
     }
   }
-  const TileSpan s = resolve_tile(w, cursor, tile, !Compression::compressed);
+  const TileSpan s = resolve_tile(w, cursor, tile);
   copy_tile<Traits>(lanes, s, tile_op(w, cursor));
 }
 

@@ -56,6 +56,9 @@ struct WorkItem {
   Segment segment;                ///< where its lines are in the buffer, for the planned counts
   BufferRole role;
   WorkKind kind;
+  /// A copy item's tiles on the stream's grid (stream_grid: its first tile's cell, log2 of its tiles), a zero item's
+  /// -1: an item's search hands it on, so that a tile's page id is read with its item, not after it (resolve_tile).
+  cuda::std::int64_t grid;
 };
 
 struct WorkTotals {  // no member initializers: teams share it through __shared__ memory
@@ -70,6 +73,11 @@ namespace detail {
 /// The bytes of one line a work item covers: the live run (copy) or the dead rest (zero).
 PAGESTASH_HOST_DEVICE inline cuda::std::int64_t item_line_bytes(const Segment& seg, WorkKind kind) {
   return kind == WorkKind::copy ? seg.live : seg.pitch - seg.live;
+}
+
+/// A copy item's WorkItem::grid: the cell of stream offset `stream` on the grid of 2^shift, and shift (under 64).
+PAGESTASH_HOST_DEVICE constexpr cuda::std::int64_t stream_grid(cuda::std::int64_t stream, int shift) {
+  return (stream >> shift) << 6 | shift;
 }
 
 /// Tiles of `bytes` bytes starting at `begin` on a grid of 2^shift.
@@ -177,7 +185,10 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
                                                                !Compression::compressed, SegmentOf::bound, tile_shift)
                                           : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
-    if (mine && items != nullptr) items[i] = WorkItem{first_tile, stream, seg, role, kind};
+    if (mine && items != nullptr) {
+      const int shift = detail::item_tile_shift(seg, !Compression::compressed && copy, tile_shift);
+      items[i] = WorkItem{first_tile, stream, seg, role, kind, copy ? detail::stream_grid(stream, shift) : -1};
+    }
     t.stream_bytes += chunk_stream;
     t.live_bytes += chunk_live;
     t.tiles += chunk_tiles;
@@ -263,6 +274,9 @@ struct ItemCursor {
   cuda::std::int32_t item = -1;
   cuda::std::int32_t first = 0;  ///< the item's tiles: [first, end)
   cuda::std::int32_t end = 0;
+  /// The item's grid as its search read it, for the next tile alone: kept through a copy, every stash kernel spilled.
+  cuda::std::int64_t grid = grid_unknown;
+  static constexpr cuda::std::int64_t grid_unknown = -2;
 };
 
 /// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The tile's first `head` bytes
@@ -296,6 +310,7 @@ PAGESTASH_HOST_DEVICE inline void seek_item(const TileWork& w, ItemCursor& c, cu
   c.item = lo;
   note_load(&w.items[lo]);  // with the next item's: one round trip
   c.first = static_cast<cuda::std::int32_t>(w.items[lo].first_tile);
+  c.grid = w.items[lo].grid;
   c.end = lo + 1 < w.item_count ? static_cast<cuda::std::int32_t>(w.items[lo + 1].first_tile)
                                 : static_cast<cuda::std::int32_t>(max_plan_tiles);
 }
@@ -335,22 +350,29 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 
 }  // namespace detail
 
-/// Resolves tile `tile` of the plan; moves the cursor to its item. `capped`: whether the plan capped its copy items'
-/// tiles in lines (item_tile_shift; a compressed stash's are coded, and never come here: a constant false there lets
-/// the compiler drop the cap, which cost sm_100's compressed FP16 stash a spill).
-PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile,
-                                                   bool capped = true) {
+/// Resolves tile `tile` of the plan; moves the cursor to its item.
+PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
   detail::seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
-  detail::note_load(&item);
+  const cuda::std::int64_t j = tile - cursor.first;
+  cuda::std::int64_t grid = cursor.grid;
+  cursor.grid = ItemCursor::grid_unknown;
+  if (grid == ItemCursor::grid_unknown) detail::note_load(&item), grid = item.grid;  // a round: no search handed it on
+  const bool copy = grid >= 0;
+  // The tile's page id with its item, one round trip (a tile is on one page: its cell's).
+  cuda::std::int32_t page_id = 0;
+  {
+    const detail::OneRound together;
+    detail::note_load(&item);
+    const cuda::std::int64_t slot = copy ? (((grid >> 6) + j) << (grid & 63)) >> w.pool.page_shift : 0;
+    if (copy) detail::note_load(&w.page_ids[slot]), page_id = w.page_ids[slot];
+  }
   const Segment& seg = item.segment;
-  const bool copy = item.kind == WorkKind::copy;
   const cuda::std::int64_t run = detail::item_line_bytes(seg, item.kind);
   const cuda::std::int64_t bytes = seg.lines * run;
-  // The tile's bytes [a, e) of the item: the grid is the stream's for a copy item.
+  // The tile's bytes [a, e) of the item: the grid is the stream's for a copy item (the plan's tiles, its grid's shift).
   const cuda::std::int64_t origin = copy ? item.stream : 0;
-  const cuda::std::int64_t j = tile - cursor.first;
-  const int shift = detail::item_tile_shift(seg, capped && copy, w.tile_shift);
+  const int shift = copy ? static_cast<int>(grid & 63) : w.tile_shift;
   const cuda::std::int64_t cell = ((origin >> shift) + j) << shift;
   const cuda::std::int64_t a = (cell > origin ? cell : origin) - origin;
   const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << shift) - origin;
@@ -376,11 +398,7 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   s.per_run = detail::ShortDivisor(s.run < s.bytes ? s.run : s.bytes).m;
   s.last = e == bytes;
   s.stream = nullptr;
-  if (copy) {
-    const cuda::std::int64_t pos = item.stream + a;  // one page holds the whole tile
-    detail::note_load(&w.page_ids[pos >> w.pool.page_shift]);
-    s.stream = w.pool.page(w.page_ids[pos >> w.pool.page_shift]) + (pos & (w.pool.page_bytes - 1));
-  }
+  if (copy) s.stream = w.pool.page(page_id) + ((item.stream + a) & (w.pool.page_bytes - 1));
   return s;
 }
 

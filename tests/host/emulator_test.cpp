@@ -781,7 +781,8 @@ TEST_CASE("emulated warp: the warp's item search finds every tile's item and gri
       items[k].first_tile = firsts[k] = tiles;
       // A zero item's grid, or a copy item's of a stream offset past 4 GiB (both words handed on).
       const auto stream = (std::int64_t{1} << 40) + 16 * static_cast<std::int64_t>(rng() % 100000);
-      items[k].grid = rng() % 4 == 0 ? -1 : ps::detail::stream_grid(stream, 8 + static_cast<int>(rng() % 9));
+      const int shift = 8 + static_cast<int>(rng() % 9);
+      items[k].grid = rng() % 4 == 0 ? -1 : (stream >> shift) * 64 + shift;  // WorkItem::grid: its cell and shift
       tiles += rng() % 3 == 0 ? 0 : 1 + rng() % 4;
     }
     if (tiles == 0) tiles = 1;  // every item empty: the last one holds the one tile

@@ -233,13 +233,13 @@ void print_critical_paths(int sms, int major, int mib, int blocks, int threads) 
 /// floor.
 bool print_rounds(const LaunchShape& grid, std::int64_t at_most, double floor_bound) {
   std::printf(
-      "Dependent rounds per warp (grid emulator, counted: a round is a lane's loads up to where it uses them; a tile's "
-      "are\nits slowest lane's, a warp's the sum over the tiles of one claim), stash_bench's fine-grained rows, %d "
+      "Dependent rounds per warp (grid emulator, counted: a round is a lane's loads up to where it uses them; a span's "
+      "are\nits slowest lane's, a warp's the sum over the spans of one claim), stash_bench's fine-grained rows, %d "
       "block(s) of %d threads;\nfloor: the row's sector floor (32-byte sectors of the live bytes' buffers and stream, "
       "read + written), thousands;\nx: the sectors the lanes' loads and stores touch (each warp access's), over the "
       "floor (a row whose observed stores fall short of its live bytes, a counting gap, is marked * and fails)\n\n",
       grid.blocks, grid.threads);
-  std::printf("%-12s %-28s %5s %6s %10s %10s %10s %10s %9s %8s %8s\n", "shape", "recipe", "mean", "tiles", "stash max",
+  std::printf("%-12s %-28s %5s %6s %10s %10s %10s %10s %9s %8s %8s\n", "shape", "recipe", "mean", "spans", "stash max",
               "stash mean", "reload max", "reload mean", "floor k", "stash x", "reload x");
   std::int64_t most = 0;
   double worst = 0;
@@ -259,7 +259,7 @@ bool print_rounds(const LaunchShape& grid, std::int64_t at_most, double floor_bo
       seen[k] = c[k].stores.bytes >= floor.live_bytes;
     }
     std::printf("%-12s %-28s %5lld %6lld %10lld %10.1f %10lld %10.1f %9.1f %7.3f%s %7.3f%s\n", fs.name,
-                R::name().c_str(), static_cast<long long>(mean), static_cast<long long>(c[0].rounds.tiles),
+                R::name().c_str(), static_cast<long long>(mean), static_cast<long long>(c[0].rounds.spans),
                 static_cast<long long>(c[0].rounds.max_warp), c[0].rounds.mean_warp(),
                 static_cast<long long>(c[1].rounds.max_warp), c[1].rounds.mean_warp(),
                 static_cast<double>(floor.sectors()) / 1e3, x[0], seen[0] ? " " : "*", x[1], seen[1] ? " " : "*");

@@ -147,19 +147,23 @@ inline std::string check_engine(const EngineCase& c) {
     w.to_pages = to_pages;
     return w;
   };
-  // Tiles in increasing order (one cursor carried along), or shuffled (the cursor seeks back).
+  // Tiles in increasing order (one cursor carried along), a span of up to 1-3 at a time (as a warp asks for its
+  // claim's: resolve_tile keeps a span in one item and on one page, which the shuffled pages check), or shuffled, a
+  // tile at a time (the cursor seeks back).
   auto run = [&](const ps::TileWork& w, std::int64_t tiles, int mover, bool shuffled) {
     std::vector<std::int32_t> order(static_cast<std::size_t>(tiles));
     std::iota(order.begin(), order.end(), 0);
     if (shuffled) std::shuffle(order.begin(), order.end(), rng);
+    const auto until = [shuffled](std::int32_t t) { return shuffled ? 0 : t + 1 + t % 3; };
     if (mover >= 2) {  // a warp of host threads, each with its own cursor, through the same tiles
       HostBarrier barrier(c.lanes);
       std::vector<unsigned char> stage(ps::StashPolicy::stage_bytes + 16);
       unsigned char* const aligned = stage.data() + (16 - reinterpret_cast<std::uintptr_t>(stage.data()) % 16) % 16;
       HostThreads::borrow(c.lanes, [&](int lane) {
         ps::ItemCursor cursor;
-        for (std::int32_t t : order) {
-          const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
+        for (std::size_t i = 0; i < order.size();) {
+          const ps::TileSpan s = ps::resolve_tile(w, cursor, order[i], until(order[i]));
+          i += static_cast<std::size_t>(s.tiles);
           const ps::TileOp op = ps::tile_op(w, cursor);
           const ThreadLane lanes{lane, c.lanes, &barrier, aligned};
           // The staged (bulk) mover wherever it can move the tile, whether or not the policy has the kernels use it.
@@ -171,8 +175,9 @@ inline std::string check_engine(const EngineCase& c) {
       return;
     }
     ps::ItemCursor cursor;
-    for (std::int32_t t : order) {
-      const ps::TileSpan s = ps::resolve_tile(w, cursor, t);
+    for (std::size_t i = 0; i < order.size();) {
+      const ps::TileSpan s = ps::resolve_tile(w, cursor, order[i], until(order[i]));
+      i += static_cast<std::size_t>(s.tiles);
       const ps::TileOp op = ps::tile_op(w, cursor);
       if (mover == 0) ps::copy_tile_pieces(s, op);
       else

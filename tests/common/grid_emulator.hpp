@@ -82,7 +82,8 @@ namespace ps = pagestash;
 struct EmulatedThread {
   std::int64_t block = -1;
   int warp = 0;
-  std::int64_t tile = 0;             ///< tiles begun by this lane in this block
+  std::int64_t tile = 0;             ///< spans begun by this lane in this block
+  std::int64_t claim = 0;            ///< the warp claim of its span (its first tile / tiles_per_warp_claim)
   std::int64_t ordinal[2][17] = {};  ///< [store][bytes]: accesses of that kind in this tile
   std::int64_t rounds = 0;           ///< dependent rounds of this lane in this tile (RoundCounter)
   bool loading = false;              ///< loads since the last round ended
@@ -371,6 +372,12 @@ inline EmulatedThread& emulated_thread() {
   return t;
 }
 
+/// A lane begins a span whose first tile is `first_tile` (the tile observation's `bytes`): its claim is that tile's.
+inline void begin_span(EmulatedThread& t, int first_tile) {
+  ++t.tile;
+  t.claim = first_tile / ps::StashPolicy::tiles_per_warp_claim;
+}
+
 /// A counter of the lanes' vector accesses that does not take the vector observer: another feeds it.
 struct Unobserved {};
 
@@ -455,7 +462,7 @@ class SectorCounter {
     EmulatedThread& t = emulated_thread();
     auto* self = static_cast<SectorCounter*>(context);
     if (access == ps::VectorAccess::tile) {
-      ++t.tile;
+      begin_span(t, bytes);
       self->begin_tile(t);
     } else {
       self->access(t, address, bytes, access);
@@ -518,16 +525,17 @@ class SectorCounter {
 /// Counts the dependent rounds of each warp through the library's vector observer (docs/design.md's glossary, "round"):
 /// a lane's round is a run of its loads that ends where the lane uses them (a store, or the copy engine's `use` where
 /// it merges loaded words before it loads more): loads in one round are in flight together, each round waits a memory
-/// latency. A tile's rounds are its slowest lane's (a warp's lanes run in step); a warp's are the sum over the tiles of
-/// one claim (StashPolicy::tiles_per_warp_claim consecutive tiles, moved in turn: a warp's whole work when a launch's
-/// tiles fit its warps' first claims, as on a GPU a fine-grained stash's do). One at a time (the vector observer).
+/// latency. A span's rounds (a tile's, or those of a warp's tiles that one span moves: resolve_tile) are its slowest
+/// lane's (a warp's lanes run in step); a warp's are the sum over the spans of one claim (StashPolicy::
+/// tiles_per_warp_claim consecutive tiles, moved in turn: a warp's whole work when a launch's tiles fit its warps'
+/// first claims, as on a GPU a fine-grained stash's do). One at a time (the vector observer).
 class RoundCounter {
  public:
   struct Count {
     std::int64_t warps = 0;     ///< warp claims that moved a tile
-    std::int64_t tiles = 0;     ///< tiles moved
+    std::int64_t spans = 0;     ///< spans moved
     std::int64_t max_warp = 0;  ///< rounds of the slowest warp claim
-    std::int64_t max_tile = 0;  ///< rounds of the slowest tile
+    std::int64_t max_span = 0;  ///< rounds of the slowest span
     std::int64_t rounds = 0;    ///< of all claims
     double mean_warp() const { return warps ? static_cast<double>(rounds) / static_cast<double>(warps) : 0; }
   };
@@ -544,14 +552,12 @@ class RoundCounter {
   Count count() const {
     std::lock_guard<std::mutex> lock(m_);
     Count c;
-    // (block, warp, claim): rounds of its tiles. A warp's tiles 1, 2, ... in a block: its claims in turn (only the
-    // launch's last chunk can give it fewer than a claim's tiles).
-    constexpr std::int64_t per_claim = ps::StashPolicy::tiles_per_warp_claim;
+    // (block, warp, claim): rounds of its spans.
     std::map<Key, std::int64_t> warps;
-    for (const auto& [key, rounds] : tiles_) {
-      ++c.tiles;
-      c.max_tile = std::max(c.max_tile, rounds);
-      warps[Key{std::get<0>(key), std::get<1>(key), (std::get<2>(key) - 1) / per_claim}] += rounds;
+    for (const auto& [key, span] : spans_) {
+      ++c.spans;
+      c.max_span = std::max(c.max_span, span.rounds);
+      warps[Key{std::get<0>(key), std::get<1>(key), span.claim}] += span.rounds;
     }
     for (const auto& w : warps) {
       ++c.warps;
@@ -569,7 +575,7 @@ class RoundCounter {
   void begin_tile(EmulatedThread& t) {
     t.rounds = 0;
     std::lock_guard<std::mutex> lock(m_);
-    tiles_.emplace(Key{t.block, t.warp, t.tile}, 0);  // a tile of no loads has none
+    spans_.emplace(Key{t.block, t.warp, t.tile}, Span{t.claim, 0});  // a span of no loads has none
   }
   void access(EmulatedThread& t, ps::VectorAccess access) {
     if (access == ps::VectorAccess::load) t.loading = true;
@@ -577,14 +583,17 @@ class RoundCounter {
   }
 
  private:
-  using Key = std::tuple<std::int64_t, int, std::int64_t>;  // block, warp, tile
+  using Key = std::tuple<std::int64_t, int, std::int64_t>;  // block, warp, span (or claim)
+  struct Span {
+    std::int64_t claim, rounds;
+  };
 
-  static void observe(const void*, int, ps::VectorAccess access, void* context) {
+  static void observe(const void*, int bytes, ps::VectorAccess access, void* context) {
     EmulatedThread& t = emulated_thread();
     auto* self = static_cast<RoundCounter*>(context);
     if (access == ps::VectorAccess::tile) {
       self->end_tile(t);
-      ++t.tile;
+      begin_span(t, bytes);
       self->begin_tile(t);
     } else {
       self->access(t, access);
@@ -594,13 +603,13 @@ class RoundCounter {
     t.loading = false;
     ++t.rounds;
     std::lock_guard<std::mutex> lock(m_);
-    std::int64_t& r = tiles_[Key{t.block, t.warp, t.tile}];
+    std::int64_t& r = spans_[Key{t.block, t.warp, t.tile}].rounds;
     r = std::max(r, t.rounds);
   }
 
   bool observed_ = true;
   mutable std::mutex m_;
-  std::map<Key, std::int64_t> tiles_;
+  std::map<Key, Span> spans_;
 };
 
 /// Rounds and sectors counted in one emulated run (the one vector observer feeds both, a lane's tile begun once).
@@ -619,7 +628,7 @@ struct RoundsAndSectors {
     auto* self = static_cast<RoundsAndSectors*>(context);
     if (access == ps::VectorAccess::tile) {
       self->rounds.end_tile(t);
-      ++t.tile;
+      begin_span(t, bytes);
       self->rounds.begin_tile(t);
       self->sectors.begin_tile(t);
     } else {

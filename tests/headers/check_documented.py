@@ -12,7 +12,7 @@ import sys
 NOT_DOCUMENTED_YET = {
     "check_pool_and_record", "check_reload", "code_tile", "compressed_stream_bytes", "count_fits", "device_blocks",
     "draw_step", "free_host", "host_alignment", "launch_blocks", "max_work_items", "model_shape_names",
-    "prefetch_dead_lines", "prefetches_dead_lines", "quantile_value", "resolve_coded_tile", "run_tile",
+    "prefetch_dead_lines", "prefetches_dead_lines", "quantile_value", "resolve_coded_tile",
     "state_after_stash", "tile_op", "tile_shift_for", "to_float", "vector_observer",
     "walk_step", "with_stash_policy",
 }

@@ -143,15 +143,15 @@ std::int64_t two_item_chain(std::int32_t rows, int threads) {
 
 }  // namespace
 
-TEST_CASE("critical path: a block's whole launch, round by round: 10 rounds a chunk of two whole tiles a warp") {
+TEST_CASE("critical path: a block's whole launch, round by round: 8 rounds a chunk of two whole tiles a warp") {
   // One block takes every chunk in turn, so its chain is exact. A chunk more (two tiles a warp) adds, on the longest
   // warp: the leader's claim (a load of the counter, then its read-modify-write), the warp's search for the chunk's
   // item (one round over up to 64 items, each lane's and the next read together; none with the binary search of
-  // run_tile's seek, as each warp's tiles stay in one item), per tile two data rounds (4 KiB: 32 lanes x 4 vectors of
-  // 16 bytes, twice) after its item and page id: read together on the first tile (the search hands on the item's
-  // place on the stream's grid), one after the other on the second. A round missed or counted twice anywhere in that
-  // loop moves it.
-  constexpr std::int64_t per_chunk = 2 + 1 + (1 + 2) + (2 + 2);
+  // run_tile's seek, as each warp's tiles stay in one item), the item and its page id read together (the search hands
+  // on the item's place on the stream's grid), and the two tiles' data as one span (both in one item, on one 64 KiB
+  // page): 8 KiB, 32 lanes x 4 vectors of 16 bytes, four times. A round missed or counted twice anywhere in that loop
+  // moves it; a tile looked up apart (two data rounds after an item round and a page round) adds 2.
+  constexpr std::int64_t per_chunk = 2 + 1 + (1 + 4);
   for (const int warps : {1, 16}) {
     CAPTURE(warps);
     const std::int32_t rows = 8 * warps;  // 56 tiles a warp: 28 chunks

@@ -907,9 +907,9 @@ TEST_CASE("emulated grid: a compressed stash's warp accesses use their sectors w
 
 namespace {
 /// One stash and one reload (no zero_tail) of Tr on the emulator, one group of `count` tokens, hidden 4096, capacity
-/// 128: the dependent rounds of each (RoundCounter).
+/// 128, on pages of 2^page_shift bytes: the dependent rounds of each (RoundCounter).
 template <class Tr>
-std::array<RoundCounter::Count, 2> round_counts(std::int32_t count) {
+std::array<RoundCounter::Count, 2> round_counts(std::int32_t count, int page_shift) {
   using L = typename Tr::layout;
   ps::GroupedView<L> shape;
   shape.groups = 1;
@@ -918,7 +918,7 @@ std::array<RoundCounter::Count, 2> round_counts(std::int32_t count) {
   std::mt19937 rng(5);
   Buffers<L> in(shape, rng), out(shape, rng);
   in.counts[0] = out.counts[0] = count;
-  ps::PagePool pool(room_for<Tr>(shape, 1 << 16, 1), ps::MemorySpace::host);
+  ps::PagePool pool(room_for<Tr>(shape, std::int64_t{1} << page_shift, 1), ps::MemorySpace::host);
   auto rec = ps::make_record<Tr>(pool, shape);
   std::array<RoundCounter::Count, 2> c;
   {
@@ -938,24 +938,28 @@ std::array<RoundCounter::Count, 2> round_counts(std::int32_t count) {
 
 TEST_CASE("emulated grid: dependent rounds, one a batch of aligned vectors and one a staged round") {
   // BF16 rows of 2 tokens: 16 KiB of aligned lines, 4 tiles of 8 vectors a lane, 4 loads in flight: 2 rounds a tile.
-  const auto bf16 = round_counts<ps::StashTraits<RuBf16Cap>>(2);
-  for (const auto& c : bf16) {
-    CHECK(c.tiles == 4);
-    CHECK(c.max_tile == 2);
-    CHECK(c.max_warp == 4);  // a claim of 2 tiles
-    CHECK(c.rounds == 8);
+  // On 64 KiB pages a warp's claim of 2 tiles is one span (in one item, on one page): 4 rounds; on 4 KiB pages, two.
+  for (const int page_shift : {16, 12}) {
+    CAPTURE(page_shift);
+    const auto bf16 = round_counts<ps::StashTraits<RuBf16Cap>>(2, page_shift);
+    for (const auto& c : bf16) {
+      CHECK(c.spans == (page_shift == 16 ? 2 : 4));
+      CHECK(c.max_span == (page_shift == 16 ? 4 : 2));
+      CHECK(c.max_warp == 4);  // a claim of 2 tiles
+      CHECK(c.rounds == 8);
+    }
   }
   // NVFP4 columnwise of 2 tokens: its data (a 64-byte pitch) and compact scales (8) are each 4096 lines of 1-byte
-  // runs, 16 tiles of 256 lines each (max_tile_lines). Staged (StashPolicy::staged): a lane loads its 8 chunks (data:
-  // one from each line's start; scales: the aligned chunks over the dense lines) in one round, and a reload's its
-  // stream vectors: one round a tile, 2 a claim. Gathered: lanes 0-15 each gather a vector of 16 one-byte run pieces,
-  // a round a piece: 16 a tile, 32 a claim; a reload's lane loads its vector once and scatters it: 1 and 2. (Before
-  // the cap, 4 KiB tiles: 128 and 256, the reload 8 and 16.)
-  const auto nvfp4 = round_counts<ps::StashTraits<ColNv4CapCo>>(2);
-  CHECK(nvfp4[0].tiles == 32);
-  CHECK(nvfp4[0].max_tile == (ps::StashPolicy::staged ? 1 : 16));
+  // runs, 16 tiles of 256 lines each (max_tile_lines), a span each (short lines: resolve_tile). Staged
+  // (StashPolicy::staged): a lane loads its 8 chunks (data: one from each line's start; scales: the aligned chunks over
+  // the dense lines) in one round, and a reload's its stream vectors: one round a tile, 2 a claim. Gathered: lanes 0-15
+  // each gather a vector of 16 one-byte run pieces, a round a piece: 16 a tile, 32 a claim; a reload's lane loads its
+  // vector once and scatters it: 1 and 2. (Before the cap, 4 KiB tiles: 128 and 256, the reload 8 and 16.)
+  const auto nvfp4 = round_counts<ps::StashTraits<ColNv4CapCo>>(2, 16);
+  CHECK(nvfp4[0].spans == 32);
+  CHECK(nvfp4[0].max_span == (ps::StashPolicy::staged ? 1 : 16));
   CHECK(nvfp4[0].max_warp == (ps::StashPolicy::staged ? 2 : 32));
-  CHECK(nvfp4[1].max_tile == 1);
+  CHECK(nvfp4[1].max_span == 1);
   CHECK(nvfp4[1].max_warp == 2);
 }
 
@@ -976,7 +980,7 @@ TEST_CASE("fine-grained rows on one emulated warp: at most 8 dependent rounds a 
     const auto f = pagestash_test::count_fine_row<typename R::layout>(fs, mean, pagestash_test::one_warp(), false);
     const RoundCounter::Count c[2] = {f[0].rounds, f[1].rounds};
     INFO(fs.name << ", " << name << ", mean " << mean << ": stash " << c[0].max_warp << ", reload " << c[1].max_warp);
-    CHECK(c[0].tiles > 0);
+    CHECK(c[0].spans > 0);
     CHECK(c[0].max_warp <= pagestash_test::fine_rounds_bound);
     CHECK(c[1].max_warp <= pagestash_test::fine_rounds_bound);
     most = std::max({most, c[0].max_warp, c[1].max_warp});

@@ -328,11 +328,12 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     // Test, then claim: a block that comes late to a launch whose tiles are all claimed leaves after a load, not a
     // read-modify-write on the launch's line. The grid's first chunks are the blocks' own (block b's: chunk b); the
     // counter starts after them (arrive), so a plan they hold takes no read-modify-write at all. The leader reads the
-    // counter as the chunk starts and claims the next chunk after its warp's first tile (a block holds at most half a
-    // chunk more than it copies): the barrier that hands the claim on waits on no round trip, and no warp's first load
-    // waits on it. A compressed kernel claims before its tiles instead: its codec leaves no register for the flag and
-    // the compare through the first tile (sm_100's FP16 -> FP8 1x128 stash spilled), one for the claim's result. (All
-    // claiming first, sm_100's packed quantized stashes spilled: check_kernels.py.)
+    // counter as the chunk starts and claims the next chunk after its warp's first span (its two tiles where one span
+    // holds them, else the first: a block holds at most half a chunk more than it copies): no warp's first load waits
+    // on the claim, and the barrier that hands it on waits on its one round trip at most. A compressed kernel claims
+    // before its tiles instead: its codec leaves no register for the flag and the compare through the first tile
+    // (sm_100's FP16 -> FP8 1x128 stash spilled), one for the claim's result. (All claiming first, sm_100's packed
+    // quantized stashes spilled: check_kernels.py.)
     constexpr bool claim_first = compression_of<Traits>::compressed;
     const device_atomic<cuda::std::int64_t> next(words.next_tile);
     for (cuda::std::int32_t first = below(ctx.block * chunk); first < tiles; first = team.share(first)) {
@@ -346,9 +347,10 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
       // run_tile's seek then moves on from it. (Only where the tile leaves the cursor's item, sm_100's bulk BF16
       // stash spilled.)
       if (begin < end) seek_item_on_warp(ctx.lanes, work, cursor, begin);
-      for (cuda::std::int32_t t = begin; t < end; ++t) {
-        run_tile<Traits>(ctx.lanes, work, cursor, t);
-        if (!claim_first && open && t == begin) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed));
+      bool claim_after = !claim_first && open;
+      for (cuda::std::int32_t t = begin; t < end;) {
+        t = run_tile<Traits>(ctx.lanes, work, cursor, t, end);  // the warp's tiles, spanned where they can be
+        if (claim_after) first = below(next.fetch_add(chunk, cuda::std::memory_order_relaxed)), claim_after = false;
       }
     }
   }

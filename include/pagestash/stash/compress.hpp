@@ -444,22 +444,25 @@ PAGESTASH_HOST_DEVICE void code_tile(const Lanes& lanes, const TileWork& w, cons
   }
 }
 
-/// Moves one tile with the lanes of a warp (or the one host thread): a compressed copy item's by code_tile, any other
-/// by the copy engine.
+/// Moves tile `tile` with the lanes of a warp (or the one host thread), and the tiles after it before `until` that
+/// resolve_tile spans with it: a compressed copy item's alone, by code_tile, any other by the copy engine. Returns the
+/// tile after those it moved.
 template <class Traits, class Lanes>
-PAGESTASH_HOST_DEVICE void run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor,
-                                    cuda::std::int32_t tile) {
+PAGESTASH_HOST_DEVICE cuda::std::int32_t run_tile(const Lanes& lanes, const TileWork& w, ItemCursor& cursor,
+                                                  cuda::std::int32_t tile, cuda::std::int32_t until = 0) {
   using Compression = compression_of<Traits>;
-  detail::observe_vector(nullptr, 0, VectorAccess::tile);
+  detail::observe_vector(nullptr, tile, VectorAccess::tile);
   if constexpr (Compression::compressed) {
     detail::seek_item(w, cursor, tile);
     if (w.items[cursor.item].kind == WorkKind::copy) {
       const CodedTile c = resolve_coded_tile<Compression>(w, cursor, tile);
-      return code_tile<Compression, typename Traits::layout::data_type>(lanes, w, c);
+      code_tile<Compression, typename Traits::layout::data_type>(lanes, w, c);
+      return tile + 1;
     }
   }
-  const TileSpan s = resolve_tile(w, cursor, tile);
+  const TileSpan s = resolve_tile(w, cursor, tile, until);
   copy_tile<Traits>(lanes, s, tile_op(w, cursor));
+  return tile + s.tiles;
 }
 
 PAGESTASH_NAMESPACE_END

@@ -65,9 +65,9 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
 
 /// A lane's access to the buffer or the pages, as a host observer sees it (vector_observer): a load or store of
 /// `bytes` (a store at address null: the lane's store instruction ran with the lane off, so that its count of
-/// instructions stays in step with its warp's), the start of a tile (address null), after which the lanes of a warp
-/// make their accesses in step again, or a use (address null): the lane uses the values it loaded before it loads
-/// again, as a store of them does (a round, docs/design.md's glossary).
+/// instructions stays in step with its warp's), the start of a span (address null, `bytes` the plan's index of its
+/// first tile), after which the lanes of a warp make their accesses in step again, or a use (address null): the lane
+/// uses the values it loaded before it loads again, as a store of them does (a round, docs/design.md's glossary).
 enum class VectorAccess : int { load, store, tile, use };
 
 #if !defined(__CUDA_ARCH__)

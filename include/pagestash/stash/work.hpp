@@ -279,8 +279,9 @@ struct ItemCursor {
   static constexpr cuda::std::int64_t grid_unknown = -2;
 };
 
-/// One tile, resolved: its stream bytes (on one page) and where they are in the buffer. The tile's first `head` bytes
-/// end the line they start in (or end the tile); the rest are runs of `run` bytes starting at `body`, `pitch` apart.
+/// A span: one tile, or consecutive tiles of one item on one page (resolve_tile), resolved: its stream bytes and where
+/// they are in the buffer. The span's first `head` bytes end the line they start in (or end the span); the rest are
+/// runs of `run` bytes starting at `body`, `pitch` apart.
 struct TileSpan {
   unsigned char* stream;  ///< copy items: the tile's first stream byte; zero items: null
   unsigned char* head;    ///< the buffer byte of the tile's first byte
@@ -290,7 +291,8 @@ struct TileSpan {
   cuda::std::uint32_t head_bytes;  ///< <= bytes
   cuda::std::uint32_t run;         ///< each later line's run (clamped to 2^31: longer ones outlast a tile)
   cuda::std::uint32_t per_run;     ///< ShortDivisor(min(run, bytes)).m: locate's line without a division
-  bool last;                       ///< the item's last tile
+  cuda::std::int32_t tiles;        ///< the plan's tiles it covers
+  bool last;                       ///< it ends the item
 };
 
 namespace detail {
@@ -350,8 +352,10 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 
 }  // namespace detail
 
-/// Resolves tile `tile` of the plan; moves the cursor to its item.
-PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile) {
+/// Resolves tile `tile` of the plan, with the tiles after it before `until` in its item and on its page, as one span:
+/// one lookup of the item and the page id for them all, one mover (docs/design.md, "Spans"). Moves the cursor there.
+PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile,
+                                                   cuda::std::int32_t until = 0) {
   detail::seek_item(w, cursor, tile);
   const WorkItem& item = w.items[cursor.item];
   const cuda::std::int64_t j = tile - cursor.first;
@@ -374,8 +378,20 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   const cuda::std::int64_t origin = copy ? item.stream : 0;
   const int shift = copy ? static_cast<int>(grid & 63) : w.tile_shift;
   const cuda::std::int64_t cell = ((origin >> shift) + j) << shift;
+  // Its tiles: those before `until` in the item, up to the end of the first one's page (a copy item's), and no more
+  // bytes than a tile may have (locate's division). Short lines (copied, at most staged_max_run bytes) stay a tile a
+  // span: the staged mover's rounds grow with a span's lines faster than the lookups they save.
+  cuda::std::int64_t tiles = (until < cursor.end ? until : cursor.end) - tile;
+  if (copy && seg.lines > 1 && run <= StashPolicy::staged_max_run) tiles = 1;
+  if (tiles > (cuda::std::int64_t{1} << (max_tile_shift - shift)))
+    tiles = cuda::std::int64_t{1} << (max_tile_shift - shift);
+  if (copy) {
+    const cuda::std::int64_t page_end = ((cell >> w.pool.page_shift) + 1) << w.pool.page_shift;
+    if (tiles > (page_end - cell) >> shift) tiles = (page_end - cell) >> shift;
+  }
+  if (tiles < 1) tiles = 1;
   const cuda::std::int64_t a = (cell > origin ? cell : origin) - origin;
-  const cuda::std::int64_t next = cell + (cuda::std::int64_t{1} << shift) - origin;
+  const cuda::std::int64_t next = cell + (tiles << shift) - origin;
   const cuda::std::int64_t e = next < bytes ? next : bytes;
 
   // A segment of several lines holds less than 4 GiB (work_bounds checks): 32-bit division
@@ -396,6 +412,7 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   s.run = static_cast<cuda::std::uint32_t>(run < 0x80000000LL ? run : 0x80000000LL);
   // A run of at least the tile's bytes has line 0 for every byte past the head: so has a divisor of the tile's bytes.
   s.per_run = detail::ShortDivisor(s.run < s.bytes ? s.run : s.bytes).m;
+  s.tiles = static_cast<cuda::std::int32_t>(tiles);
   s.last = e == bytes;
   s.stream = nullptr;
   if (copy) s.stream = w.pool.page(page_id) + ((item.stream + a) & (w.pool.page_bytes - 1));

@@ -819,17 +819,21 @@ void bm_grow_shrink(benchmark::State& state, int64_t mib) {
   }
 }
 
-/// GPU microseconds per operation of each graph row (graph32_stash, graph32_reload, graph32_discard), for the summary.
+/// GPU microseconds per operation of each graph row (graph32_stash, graph32_reload, graph32_discard,
+/// graph32_stash_plain), for the summary.
 std::map<std::string, double> g_graph_us;
 
-/// What a graph row times.
-enum class Graphed { stash, reload, discard };
+/// What a graph row times: stash_plain is the stash with plain launches (CudaExecutor::programmatic_launch off), to
+/// set beside the stash's programmatic ones.
+enum class Graphed { stash, reload, discard, stash_plain };
 
 /// The launch-bound regime: 32 operations of 1 MiB (bf16/capacity) on 32 records captured in one graph, replayed, and
 /// GPU time per operation, of that operation alone. Three graphs: 32 stashes, 32 reloads, 32 discards. A replay of
 /// the stash graph is timed, then the discard graph empties the records, untimed; a replay of the reload (or discard)
 /// graph is timed after the stash graph, untimed, has filled them (a reload returns the pages, as a discard does).
-void bm_graph32(benchmark::State& state, Graphed op) {
+void bm_graph32(benchmark::State& state, Graphed graphed) {
+  const bool plain = graphed == Graphed::stash_plain;
+  const Graphed op = plain ? Graphed::stash : graphed;
   using Tr = ps::StashTraits<Bf16>;
   std::vector<std::int32_t> counts;
   const auto shape = shape_for<Bf16>(1, counts);
@@ -840,7 +844,7 @@ void bm_graph32(benchmark::State& state, Graphed op) {
     tensors.push_back(std::make_unique<Tensor<Bf16>>(shape, counts, true, static_cast<std::uint32_t>(i)));
     recs.push_back(ps::make_record<Tr>(pool, shape));
   }
-  const auto ex = ps::on(bench_stream());
+  const auto ex = ps::on(bench_stream()).with_programmatic_launch(!plain);
   // Each kernel launched once before the captures (its first launch on a device queries its occupancy).
   ps::stash(ex, pool, tensors[0]->view, recs[0]);
   ps::discard(ex, pool, recs[0]);
@@ -877,7 +881,10 @@ void bm_graph32(benchmark::State& state, Graphed op) {
   PAGESTASH_CUDA_TRY(cudaStreamSynchronize(bench_stream()));
   const double us = n > 0 ? seconds / static_cast<double>(n) / 32 * 1e6 : 0;
   state.counters["us_per_op"] = us;
-  g_graph_us[op == Graphed::stash ? "stash" : op == Graphed::reload ? "reload" : "discard"] = us;
+  g_graph_us[plain                   ? "stash_plain"
+             : op == Graphed::stash  ? "stash"
+             : op == Graphed::reload ? "reload"
+                                     : "discard"] = us;
   for (cudaGraphExec_t e : {stashes, discards, reloads}) cudaGraphExecDestroy(e);
 }
 
@@ -992,8 +999,8 @@ void print_table() {
     if (!g_graph_us.empty())
       std::printf(
           "graphs of 32 operations of 1 MiB (bf16/capacity), GPU us per operation, each timed alone: "
-          "stash %.1f, reload %.1f, discard %.1f\n",
-          g_graph_us["stash"], g_graph_us["reload"], g_graph_us["discard"]);
+          "stash %.1f, reload %.1f, discard %.1f; stash with plain launches %.1f\n",
+          g_graph_us["stash"], g_graph_us["reload"], g_graph_us["discard"], g_graph_us["stash_plain"]);
   }
 }
 
@@ -1247,8 +1254,9 @@ int main(int argc, char** argv) {
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
-    for (const auto& [name, op] : {std::pair{"stash", Graphed::stash}, std::pair{"reload", Graphed::reload},
-                                   std::pair{"discard", Graphed::discard}}) {
+    for (const auto& [name, op] :
+         {std::pair{"stash", Graphed::stash}, std::pair{"reload", Graphed::reload},
+          std::pair{"discard", Graphed::discard}, std::pair{"stash_plain", Graphed::stash_plain}}) {
       benchmark::RegisterBenchmark((std::string("graph32_") + name + "/bf16/1MiB").c_str(),
                                    [op = op](benchmark::State& s) { bm_graph32(s, op); })
           ->UseManualTime()

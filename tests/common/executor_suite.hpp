@@ -460,6 +460,50 @@ void concurrent_streams(int streams, int rounds, std::uint32_t seed) {
   }
 }
 
+/// One stream, no synchronisation: each stash reads the tensor that the reload just before it wrote, and each reload
+/// writes a tensor that only the stash after it reads (the live bytes hop from tensor to tensor through two records;
+/// every tensor starts with bytes of its own). A kernel that read before the one before it ended (a programmatic
+/// launch without its wait: execution/cuda.cuh) would stash a tensor's first bytes: every tensor is checked.
+template <class L, class Backend>
+void chained_hops(int hops, std::uint32_t seed) {
+  using Tr = ps::StashTraits<L>;
+  std::mt19937 rng(seed);
+  const auto shape = sequence_shape<L>(false);
+  ps::PagePool pool(room_for_two<Tr>(shape), Backend::space);
+  const auto counts = most_tokens(shape);
+  std::vector<std::unique_ptr<Tensor<L, Backend>>> t;
+  std::vector<std::array<std::vector<std::uint8_t>, 3>> expected(static_cast<std::size_t>(hops) + 1);
+  for (std::size_t k = 0; k <= static_cast<std::size_t>(hops); ++k) {
+    t.push_back(std::make_unique<Tensor<L, Backend>>(shape));
+    if (k == 0) {
+      fill(*t[0], counts, rng, &expected[0]);
+      continue;
+    }
+    std::array<std::vector<std::uint8_t>, 3> first;
+    t[k]->set_counts(counts);
+    poison(*t[k], rng, first);
+    for (BufferRole role : all_roles) {
+      const auto r = static_cast<std::size_t>(role);
+      expected[k][r] = ps::handling_of<Tr>(role) == ps::Handling::kept
+                           ? first[r]  // a reload leaves it
+                           : expected_reload<Tr>(shape, role, counts, expected[k - 1][r], first[r], false);
+    }
+  }
+  ps::StashRecord<Tr> recs[2] = {ps::StashRecord<Tr>(pool, shape), ps::StashRecord<Tr>(pool, shape)};
+  typename Backend::Streams s(1);
+  for (std::size_t k = 0; k < static_cast<std::size_t>(hops); ++k) {
+    s.stash(0, pool, t[k]->view, recs[k % 2]);
+    s.reload(0, pool, recs[k % 2], t[k + 1]->view, false);
+  }
+  s.synchronize();
+  int wrong = 0;
+  for (std::size_t k = 0; k <= static_cast<std::size_t>(hops); ++k)
+    for (BufferRole role : all_roles) wrong += t[k]->bytes(role) != expected[k][static_cast<std::size_t>(role)];
+  CHECK(wrong == 0);
+  for (const auto& rec : recs) CHECK(rec.status().state == ps::RecordState::reloaded);
+  CHECK(pool.stats().device_pages_free == room_for_two<Tr>(shape).device_pages);
+}
+
 // ---- Buffers of exactly their size ------------------------------------------------------
 
 /// Counts that reach the end of every buffer: each group full (capacity-padded), or the

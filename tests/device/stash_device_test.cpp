@@ -63,6 +63,12 @@ TEST_CASE("stashes and reloads of different records on concurrent streams share 
   suite::concurrent_streams<ColMx4CapSw, DeviceBackend>(4, 10, 8);
 }
 
+TEST_CASE("programmatic launches: each stash reads what the reload just before it on the stream wrote, bit-exact") {
+  suite::chained_hops<RuBf16Cap, DeviceBackend>(16, 9);
+  suite::chained_hops<ColMx4CapSw, DeviceBackend>(16, 10);
+  suite::chained_hops<ColNv4CapSw, DeviceBackend>(8, 11);
+}
+
 // scripts/gpu-check runs this one under compute-sanitizer memcheck ("exact-size").
 TEST_CASE(
     "exact-size buffers: every layout at odd shapes, stashed and reloaded from buffers allocated to the exact byte") {

@@ -57,6 +57,12 @@ TEST_CASE(
   suite::concurrent_streams<ColMx4CapSw, Host>(4, 2, 8);
 }
 
+TEST_CASE(
+    "executor suite, host executor: stashes of what the reload before each wrote, on one stream, unsynchronised") {
+  suite::chained_hops<RuBf16Cap, Host>(4, 9);
+  suite::chained_hops<ColMx4CapSw, Host>(3, 10);
+}
+
 TEST_CASE("executor suite, host executor: every layout at odd shapes, buffers allocated to the exact byte") {
   suite::every_layout_exact_buffers<Host>();
 }
@@ -145,6 +151,10 @@ TEST_CASE("emulated grid: executor suite, a spill that grows, shrinks to none an
 TEST_CASE(
     "emulated grid: executor suite, stashes and reloads of different records on concurrent streams share one pool") {
   suite::concurrent_streams<RuBf16Cap, Emulated>(3, 1, 7);
+}
+
+TEST_CASE("emulated grid: executor suite, stashes of what the reload before each wrote, on one stream") {
+  suite::chained_hops<RuBf16Cap, Emulated>(2, 9);
 }
 
 TEST_CASE("emulated grid: executor suite, odd shapes, buffers allocated to the exact byte (ASan sees past the end)") {

@@ -24,6 +24,9 @@ and the reset kernel, per architecture in the library:
   - no block barrier (BAR.SYNC) between the verdict and the first data load: a stash or reload
     kernel has a spin loop (the verdict's wait) with a path to an evict-first vector or word
     load that passes no BAR.SYNC (issue 53; the arrival's and the locks' waits end at one);
+  - a programmatic launch's order (execution/cuda.cuh): an operation kernel waits for the kernel before it
+    (griddepcontrol.wait: ACQBULK) before its first global memory access, and lets the next one start
+    (griddepcontrol.launch_dependents: PREEXIT);
   - no sequentially consistent fence (MEMBAR.SC.GPU, what __threadfence() and fence.sc.gpu
     compile to) in an operation kernel: the launch protocol releases with release stores and
     acq_rel read-modify-writes, and acquires with acquire fences (MEMBAR.ALL.GPU at most;
@@ -80,6 +83,9 @@ MAX_CCTL_IVALL = 12
 # The float arithmetic a compiler flag can change (--use_fast_math: FMUL.FTZ, MUFU.RCP for a division), and every
 # flushing (.FTZ) instruction; the integer code around it may be scheduled otherwise from one unit to another.
 FLOAT_ARITHMETIC = re.compile(r"^(FMUL|FADD|FFMA|FCHK|MUFU)\b")
+
+# A global memory access: a load, store, atomic or reduction on global or generic memory.
+GLOBAL_ACCESS = re.compile(r"(?:^|\s)(?:LDG|STG|ATOMG|ATOM|RED|LD|ST)(?:\.|\s)")
 
 REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
 
@@ -297,6 +303,12 @@ def analyse(cuobjdump, path):
     for key, instructions in code.items():
         k = kernels[key]
         k["membar_sc"] = sum(1 for _, ins in instructions if "MEMBAR.SC.GPU" in ins)
+        # The grid dependency's wait before the first global access (in address order: the wait is at the entry,
+        # before any branch), and the trigger somewhere.
+        first_wait = next((a for a, ins in instructions if re.search(r"\bACQBULK\b", ins)), None)
+        first_access = next((a for a, ins in instructions if GLOBAL_ACCESS.search(ins)), None)
+        k["waits_first"] = first_wait is not None and (first_access is None or first_wait < first_access)
+        k["triggers"] = any(re.search(r"\bPREEXIT\b", ins) for _, ins in instructions)
         invalidations = [a for a, ins in instructions if "CCTL.IVALL" in ins]
         sleeps = [a for a, ins in instructions if "NANOSLEEP" in ins]
         exits = [a for a, ins in instructions if re.search(r"\bEXIT\b", ins)]
@@ -379,6 +391,10 @@ def main():
             why.append(f"{k['regs']} registers > {MAX_REGISTERS}")
         if k.get("membar_sc", 0) and label.startswith(("stash", "reload", "discard")):
             why.append(f"{k['membar_sc']} sequentially consistent fences (MEMBAR.SC.GPU)")
+        if label.startswith(("stash", "reload", "discard")) and not k.get("waits_first", False):
+            why.append("no wait for the kernel before it (ACQBULK) ahead of its first global access")
+        if label.startswith(("stash", "reload", "discard")) and not k.get("triggers", False):
+            why.append("never lets the next kernel start (no PREEXIT)")
         if k.get("division_in_vector_loop", 0):
             why.append(f"{k['division_in_vector_loop']} integer divisions (I2F.U32.RP) in a per-vector copy loop")
         return why
@@ -436,7 +452,8 @@ def main():
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, no MEMBAR.SC.GPU, 128-bit copies, "
           f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), no division in a per-vector loop, <= {MAX_CCTL_IVALL} L1 invalidations and none in "
-          f"the {spin} spin loops, a path with no block barrier from the verdict's wait to the first load")
+          f"the {spin} spin loops, a path with no block barrier from the verdict's wait to the first load, "
+          f"the wait for the kernel before (ACQBULK) ahead of any global access and the next one's trigger (PREEXIT)")
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")
         for f in failures:

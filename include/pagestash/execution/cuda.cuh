@@ -38,9 +38,18 @@ __device__ inline GridContext<PolicyBlockTeam, WarpLanes> device_grid_context() 
 
 // The kernels are bound to, and launched with, StashPolicy's threads: the architecture's in
 // the device pass, sm_90's in the host's, the same count (stash/policy.hpp asserts it).
+//
+// A programmatic launch (CudaExecutor::programmatic_launch) may start the kernel while the one before it on the
+// stream ends: every thread waits for that kernel's end and writes before anything else (the counts, the source, the
+// pool and the record may all be its), then lets the next kernel start, whose threads wait alike. What it hides is the
+// launch's latency, not any work. A plain launch passes both at once.
 template <class Traits, Operation Op>
 __global__ void __launch_bounds__(StashPolicy::threads_per_block, StashPolicy::min_blocks_per_sm)
     operation_kernel(PoolRef pool, GroupedView<typename Traits::layout> view, RecordRef rec, ReloadOptions options) {
+#if __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
   run_operation<Traits, Op>(device_grid_context(), pool, view, rec, options);
 }
 
@@ -77,39 +86,51 @@ inline void check_resize_stream(const char* name, cudaStream_t stream, const Pag
                   "the stream is being captured: grow and shrink run between steps, outside a graph");
 }
 
+struct LaunchGrid {
+  int blocks;
+  bool programmatic;  ///< a programmatic launch (CudaExecutor::programmatic_launch) where the kernel's code waits
+};
+
 /// Blocks of a launch on the current device (launch_blocks of the device's policy), for a
-/// record whose plans have at most `max_tiles` tiles. The device is queried once per kernel
-/// and device (the first launch), so that later launches pay no query.
+/// record whose plans have at most `max_tiles` tiles, and whether it is programmatic. The device is queried once per
+/// kernel and device (the first launch), so that later launches pay no query.
 template <class Traits, Operation Op>
-int grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
+LaunchGrid grid_for(const CudaExecutor& ex, cuda::std::int64_t max_tiles) {
   constexpr int max_devices = 64;
   struct Queried {  // of one device; 0: not queried yet
     cuda::std::atomic<int> compute_major{0};
-    cuda::std::atomic<cuda::std::int64_t> blocks{0};  ///< device_blocks, stored after compute_major
+    cuda::std::atomic<int> ptx_version{0};            ///< of the kernel's code the device runs
+    cuda::std::atomic<cuda::std::int64_t> blocks{0};  ///< device_blocks, stored after the two above
   };
   static Queried cached[max_devices];
   int device = 0;
   PAGESTASH_CUDA_TRY(cudaGetDevice(&device));
   Queried* known = device < max_devices ? &cached[device] : nullptr;
   cuda::std::int64_t on_device = known ? known->blocks.load(cuda::std::memory_order_acquire) : 0;
-  int major = 0;
+  int major = 0, ptx = 0;
   if (on_device != 0) {
     major = known->compute_major.load(cuda::std::memory_order_relaxed);
+    ptx = known->ptx_version.load(cuda::std::memory_order_relaxed);
   } else {
     int sms = 0, per_sm = 0;
     PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     PAGESTASH_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     PAGESTASH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, operation_kernel<Traits, Op>,
                                                                      StashPolicy::threads_per_block, 0));
+    cudaFuncAttributes code{};  // its PTX's version: a device of 9.0 may run code JIT-compiled from older PTX
+    PAGESTASH_CUDA_TRY(cudaFuncGetAttributes(&code, operation_kernel<Traits, Op>));
+    ptx = code.ptxVersion;
     on_device = with_stash_policy(major, [&](auto policy) { return device_blocks<decltype(policy)>(sms, per_sm); });
     if (known) {
       known->compute_major.store(major, cuda::std::memory_order_relaxed);
+      known->ptx_version.store(ptx, cuda::std::memory_order_relaxed);
       known->blocks.store(on_device, cuda::std::memory_order_release);
     }
   }
-  return with_stash_policy(major, [&](auto policy) {
+  const int blocks = with_stash_policy(major, [&](auto policy) {
     return static_cast<int>(launch_blocks<decltype(policy)>(on_device, ex.max_blocks, max_tiles));
   });
+  return {blocks, ex.programmatic_launch && ptx >= 90};  // code for compute_90 or newer waits
 }
 
 template <class Traits, Operation Op>
@@ -117,10 +138,15 @@ void launch(const CudaExecutor& ex, PagePool& pool, const GroupedView<typename T
             StashRecord<Traits>& rec, ReloadOptions options, cuda::std::int64_t max_tiles) {
   check_stream_device(Op == Operation::stash ? "stash" : (Op == Operation::reload ? "reload" : "discard"), ex.stream,
                       pool.device());
-  const int blocks = grid_for<Traits, Op>(ex, max_tiles);
-  operation_kernel<Traits, Op>
-      <<<blocks, StashPolicy::threads_per_block, 0, ex.stream>>>(pool.ref(), view, rec.ref(), options);
-  PAGESTASH_CUDA_CHECK_LAUNCH();
+  const LaunchGrid grid = grid_for<Traits, Op>(ex, max_tiles);
+  cudaLaunchAttribute programmatic{cudaLaunchAttributeProgrammaticStreamSerialization, {}, {}};
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
+  const dim3 blocks(static_cast<unsigned>(grid.blocks)), threads(StashPolicy::threads_per_block);
+  cudaLaunchConfig_t config{blocks, threads, 0, ex.stream, &programmatic, grid.programmatic ? 1u : 0u};
+  const cudaError_t launched =
+      cudaLaunchKernelEx(&config, operation_kernel<Traits, Op>, pool.ref(), view, rec.ref(), options);
+  PAGESTASH_CUDA_CHECK_LAUNCH();  // takes the launch's error, as after <<<>>>
+  PAGESTASH_CUDA_TRY(launched);
 }
 
 }  // namespace detail

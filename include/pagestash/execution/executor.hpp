@@ -39,8 +39,12 @@ struct CudaExecutor {
   static constexpr MemorySpace memory = MemorySpace::device;
   cudaStream_t stream = nullptr;
   int max_blocks = 0;  ///< caps the grid (e.g. to leave SMs to the GEMMs beside it); 0: full occupancy
+  /// sm_90 and newer: an operation's kernel may start while the one before it on the stream ends, and waits for that
+  /// one's end before its first access (only the launch's latency is hidden). Off: plain launches.
+  bool programmatic_launch = true;
 
-  CudaExecutor with_max_blocks(int blocks) const { return CudaExecutor{stream, blocks}; }
+  CudaExecutor with_max_blocks(int blocks) const { return CudaExecutor{stream, blocks, programmatic_launch}; }
+  CudaExecutor with_programmatic_launch(bool on) const { return CudaExecutor{stream, max_blocks, on}; }
 };
 
 /// The executor for the CUDA stream `stream`. The legacy default CUDA stream (null) is refused: it cannot be captured

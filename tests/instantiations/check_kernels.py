@@ -25,7 +25,7 @@ and the reset kernel, per architecture in the library:
     kernel has a spin loop (the verdict's wait) with a path to an evict-first vector or word
     load that passes no BAR.SYNC (issue 53; the arrival's and the locks' waits end at one);
   - a programmatic launch's order (execution/cuda.cuh): an operation kernel waits for the kernel before it
-    (griddepcontrol.wait: ACQBULK) before its first global memory access, and lets the next one start
+    (griddepcontrol.wait: ACQBULK) before its first global memory access and first branch, and lets the next one start
     (griddepcontrol.launch_dependents: PREEXIT);
   - no sequentially consistent fence (MEMBAR.SC.GPU, what __threadfence() and fence.sc.gpu
     compile to) in an operation kernel: the launch protocol releases with release stores and
@@ -303,11 +303,12 @@ def analyse(cuobjdump, path):
     for key, instructions in code.items():
         k = kernels[key]
         k["membar_sc"] = sum(1 for _, ins in instructions if "MEMBAR.SC.GPU" in ins)
-        # The grid dependency's wait before the first global access (in address order: the wait is at the entry,
-        # before any branch), and the trigger somewhere.
+        # The grid dependency's wait before the first global access and the first branch, in address order: so in
+        # the entry's straight line, ahead of every access on every path. And the trigger somewhere.
         first_wait = next((a for a, ins in instructions if re.search(r"\bACQBULK\b", ins)), None)
-        first_access = next((a for a, ins in instructions if GLOBAL_ACCESS.search(ins)), None)
-        k["waits_first"] = first_wait is not None and (first_access is None or first_wait < first_access)
+        firsts = [next((a for a, ins in instructions if pattern.search(ins)), None)
+                  for pattern in (GLOBAL_ACCESS, re.compile(r"\b(?:BRA|JMP|CALL|BRX|JMX)\b"))]
+        k["waits_first"] = first_wait is not None and all(f is None or first_wait < f for f in firsts)
         k["triggers"] = any(re.search(r"\bPREEXIT\b", ins) for _, ins in instructions)
         invalidations = [a for a, ins in instructions if "CCTL.IVALL" in ins]
         sleeps = [a for a, ins in instructions if "NANOSLEEP" in ins]
@@ -392,7 +393,7 @@ def main():
         if k.get("membar_sc", 0) and label.startswith(("stash", "reload", "discard")):
             why.append(f"{k['membar_sc']} sequentially consistent fences (MEMBAR.SC.GPU)")
         if label.startswith(("stash", "reload", "discard")) and not k.get("waits_first", False):
-            why.append("no wait for the kernel before it (ACQBULK) ahead of its first global access")
+            why.append("no wait for the kernel before it (ACQBULK) ahead of its first global access and branch")
         if label.startswith(("stash", "reload", "discard")) and not k.get("triggers", False):
             why.append("never lets the next kernel start (no PREEXIT)")
         if k.get("division_in_vector_loop", 0):

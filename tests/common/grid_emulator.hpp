@@ -70,6 +70,7 @@
 #  endif
 #endif
 #if defined(PAGESTASH_TEST_ASAN)
+#  include <sanitizer/asan_interface.h>
 #  include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -110,8 +111,9 @@ inline constexpr bool fibers_available = false;
 /// The threads of one emulated block as fibers of the calling host thread (ucontext), run one at a time: a fiber runs
 /// until it waits at a barrier (HostBarrier yields to the next), so a barrier of n threads costs n switches in the
 /// process, not n sleeps and wakes of host threads. The counting tools run on it (a warp's 32 lanes as 32 host
-/// threads on two cores spent most of their time in the kernel's scheduler); what explores orders, and anything under
-/// ThreadSanitizer, keeps host threads.
+/// threads on two cores spent most of their time in the kernel's scheduler), and so does the launch explorer, which
+/// picks each next fiber itself (yield_to, end_to). The adversarial schedules (PreemptAtAtomics), and anything under
+/// ThreadSanitizer, keep host threads.
 class FiberBlock {
  public:
   static constexpr std::size_t stack_bytes = 256 * 1024;
@@ -126,7 +128,7 @@ class FiberBlock {
   FiberBlock(int n, std::function<void(int)> body) : body_(std::move(body)), fibers_(static_cast<std::size_t>(n)) {}
   ~FiberBlock() {
     for (Fiber& f : fibers_)
-      if (f.stack != nullptr) munmap(f.stack, stack_bytes);
+      if (f.stack != nullptr) Stacks::mine().put(f.stack);
   }
   FiberBlock(const FiberBlock&) = delete;
   FiberBlock& operator=(const FiberBlock&) = delete;
@@ -134,10 +136,7 @@ class FiberBlock {
   /// Runs body(0), ..., body(n - 1) to their ends on the calling thread.
   void run() {
     for (Fiber& f : fibers_) {
-      // A stack with a guard page below it: an overflow faults, never writes into another fiber's stack.
-      f.stack = mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (f.stack == MAP_FAILED || mprotect(f.stack, 4096, PROT_NONE) != 0)
-        throw std::runtime_error("FiberBlock: no stack");
+      f.stack = Stacks::mine().get();
       getcontext(&f.context);
       f.context.uc_stack.ss_sp = f.stack;
       f.context.uc_stack.ss_size = stack_bytes;
@@ -152,14 +151,17 @@ class FiberBlock {
   }
 
   /// To the next fiber that has not ended (round robin); back here when it is this one's turn again.
-  void yield() {
+  void yield() { yield_to(next_alive(running_)); }
+  /// To fiber `k` (one that has not ended), chosen by the caller; back here when a fiber switches to this one.
+  void yield_to(int k) {
     const int from = running_;
-    const int next = next_alive(from);
-    if (next == from) return;
-    running_ = next;
+    if (k == from) return;
+    running_ = k;
     Fiber& f = fibers_[static_cast<std::size_t>(from)];
-    switch_to(&f.context, &f.fake_stack, fibers_[static_cast<std::size_t>(next)]);
+    switch_to(&f.context, &f.fake_stack, fibers_[static_cast<std::size_t>(k)]);
   }
+  /// The fiber to run when the running one's body returns (one that has not ended), instead of the next in turn.
+  void end_to(int k) { end_to_ = k; }
 
   /// The running fiber's emulated-thread state (emulated_thread()).
   EmulatedThread& thread_state() { return fibers_[static_cast<std::size_t>(running_)].state; }
@@ -171,6 +173,43 @@ class FiberBlock {
     bool ended = false;
     EmulatedThread state;
     void* fake_stack = nullptr;  ///< AddressSanitizer's, kept while the fiber is switched out
+  };
+
+  /// The calling thread's stacks that fibers have ended on, for its next fibers: three system calls fewer a fiber (the
+  /// launch explorer starts a few hundred thousand).
+  class Stacks {
+   public:
+    static Stacks& mine() {
+      thread_local Stacks stacks;
+      return stacks;
+    }
+    /// A stack with a guard page below it: an overflow faults, never writes into another fiber's stack.
+    void* get() {
+      if (spare_.empty()) {
+        void* s =
+            mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (s == MAP_FAILED || mprotect(s, 4096, PROT_NONE) != 0) throw std::runtime_error("FiberBlock: no stack");
+        return s;
+      }
+      void* s = spare_.back();
+      spare_.pop_back();
+#  if defined(PAGESTASH_TEST_ASAN)
+      // The frames of the fiber that ended on it left their redzones poisoned.
+      __asan_unpoison_memory_region(static_cast<char*>(s) + 4096, stack_bytes - 4096);
+#  endif
+      return s;
+    }
+    void put(void* s) {
+      if (spare_.size() < max_spare) spare_.push_back(s);
+      else munmap(s, stack_bytes);
+    }
+    ~Stacks() {
+      for (void* s : spare_) munmap(s, stack_bytes);
+    }
+
+   private:
+    static constexpr std::size_t max_spare = 1024;  ///< two emulated blocks of 512 threads
+    std::vector<void*> spare_;
   };
 
   /// From the running context (`from`; its fake stack kept in *fake) to fiber `to`, until something switches back.
@@ -213,7 +252,8 @@ class FiberBlock {
     }
     b.fibers_[static_cast<std::size_t>(me)].ended = true;
     if (--b.alive_ == 0) leave_for(&b.main_, b.main_bottom_, b.main_size_);
-    b.running_ = b.next_alive(me);
+    b.running_ = b.end_to_ >= 0 ? b.end_to_ : b.next_alive(me);
+    b.end_to_ = -1;
     const Fiber& next = b.fibers_[static_cast<std::size_t>(b.running_)];
     leave_for(&next.context, next.stack, stack_bytes);
   }
@@ -232,11 +272,13 @@ class FiberBlock {
   void* main_fake_ = nullptr;
   const void* main_bottom_ = nullptr;  ///< the caller's stack (AddressSanitizer's)
   std::size_t main_size_ = 0;
-  int running_ = 0, alive_ = 0;
+  int running_ = 0, alive_ = 0, end_to_ = -1;
 #else
   FiberBlock(int, std::function<void(int)>) { throw std::logic_error("FiberBlock: not on this platform"); }
   void run() {}
   void yield() {}
+  void yield_to(int) {}
+  void end_to(int) {}
   EmulatedThread& thread_state() { throw std::logic_error("FiberBlock: not on this platform"); }
 #endif
 };

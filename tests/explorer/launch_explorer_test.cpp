@@ -2,9 +2,10 @@
 // launches of one or two blocks on one record, every interleaving of their blocks' accesses
 // to the record's launch words with at most `bound` preemptions (a switch away from a block
 // that could go on; switches from a block that finished or waits in a spin are free). Each
-// block is one host thread running the kernel body with a team and lanes of one thread (as
-// the host executor's), and each schedule's outcome is checked against the serial orders of
-// tests/common/overlap.hpp.
+// block is one fiber of the test's thread (tests/common/grid_emulator.hpp's FiberBlock: the
+// schedule picks the next, and a switch wakes no sleeping host thread) running
+// the kernel body with a team and lanes of one thread (as the host executor's), and each
+// schedule's outcome is checked against the serial orders of tests/common/overlap.hpp.
 //
 // Built with PAGESTASH_REMEMBERED_LAUNCHES=2: the bound on remembered refusals is reached by
 // four launches. A schedule that refuses more launches than that is beyond the bound the
@@ -21,24 +22,21 @@
 
 #include <doctest/doctest.h>
 
+#include "../common/grid_emulator.hpp"
 #include "../common/layout_list.hpp"
 #include "../common/overlap.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <future>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 static_assert(PAGESTASH_REMEMBERED_LAUNCHES == 2, "the explorer's configurations are sized for 2 remembered launches");
@@ -67,9 +65,9 @@ struct Decision {
   }
 };
 
-/// The process's atomic observer while a schedule runs: each block's leader is a process,
-/// which stops before each of its accesses to the launch words until the schedule picks
-/// it. Decisions are taken when every process stands at such a point or has finished.
+/// The process's atomic observer while a schedule runs: each block's leader is a process (a fiber of the test's
+/// thread), which stops before each of its accesses to the launch words until the schedule picks it. Decisions are
+/// taken when every process stands at such a point or has finished.
 class Scheduler {
  public:
   /// `watched`: the words a block stops before (each [begin, end) of bytes); `refused`: the
@@ -81,7 +79,7 @@ class Scheduler {
             bool first_holds)
       : prefix_(std::move(prefix)), first_(std::move(first_process)), watched_(std::move(watched)),
         refused_word_(refused), owner_word_(owner), split_(first_holds ? -1 : 0),
-        count_(static_cast<std::size_t>(first_.back())), procs_(new Process[count_]) {
+        count_(static_cast<std::size_t>(first_.back())), procs_(new Process[count_]), bodies_(count_) {
     refused_launch_.assign(first_.size() - 1, false);
     ps::atomic_observer().set(&Scheduler::observe, this);
   }
@@ -89,12 +87,21 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  /// Block `block` of launch `launch` runs `body` as a process of the schedule.
-  template <class Body>
-  void run_block(int launch, int block, const Body& body) {
-    enter(first_[static_cast<std::size_t>(launch)] + block);
-    body();
-    leave();
+  /// Block `block` of launch `launch` will run `body` as a process of the schedule (run()).
+  void add_block(int launch, int block, std::function<void()> body) {
+    bodies_[static_cast<std::size_t>(first_[static_cast<std::size_t>(launch)] + block)] = std::move(body);
+  }
+  /// Runs every process to its end, as the schedule picks them, each a fiber of the calling thread.
+  void run() {
+    if (!fibers_available) throw std::logic_error("the launch explorer's blocks are fibers: Linux, no ThreadSanitizer");
+    FiberBlock fibers(static_cast<int>(count_), [this](int pid) {
+      enter(pid);
+      bodies_[static_cast<std::size_t>(pid)]();
+      leave();
+    });
+    fibers_ = &fibers;
+    fibers.run();
+    fibers_ = nullptr;
   }
 
   /// Names launch `launch`'s single block `text` in schedules (a resize's process).
@@ -128,10 +135,7 @@ class Scheduler {
     /// Writes by any block when this one started its current poll (its first access since it last paused).
     std::uint64_t since = 0;
     bool polling = false;
-    std::condition_variable go;  ///< chosen
   };
-
-  static thread_local int self_;
 
   std::string name(int pid) const {
     const int launch = launch_of(pid);
@@ -142,13 +146,12 @@ class Scheduler {
 
   static void observe(const void* address, ps::AtomicAccess access, void* context) {
     auto* s = static_cast<Scheduler*>(context);
-    if (self_ < 0) return;  // not a block's leader
+    if (s->self_ < 0) return;  // not a block's leader
     if (access == ps::AtomicAccess::plain_load || access == ps::AtomicAccess::round_begin ||
         access == ps::AtomicAccess::round_end)
       return;  // a plain load, or where a round of loads begins or ends: no scheduling point, no write
     if (address == s->refused_word_) {
-      std::lock_guard<std::mutex> lock(s->m_);
-      s->refused_launch_[static_cast<std::size_t>(s->launch_of(self_))] = true;
+      s->refused_launch_[static_cast<std::size_t>(s->launch_of(s->self_))] = true;
       return;  // a count only the host reads
     }
     const char* a = static_cast<const char*>(address);
@@ -156,14 +159,11 @@ class Scheduler {
     for (const auto& [begin, bytes] : s->watched_)
       watched = watched || (a >= static_cast<const char*>(begin) && a < static_cast<const char*>(begin) + bytes);
     if (watched) {
-      if (s->split_ < 0 && address == s->owner_word_ && access == ps::AtomicAccess::store) {
-        std::lock_guard<std::mutex> lock(s->m_);
+      if (s->split_ < 0 && address == s->owner_word_ && access == ps::AtomicAccess::store)
         s->split_ = static_cast<int>(s->trace_.size()) + 1;  // after this store's decision
-      }
       return s->point(access);
     }
-    std::lock_guard<std::mutex> lock(s->m_);
-    s->poll(s->procs_[static_cast<std::size_t>(self_)]);
+    s->poll(s->procs_[static_cast<std::size_t>(s->self_)]);
     if (access == ps::AtomicAccess::store || access == ps::AtomicAccess::rmw) s->wrote();
   }
   /// An access of a block's (but a pause): the first since it paused starts a poll.
@@ -185,25 +185,34 @@ class Scheduler {
 
   void enter(int pid) {
     self_ = pid;
-    std::unique_lock<std::mutex> lock(m_);
     procs_[static_cast<std::size_t>(pid)].started = true;
   }
+  /// The process that runs next: the one chosen, once every process stands at a point; until then one not started.
+  int next_process() {
+    if (quiescent()) decide();
+    if (chosen_ >= 0) return chosen_;
+    for (std::size_t k = 0; k < count_; ++k)
+      if (!procs_[k].started) return static_cast<int>(k);
+    return -1;  // every process finished
+  }
   void leave() {
-    std::unique_lock<std::mutex> lock(m_);
     procs_[static_cast<std::size_t>(self_)].finished = true;
     self_ = -1;
-    if (quiescent()) decide();
+    const int next = next_process();
+    if (next >= 0) fibers_->end_to(next);
   }
   void point(ps::AtomicAccess access) {
-    std::unique_lock<std::mutex> lock(m_);
-    Process& p = procs_[static_cast<std::size_t>(self_)];
+    const int me = self_;
+    Process& p = procs_[static_cast<std::size_t>(me)];
     p.waiting = true;
     // A pause waits for a write after the loads of its poll: one before it may already have brought the change.
     p.spinning = access == ps::AtomicAccess::pause && p.polling && writes_ == p.since;
     if (access == ps::AtomicAccess::pause) p.polling = false;
     p.writes = access == ps::AtomicAccess::store || access == ps::AtomicAccess::rmw;
-    if (quiescent()) decide();
-    p.go.wait(lock, [&] { return chosen_ == self_; });
+    while (chosen_ != me) {  // the other processes run until the schedule picks this one (decide())
+      fibers_->yield_to(next_process());
+      self_ = me;
+    }
     chosen_ = -1;
     p.waiting = false;
     p.fresh = false;
@@ -248,7 +257,6 @@ class Scheduler {
     trace_.push_back(d);
     if (procs_[static_cast<std::size_t>(d.chosen)].writes) wrote();
     current_ = chosen_ = d.chosen;
-    procs_[static_cast<std::size_t>(d.chosen)].go.notify_one();
   }
 
   std::vector<int> prefix_, first_;
@@ -257,16 +265,17 @@ class Scheduler {
   const void* refused_word_;
   const void* owner_word_;
   int split_;
-  std::mutex m_;
   std::size_t count_;
   std::unique_ptr<Process[]> procs_;
+  std::vector<std::function<void()>> bodies_;
+  FiberBlock* fibers_ = nullptr;
+  int self_ = -1;  ///< the process running (-1: none, the test's own code)
   std::vector<bool> refused_launch_;
   std::vector<Decision> trace_;
   int current_ = -1, chosen_ = -1;
   std::uint64_t writes_ = 0;
   bool diverged_ = false;
 };
-thread_local int Scheduler::self_ = -1;
 
 /// A configuration: launches on one record, and the record's state before them.
 struct Config {
@@ -286,9 +295,9 @@ OverlapLaunch launch_of(LaunchOp op, int blocks) {
   return l;
 }
 
-/// The operations with the executors' host checks, then one launch whose blocks are each one
-/// host thread running the kernel body alone (a block's team and a warp's lanes of one
-/// thread, as the host executor's), each a process of the schedule.
+/// The operations with the executors' host checks, then one launch whose blocks each run the kernel body alone (a
+/// block's team and a warp's lanes of one thread, as the host executor's), each a process of the schedule: added to
+/// it here, run by Scheduler::run once every launch is.
 struct ExploredLaunch {
   Scheduler* scheduler;
   int launch;
@@ -314,15 +323,11 @@ struct ExploredLaunch {
   template <class Tr, ps::Operation Op>
   void run(ps::PagePool& pool, const ps::GroupedView<typename Tr::layout>& v, ps::StashRecord<Tr>& rec,
            ps::ReloadOptions options) const {
-    std::vector<std::thread> threads;
     for (int b = 0; b < blocks; ++b)
-      threads.emplace_back([&, b] {
-        scheduler->run_block(launch, b, [&] {
-          const ps::GridContext<ps::SerialTeam, ps::SerialTeam> ctx{{}, {}, b, blocks, 0, 1, id};
-          ps::run_operation<Tr, Op>(ctx, pool.ref(), v, rec.ref(), options);
-        });
+      scheduler->add_block(launch, b, [&pool, v, &rec, options, b, n = blocks, id = id] {
+        const ps::GridContext<ps::SerialTeam, ps::SerialTeam> ctx{{}, {}, b, n, 0, 1, id};
+        ps::run_operation<Tr, Op>(ctx, pool.ref(), v, rec.ref(), options);
       });
-    for (std::thread& t : threads) t.join();
   }
 };
 
@@ -391,15 +396,13 @@ Explored explore(const Config& config, int bound) {
                          {&w.next_remembered, sizeof w.next_remembered},
                          {&w.remembered, sizeof w.remembered}},
                         &w.refused, &w.owner, config.first_holds);
-            std::vector<std::future<void>> running;
             for (std::size_t k = 0; k < config.launches.size(); ++k) {
               const OverlapLaunch& l = config.launches[k];
               const std::uint64_t id = config.first_launch_id != 0 ? config.first_launch_id + k : next_grid_id();
-              const ExploredLaunch exec{&s, static_cast<int>(k), l.shape.blocks, id};
-              running.push_back(std::async(std::launch::async,
-                                           [&, exec, k] { apply(exec, l.op, l.zero_tail, pool, rec, d, out[k]); }));
+              apply(ExploredLaunch{&s, static_cast<int>(k), l.shape.blocks, id}, l.op, l.zero_tail, pool, rec, d,
+                    out[k]);
             }
-            for (auto& f : running) f.get();
+            s.run();
             trace = s.trace();
             split = s.split();
             schedule = s.describe();
@@ -724,7 +727,7 @@ Explored explore_pool(const ResizeConfig& c, int bound) {
     bool diverged = false;
     const PoolOutcome seen =
         play_pool(c, d, [&](ps::PagePool& pool, std::vector<ps::StashRecord<PoolTraits>>& recs, auto& dest) {
-          std::atomic<bool> refused{false};
+          bool refused = false;
           {
             // The words take_pages, return_pages and the resize steps touch atomically: the lock and the flags
             // (overflow, host_spill). The counters' atomics (a generation no one writes here, counts only added to)
@@ -735,31 +738,27 @@ Explored explore_pool(const ResizeConfig& c, int bound) {
             s.label(n, c.grow ? "grow" : "shrink");
             std::vector<std::uint64_t> ids;
             for (int k = 0; k < n; ++k) ids.push_back(next_grid_id());
-            std::vector<std::future<void>> running;
-            for (int k = 0; k < n; ++k)
-              running.push_back(std::async(std::launch::async, [&, k] {
-                const auto i = static_cast<std::size_t>(k);
-                const ExploredLaunch exec{&s, k, 1, ids[i]};
-                switch (c.launches[i].op) {
-                  case LaunchOp::stash_first: exec.stash(pool, d.in[i].view, recs[i]); break;
-                  case LaunchOp::reload: exec.reload(pool, recs[i], dest[i].view, true); break;
-                  default: exec.discard(pool, recs[i]); break;
-                }
-              }));
-            running.push_back(std::async(std::launch::async, [&] {
-              s.run_block(n, 0, [&] {
-                if (c.grow) ps::grow(ps::host, pool, c.device_pages, c.host_pages);
-                else try {
-                    ps::shrink(ps::host, pool, c.device_pages, c.host_pages);
-                  } catch (const std::invalid_argument&) { refused = true; }
-              });
-            }));
-            for (auto& f : running) f.get();
+            for (int k = 0; k < n; ++k) {
+              const auto i = static_cast<std::size_t>(k);
+              const ExploredLaunch exec{&s, k, 1, ids[i]};
+              switch (c.launches[i].op) {
+                case LaunchOp::stash_first: exec.stash(pool, d.in[i].view, recs[i]); break;
+                case LaunchOp::reload: exec.reload(pool, recs[i], dest[i].view, true); break;
+                default: exec.discard(pool, recs[i]); break;
+              }
+            }
+            s.add_block(n, 0, [&] {
+              if (c.grow) ps::grow(ps::host, pool, c.device_pages, c.host_pages);
+              else try {
+                  ps::shrink(ps::host, pool, c.device_pages, c.host_pages);
+                } catch (const std::invalid_argument&) { refused = true; }
+            });
+            s.run();
             trace = s.trace();
             schedule = s.describe();
             diverged = s.diverged();
           }
-          return refused.load();
+          return refused;
         });
     ++result.schedules;
     result.max_steps = std::max(result.max_steps, static_cast<long>(trace.size()));
@@ -813,7 +812,7 @@ TEST_CASE("launch explorer: two launches of two blocks, every pair of operations
       for (const LaunchOp b : ops) {
         const std::string name =
             std::string(before ? "stashed, " : "empty, ") + name_of(a) + " x2 | " + name_of(b) + " x2";
-        run(Config{name.c_str(), before, {launch_of(a, 2), launch_of(b, 2)}}, 1);
+        run(Config{name.c_str(), before, {launch_of(a, 2), launch_of(b, 2)}}, 2);
       }
 }
 
@@ -822,9 +821,10 @@ TEST_CASE("launch explorer: launch ids at the top of the 64-bit range") {
              false,
              {launch_of(LaunchOp::stash_first, 2), launch_of(LaunchOp::reload, 2)},
              0x4000000000000005ull},
-      1);
+      2);
 }
 
+// Bound 1: bound 2 takes three and a half minutes on two cores (PAGESTASH_EXPLORER_BOUND=2, by hand).
 TEST_CASE("launch explorer: four launches, the remembered refusals at their bound") {
   run(Config{"stashed, reload x1 | reload x2 | discard x1 | reload x1",
              true,
@@ -856,7 +856,6 @@ TEST_CASE("launch explorer: a pool grows while a reload returns pages and a stas
            2);
 }
 
-// Four processes: bound 1 (bound 2 is 143,920 schedules, two minutes: PAGESTASH_EXPLORER_BOUND=2 by hand).
 TEST_CASE("launch explorer: a pool grows while a discard returns pages and two stashes take them") {
   run_pool(ResizeConfig{"2 + 1 pages (reserve 5 + 2), 2 held: discard | stash (2) | stash (2) | grow to 5 + 2",
                         small_pool(2, 1, 5, 2),
@@ -864,7 +863,7 @@ TEST_CASE("launch explorer: a pool grows while a discard returns pages and two s
                         true,
                         5,
                         2},
-           1);
+           2);
 }
 
 // A shrink is done only where every page is back (after the reload, before the stash; before both stashes), else

@@ -20,8 +20,9 @@
 // fine_sector_bound x its floor (a ctest holds both).
 //
 // A fourth (--critical-path: only it) counts each kernel family's critical path up to its first copy (CriticalPath):
-// the owner's dependent global accesses and fences before its verdict, any other block's before its first data load,
-// and the block barriers between verdict and first load, for a 1 MiB stash (--mib N: N MiB) of a BF16, an MXFP8 and an
+// the owner's dependent global accesses and fences before its verdict, any other block's before its first data load
+// (a stash's look-ahead prefetch, or a copy's load) and before its first copy load, and the block barriers between
+// verdict and first copy load, for a 1 MiB stash (--mib N: N MiB) of a BF16, an MXFP8 and an
 // NVFP4 layout; and the longest block's whole launch, the copy's data rounds included, with the bytes it keeps in
 // flight on average (loaded bytes over that chain of rounds: Little's law, one round a memory latency).
 
@@ -189,11 +190,13 @@ void print_critical_path_row(const char* name, int sms, int major, int mib, int 
   const char* family[] = {"stash", "reload", "discard"};
   for (int f = 0; f < 3; ++f) {
     const auto& k = c[static_cast<std::size_t>(f)];
-    char barriers[2][16], other[32];
+    char barriers[2][16], other[32], other_copy[32];
     std::snprintf(barriers[0], sizeof barriers[0], "%lld", static_cast<long long>(k.owner_barriers));
     std::snprintf(barriers[1], sizeof barriers[1], "%lld", static_cast<long long>(k.other_barriers));
     std::snprintf(other, sizeof other, "%lld + %lld", static_cast<long long>(k.other.accesses),
                   static_cast<long long>(k.other.fences));
+    std::snprintf(other_copy, sizeof other_copy, "%lld + %lld", static_cast<long long>(k.other_copy.accesses),
+                  static_cast<long long>(k.other_copy.fences));
     // The copy's loads in flight, by Little's law one round a latency: the longest block's loaded bytes over its
     // chain of rounds, against the peak its lanes' loads_in_flight vectors hold (duty: the share of the chain's rounds
     // that carry the peak).
@@ -202,10 +205,10 @@ void print_critical_path_row(const char* name, int sms, int major, int mib, int 
     if (f < 2)
       std::snprintf(chain, sizeof chain, "%6lld %8.1f %6.2f", static_cast<long long>(k.chain),
                     k.bytes_in_flight() / 1024, k.bytes_in_flight() / peak);
-    std::printf("%-26s %-8s %5d %12lld + %-5lld %8s %7lld %15s %8s   %s\n", name, family[f], grid.blocks,
+    std::printf("%-26s %-8s %5d %12lld + %-5lld %8s %7lld %15s %15s %8s   %s\n", name, family[f], grid.blocks,
                 static_cast<long long>(k.owner.accesses), static_cast<long long>(k.owner.fences),
                 k.owner_barriers < 0 ? "-" : barriers[0], static_cast<long long>(k.others), k.others ? other : "-",
-                k.others ? barriers[1] : "-", chain);
+                k.others ? other_copy : "-", k.others ? barriers[1] : "-", chain);
   }
 }
 
@@ -219,8 +222,9 @@ void print_critical_paths(int sms, int major, int mib, int blocks, int threads) 
       "the\nlongest block: its chain of rounds (the copy's data rounds too), the KiB it keeps in flight on average\n"
       "(loaded bytes / chain), and that over the peak of its lanes' loads in flight (duty)\n\n",
       mib, kExperts, static_cast<long long>(kCapacity), static_cast<long long>(kHidden), sms, major);
-  std::printf("%-26s %-8s %5s %20s %8s %7s %15s %8s   %6s %8s %6s\n", "layout", "kernel", "grid", "owner to verdict",
-              "barriers", "others", "to first load", "barriers", "chain", "KiB", "duty");
+  std::printf("%-26s %-8s %5s %20s %8s %7s %15s %15s %8s   %6s %8s %6s\n", "layout", "kernel", "grid",
+              "owner to verdict", "barriers", "others", "to first load", "to first copy", "barriers", "chain", "KiB",
+              "duty");
   print_critical_path_row<ps::RowwiseUnquantized<ps::BF16, ps::CapacityPadded>>("rowwise BF16", sms, major, mib, blocks,
                                                                                 threads);
   print_critical_path_row<Layout>("columnwise MXFP8, compact", sms, major, mib, blocks, threads);

@@ -501,6 +501,7 @@ class SectorCounter {
   }
 
   static void observe(const void* address, int bytes, ps::VectorAccess access, void* context) {
+    if (access == ps::VectorAccess::prefetch) return;  // a hint, no request of the copy
     EmulatedThread& t = emulated_thread();
     auto* self = static_cast<SectorCounter*>(context);
     if (access == ps::VectorAccess::tile) {
@@ -631,6 +632,7 @@ class RoundCounter {
   };
 
   static void observe(const void*, int bytes, ps::VectorAccess access, void* context) {
+    if (access == ps::VectorAccess::prefetch) return;  // a hint: nothing waits for it
     EmulatedThread& t = emulated_thread();
     auto* self = static_cast<RoundCounter*>(context);
     if (access == ps::VectorAccess::tile) {
@@ -666,6 +668,7 @@ struct RoundsAndSectors {
 
  private:
   static void observe(const void* address, int bytes, ps::VectorAccess access, void* context) {
+    if (access == ps::VectorAccess::prefetch) return;  // as each counter
     EmulatedThread& t = emulated_thread();
     auto* self = static_cast<RoundsAndSectors*>(context);
     if (access == ps::VectorAccess::tile) {
@@ -831,6 +834,27 @@ struct EmulatedLanes {
     }
     warp->barrier.wait();  // every lane has read before any writes again
   }
+  /// The sum of x over the lanes before this one, and over the warp in `total`, through the warp's values (a
+  /// shuffle scan on the device); the lanes' critical paths become the longest (they wait for each other).
+  std::int64_t exclusive_sum(std::int64_t x, std::int64_t& total) const {
+    static_assert(sizeof x <= sizeof(EmulatedWarp::values[0]));
+    std::memcpy(warp->values[lane], &x, sizeof x);
+    EmulatedThread& t = emulated_thread();
+    warp->paths[lane] = {t.path_accesses, t.path_fences};
+    warp->barrier.wait();
+    std::int64_t before = 0;
+    total = 0;
+    for (int j = 0; j < 32; ++j) {
+      std::int64_t v = 0;
+      std::memcpy(&v, warp->values[j], sizeof v);
+      if (j == lane) before = total;
+      total += v;
+      const auto& p = warp->paths[j];
+      if (p[0] + p[1] > t.path_accesses + t.path_fences) t.path_accesses = p[0], t.path_fences = p[1];
+    }
+    warp->barrier.wait();  // every lane has read before any writes again
+    return before;
+  }
   /// Lane 0's x to every lane, through the warp's values (a shuffle on the device); the lanes' critical paths become
   /// lane 0's where it is longer (they wait for it).
   template <class T>
@@ -860,8 +884,9 @@ using EmulatedContext = ps::GridContext<EmulatedTeam, EmulatedLanes>;
 /// count grows with its own accesses, and at a block barrier every thread's becomes the longest of its block's.
 /// Counted:
 ///   - the owner (the block that publishes the verdict): its path before that store;
-///   - every other block: its path up to its first data load (the first, over its threads);
-///   - block barriers between the verdict (its store, or a block's last poll of it) and the block's first data load;
+///   - every other block: its path up to its first data load (the first, over its threads), a prefetch of the
+///     look-ahead's (stash/look_ahead.hpp) or a copy's load, and up to its first copy load;
+///   - block barriers between the verdict (its store, or a block's last poll of it) and the block's first copy load;
 ///   - the whole launch's chain, the copy's data rounds included (a lane's data loads up to where it uses them, one
 ///     round each, as RoundCounter counts them), and the bytes its lanes load: by Little's law a block keeps on
 ///     average loaded bytes / chain rounds in flight, one round a memory latency (the copy's duty: docs/benchmarks.md).
@@ -875,10 +900,11 @@ class CriticalPath {
   struct Count {
     bool decided = false;              ///< a block published the verdict
     Path owner;                        ///< before the verdict
-    std::int64_t owner_barriers = -1;  ///< verdict to the owner's first data load (-1: it loaded none)
-    std::int64_t others = 0;           ///< other blocks that loaded data
+    std::int64_t owner_barriers = -1;  ///< verdict to the owner's first copy load (-1: it loaded none)
+    std::int64_t others = 0;           ///< other blocks that loaded data (a prefetch, or a copy's load)
     Path other;                        ///< the longest, before an other block's first data load
-    std::int64_t other_barriers = -1;  ///< the most, between verdict and an other block's first data load
+    Path other_copy;                   ///< the longest, before an other block's first copy load
+    std::int64_t other_barriers = -1;  ///< the most, between verdict and an other block's first copy load
     std::int64_t chain = 0;            ///< the longest block's whole launch: accesses, fences and data rounds
     std::int64_t loaded_bytes = 0;     ///< of that block's data loads
     std::int64_t loaded_total = 0;     ///< every block's data loads, in bytes
@@ -906,15 +932,16 @@ class CriticalPath {
     Count c;
     for (const auto& [block, b] : blocks_) {
       // The owner's other warps may load before its leader's store: no barrier between, then.
-      const std::int64_t barriers = std::max<std::int64_t>(0, b.load_syncs - b.verdict_syncs);
+      const std::int64_t barriers = std::max<std::int64_t>(0, b.copy_syncs - b.verdict_syncs);
       if (b.owner) {
         c.decided = true;
         c.owner = b.at_verdict;
-        if (b.loaded) c.owner_barriers = barriers;
+        if (b.copied) c.owner_barriers = barriers;
       } else if (b.loaded) {
         ++c.others;
         if (b.first_load.total() > c.other.total()) c.other = b.first_load;
-        c.other_barriers = std::max(c.other_barriers, barriers);
+        if (b.copied && b.first_copy.total() > c.other_copy.total()) c.other_copy = b.first_copy;
+        if (b.copied) c.other_barriers = std::max(c.other_barriers, barriers);
       }
       if (b.chain > c.chain) c.chain = b.chain, c.loaded_bytes = b.loaded_bytes;
       c.loaded_total += b.loaded_bytes;
@@ -924,9 +951,9 @@ class CriticalPath {
 
  private:
   struct Block {
-    bool owner = false, loaded = false;
-    Path at_verdict, first_load;
-    std::int64_t verdict_syncs = 0, load_syncs = 0;
+    bool owner = false, loaded = false, copied = false;
+    Path at_verdict, first_load, first_copy;
+    std::int64_t verdict_syncs = 0, copy_syncs = 0;
     std::int64_t chain = 0, loaded_bytes = 0;
   };
   /// A thread's path so far extends its block's chain, its loads the block's bytes (at each access it observes: its
@@ -977,6 +1004,7 @@ class CriticalPath {
     EmulatedThread& t = emulated_thread();
     if (t.block < 0 || access == ps::VectorAccess::tile) return;
     auto* self = static_cast<CriticalPath*>(context);
+    if (access == ps::VectorAccess::prefetch) return self->first_data(t, false);  // a hint: no round waits for it
     if (access != ps::VectorAccess::load) {  // a store or a use ends the lane's data round
       if (t.data_round) ++t.path_accesses, t.data_round = false;
       return self->extend(t, 0);
@@ -985,12 +1013,19 @@ class CriticalPath {
     if (t.loaded) return self->extend(t, bytes);
     self->extend(t, bytes);
     t.loaded = true;
-    std::lock_guard<std::mutex> lock(self->m_);
-    Block& b = self->blocks_[t.block];
+    self->first_data(t, true);
+  }
+  /// A thread's first data access, a copy's load or (not `copy`) a prefetch: its path there.
+  void first_data(const EmulatedThread& t, bool copy) {
+    std::lock_guard<std::mutex> lock(m_);
+    Block& b = blocks_[t.block];
     const Path p{t.path_accesses, t.path_fences};
     if (!b.loaded || p.total() < b.first_load.total()) b.first_load = p;
-    if (!b.loaded) b.load_syncs = t.syncs;
     b.loaded = true;
+    if (!copy) return;
+    if (!b.copied || p.total() < b.first_copy.total()) b.first_copy = p;
+    if (!b.copied) b.copy_syncs = t.syncs;
+    b.copied = true;
   }
 
   const void* verdict_;

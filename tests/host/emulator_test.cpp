@@ -735,7 +735,12 @@ void check_team_plan(const char* name) {
 
     std::vector<ps::WorkItem> team_items(serial.size());
     std::vector<ps::CountCheck> checks(64, ps::CountCheck{-7});
-    std::vector<ps::WorkTotals> totals(64);
+    std::vector<ps::WorkTotals> totals(64), warp_totals(64);
+    // Each warp's plan on its lanes (a stash's look-ahead, stash/look_ahead.hpp), items handed to a callable with their
+    // tiles, on the thread that planned them: poisoned first, then every item and its tiles as the serial plan's.
+    std::vector<ps::WorkItem> warp_items(2 * serial.size());
+    std::memset(static_cast<void*>(warp_items.data()), 0xA5, warp_items.size() * sizeof(ps::WorkItem));
+    std::vector<std::int64_t> warp_tiles(warp_items.size(), -1);
     LaunchShape one;
     one.blocks = 1;
     one.threads = 64;
@@ -745,6 +750,13 @@ void check_team_plan(const char* name) {
       checks[static_cast<std::size_t>(r)] = ps::check_counts(ctx.team, v, counts.data());
       totals[static_cast<std::size_t>(r)] = ps::plan_work_on_team<Tr>(ctx.team, v, ps::SegmentsAt{counts.data()},
                                                                       zero_tail, tile_shift, team_items.data());
+      const std::size_t base = static_cast<std::size_t>(ctx.warp) * serial.size();
+      warp_totals[static_cast<std::size_t>(r)] =
+          ps::plan_work_on_team<Tr>(ctx.lanes, v, ps::SegmentsAt{counts.data(), false}, zero_tail, tile_shift,
+                                    [&](std::int32_t i, const ps::WorkItem& item, std::int64_t tiles) {
+                                      warp_items[base + static_cast<std::size_t>(i)] = item;
+                                      warp_tiles[base + static_cast<std::size_t>(i)] = tiles;
+                                    });
     });
     INFO(name << ", round " << round << ", groups " << v.groups);
     for (int r = 0; r < 64; ++r) {
@@ -755,13 +767,30 @@ void check_team_plan(const char* name) {
       REQUIRE(tt.tiles == st.tiles);
       REQUIRE(tt.stream_bytes == st.stream_bytes);
       REQUIRE(tt.live_bytes == st.live_bytes);
+      const ps::WorkTotals& wt = warp_totals[static_cast<std::size_t>(r)];
+      REQUIRE(wt.items == st.items);
+      REQUIRE(wt.tiles == st.tiles);
+      REQUIRE(wt.stream_bytes == st.stream_bytes);
+      REQUIRE(wt.live_bytes == st.live_bytes);
     }
     REQUIRE(std::memcmp(team_items.data(), serial.data(), static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) ==
             0);
+    for (std::size_t warp = 0; warp < 2; ++warp) {
+      const std::size_t base = warp * serial.size();
+      REQUIRE(std::memcmp(warp_items.data() + base, serial.data(),
+                          static_cast<std::size_t>(st.items) * sizeof(ps::WorkItem)) == 0);
+      for (std::int32_t i = 0; i < st.items; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const std::int64_t end = i + 1 < st.items ? serial[k + 1].first_tile : st.tiles;
+        REQUIRE(warp_tiles[base + k] == end - serial[k].first_tile);
+      }
+    }
   }
 }
 
-TEST_CASE("emulated block plan: the count check and the plan by 64 threads equal the serial ones, every layout") {
+TEST_CASE(
+    "emulated block plan: the count check and the plan by 64 threads, and the plan by each warp's lanes, equal the "
+    "serial ones, every layout") {
   using namespace pagestash_test::layouts;
 #define PAGESTASH_CHECK_TEAM_PLAN(L) check_team_plan<PAGESTASH_LAYOUT(L)>(#L);
   PAGESTASH_TEST_FOR_EACH_LAYOUT(PAGESTASH_CHECK_TEAM_PLAN)

@@ -24,6 +24,8 @@ and the reset kernel, per architecture in the library:
   - no block barrier (BAR.SYNC) between the verdict and the first data load: a stash or reload
     kernel has a spin loop (the verdict's wait) with a path to an evict-first vector or word
     load that passes no BAR.SYNC (issue 53; the arrival's and the locks' waits end at one);
+  - a lossless stash kernel looks ahead (stash/look_ahead.hpp): it has the L2 bulk prefetch (cp.async.bulk.prefetch.L2:
+    UBLKPF.L2 or BLKPF.L2) that its other blocks' warps issue before the verdict (issue 53);
   - a programmatic launch's order (execution/cuda.cuh): an operation kernel waits for the kernel before it
     (griddepcontrol.wait: ACQBULK) before its first global memory access and first branch, and lets the next one start
     (griddepcontrol.launch_dependents: PREEXIT);
@@ -310,6 +312,7 @@ def analyse(cuobjdump, path):
                   for pattern in (GLOBAL_ACCESS, re.compile(r"\b(?:BRA|JMP|CALL|BRX|JMX)\b"))]
         k["waits_first"] = first_wait is not None and all(f is None or first_wait < f for f in firsts)
         k["triggers"] = any(re.search(r"\bPREEXIT\b", ins) for _, ins in instructions)
+        k["prefetches"] = any(re.search(r"\bU?BLKPF\.L2\b", ins) for _, ins in instructions)
         invalidations = [a for a, ins in instructions if "CCTL.IVALL" in ins]
         sleeps = [a for a, ins in instructions if "NANOSLEEP" in ins]
         exits = [a for a, ins in instructions if re.search(r"\bEXIT\b", ins)]
@@ -425,6 +428,8 @@ def main():
             why.append(f"the staged mover has {k.get('staged', 0)} 128-bit loads in flight (< {MIN_STAGED_LOADS})")
         if scatters and k.get("scatter", 0) < MIN_LOADS_IN_FLIGHT:
             why.append(f"the scatter has {k.get('scatter', 0)} 128-bit loads in flight (< {MIN_LOADS_IN_FLIGHT})")
+        if gathers and "Compressed<" not in label and not k.get("prefetches", False):
+            why.append("no look-ahead: no L2 bulk prefetch (UBLKPF.L2)")
         if is_copy and not k.get("barrier_free_waits", 0):
             why.append("every path from the verdict's wait to the first data load passes a block barrier (BAR.SYNC)")
         if k.get("cctl_in_spin", 0):
@@ -453,7 +458,8 @@ def main():
     spin = sum(kernels[key].get("spin_loops", 0) for key in keys)
     print(f"\n{len(keys)} kernels checked: stack 0, no spills, <= {MAX_REGISTERS} registers, no MEMBAR.SC.GPU, 128-bit copies, "
           f">= {MIN_LOADS_IN_FLIGHT} loads in flight (aligned, scattered and gathered vectors; {MIN_STAGED_LOADS} staged chunks), no division in a per-vector loop, <= {MAX_CCTL_IVALL} L1 invalidations and none in "
-          f"the {spin} spin loops, a path with no block barrier from the verdict's wait to the first load, "
+          f"the {spin} spin loops, a path with no block barrier from the verdict's wait to the first load, a lossless "
+          f"stash's look-ahead prefetch, "
           f"the wait for the kernel before (ACQBULK) ahead of any global access and the next one's trigger (PREEXIT)")
     if failures:
         print(f"\n{len(failures)} kernels break the rules:")

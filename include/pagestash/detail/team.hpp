@@ -21,6 +21,8 @@
 //                    read before it, the lanes read after it as lane 0 does (__syncwarp orders them)
 //   sync_lanes()     the warp's barrier over its stage (shared memory, stash/copy.hpp); lanes
 //                    without it (a test's lanes run one after another) never stage
+//   exclusive_sum(x, total)
+//                    as a team's (a warp's look-ahead plans on its lanes, stash/look_ahead.hpp)
 
 #include <pagestash/detail/atomics.hpp>
 
@@ -104,6 +106,12 @@ struct WarpLanes {
       PAGESTASH_UNROLL
       for (int k = 0; k < N; ++k) x[k] = max(x[k], __shfl_xor_sync(0xFFFFFFFFu, x[k], offset));
     }
+  }
+  __device__ static cuda::std::int64_t exclusive_sum(cuda::std::int64_t x, cuda::std::int64_t& total) {
+    using WarpScan = cub::WarpScan<cuda::std::int64_t>;
+    __shared__ typename WarpScan::TempStorage none;  // empty: a shuffle scan keeps nothing in shared memory
+    WarpScan(none).ExclusiveSum(x, x, total);
+    return x;
   }
   template <class T>
   __device__ static T share(T x) {

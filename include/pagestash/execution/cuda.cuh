@@ -31,9 +31,11 @@ namespace detail {
 /// A block of the operation kernels, as the architecture's policy has it.
 using PolicyBlockTeam = BlockTeam<StashPolicy::threads_per_block>;
 
-/// CUDA's context for a thread of the launch.
+/// CUDA's context for a thread of the launch: its warps per block a constant, as the kernels are launched with the
+/// policy's threads (below), so that a claim's chunk of tiles holds no register through the copy loop.
 __device__ inline GridContext<PolicyBlockTeam, WarpLanes> device_grid_context() {
-  return {PolicyBlockTeam{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, blockDim.x / 32, grid_launch_id()};
+  return {PolicyBlockTeam{}, WarpLanes{}, blockIdx.x, gridDim.x, threadIdx.x / 32, StashPolicy::warps_per_block,
+          grid_launch_id()};
 }
 
 // The kernels are bound to, and launched with, StashPolicy's threads: the architecture's in

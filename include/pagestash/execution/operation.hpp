@@ -44,6 +44,7 @@
 // docs/design.md ("Memory ordering") argues why each fence is where it is.
 
 #include <pagestash/execution/executor.hpp>
+#include <pagestash/stash/look_ahead.hpp>
 #include <pagestash/stash/policy.hpp>
 #include <pagestash/stash/steps.hpp>
 
@@ -281,12 +282,26 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
   const Team& team = ctx.team;
   LaunchWords& words = rec.header->launch;
 
+  const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
+  constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
+  const cuda::std::int64_t chunk = ctx.warps * per_warp;
+  // The look-ahead (stash/look_ahead.hpp): a stash's warps but the leader's read the view's counts while the leader
+  // arrives (read-only to every launch, whichever holds the record), and, where the block joined, plan from them and
+  // prefetch their first claim before the verdict. A reload's would read the record's counts and page ids, which
+  // another launch may be writing until this one holds the record (docs/design.md, "Verdict"). `chunk` is a constant
+  // on the device (device_grid_context).
+  constexpr bool looking = Op == Operation::stash && !cuda::std::is_same_v<Lanes, SerialTeam>;
+  bool ahead = false;
+  if constexpr (looking) {
+    ahead = ctx.warp != 0 && looks_ahead<Traits>(view);
+    if (ahead) stage_counts<Traits>(ctx.lanes, view);
+  }
+
   const Arrival arrival = team.share(team.leader() ? arrive(ctx, pool, words) : Arrival::joined);
   if (arrival == Arrival::refused) return poison_unrestored<Traits, Op>(ctx, view, options);
 
   Start start{};
   start.verdict = verdict_skip;
-  const int tile_shift = tile_shift_for(pool.page_shift, StashPolicy::tile_shift);
   if (arrival == Arrival::owner) {
     Begun begun{};
     if constexpr (Op == Operation::stash) begun = begin_stash<Traits>(team, pool, view, rec, tile_shift);
@@ -303,6 +318,10 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
           .store(verdict_word(start.verdict, begun.plan), cuda::std::memory_order_release);
     if (Op != Operation::discard && begun.copy) start.plan = plan_size(*rec.header);
   } else {
+    if constexpr (looking) {
+      const cuda::std::int64_t claim = ctx.block * chunk + ctx.warp * per_warp;
+      if (ahead) look_ahead<Traits>(ctx.lanes, pool, view, tile_shift, claim, claim + per_warp);
+    }
     // Each warp's first lane waits for the verdict, with the plan's size in its word, and hands both on (its lanes'
     // reads of the plan come after its acquire fence and the hand-off): no block barrier on the way to the first tile.
     if (ctx.lanes.rank() == 0) {
@@ -321,8 +340,6 @@ PAGESTASH_HOST_DEVICE void run_operation(const GridContext<Team, Lanes>& ctx, co
     // Tile indices are 32-bit (work_bounds caps a plan at 2^31 - 1); sums and claims 64-bit (they overshoot), clamped
     // (below). 64-bit indices left sm_90's gather 15 words in flight of 20 and cost sm_100 spills (check_kernels.py).
     const auto tiles = static_cast<cuda::std::int32_t>(start.plan.tiles);
-    constexpr cuda::std::int64_t per_warp = StashPolicy::tiles_per_warp_claim;
-    const cuda::std::int64_t chunk = ctx.warps * per_warp;
     const auto below = [tiles](cuda::std::int64_t x) { return x < tiles ? static_cast<cuda::std::int32_t>(x) : tiles; };
     ItemCursor cursor;
     // Test, then claim: a block that comes late to a launch whose tiles are all claimed leaves after a load, not a

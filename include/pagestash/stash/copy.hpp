@@ -39,6 +39,19 @@
 
 #include <cstring>
 
+// Host code under AddressSanitizer (g++ says so by __SANITIZE_ADDRESS__, clang by __has_feature): prefetch_to_l2's
+// check.
+#if !defined(__CUDA_ARCH__) && defined(__SANITIZE_ADDRESS__)
+#  define PAGESTASH_ASAN 1
+#elif !defined(__CUDA_ARCH__) && defined(__has_feature)
+#  if __has_feature(address_sanitizer)
+#    define PAGESTASH_ASAN 1
+#  endif
+#endif
+#if defined(PAGESTASH_ASAN)
+#  include <sanitizer/asan_interface.h>
+#endif
+
 PAGESTASH_NAMESPACE_BEGIN
 
 /// What a tile's copy does.
@@ -67,8 +80,9 @@ inline void prefetch_dead_lines(const unsigned char* at, cuda::std::uint32_t run
 /// `bytes` (a store at address null: the lane's store instruction ran with the lane off, so that its count of
 /// instructions stays in step with its warp's), the start of a span (address null, `bytes` the plan's index of its
 /// first tile), after which the lanes of a warp make their accesses in step again, or a use (address null): the lane
-/// uses the values it loaded before it loads again, as a store of them does (a round, docs/design.md's glossary).
-enum class VectorAccess : int { load, store, tile, use };
+/// uses the values it loaded before it loads again, as a store of them does (a round, docs/design.md's glossary), or a
+/// prefetch of `bytes` bytes (prefetch_to_l2: a hint, no access in the memory model).
+enum class VectorAccess : int { load, store, tile, use, prefetch };
 
 #if !defined(__CUDA_ARCH__)
 using VectorObserver = void (*)(const void* address, int bytes, VectorAccess access, void* context);
@@ -121,6 +135,27 @@ PAGESTASH_HOST_DEVICE Vector<Bytes> load_vector(const unsigned char* src) {
   Vector<Bytes> x;
   std::memcpy(x.w, src, Bytes);
   return x;
+#endif
+}
+
+/// A hint that the n bytes at p (16-byte aligned, n a multiple of 16, in one allocation) are read soon: on the device
+/// (sm_90 on) one bulk prefetch into L2 (cp.async.bulk.prefetch.L2, written out: CCCL 3.0's cuda::ptx lacks it), no
+/// access in the memory model and no register waiting on it; on the host it is observed (vector_observer), and under
+/// AddressSanitizer its bytes must be addressable, as a GPU needs its range to be mapped (it reads nothing: no race).
+PAGESTASH_HOST_DEVICE inline void prefetch_to_l2(const unsigned char* p, cuda::std::uint32_t n) {
+  observe_vector(p, static_cast<int>(n), VectorAccess::prefetch);
+#if defined(__CUDA_ARCH__)
+#  if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n));
+#  else
+  (void)p, (void)n;
+#  endif
+#elif defined(PAGESTASH_ASAN)
+  // A range ASan does not own (it is not the heap's: a pool's mapped arena) has no poisoned byte.
+  if (const void* bad = __asan_region_is_poisoned(const_cast<unsigned char*>(p), n))
+    (void)*static_cast<const volatile unsigned char*>(bad);  // ASan's report, at the first byte a GPU could not map
+#else
+  (void)p, (void)n;
 #endif
 }
 

@@ -32,6 +32,9 @@ struct StashPolicy90 {
   /// leader claims the next chunk after its warp's first tile (execution/operation.hpp), so that the claim's round
   /// trips overlap the rest of the chunk's copies.
   static constexpr cuda::std::int64_t tiles_per_warp_claim = 2;
+  /// Most items of a plan a warp looks ahead on (stash/look_ahead.hpp): its lanes plan 32 items a round of three warp
+  /// scans, so that 4 rounds (64 groups of data and scales) are done well within the owner's path to its verdict.
+  static constexpr cuda::std::int32_t look_ahead_items = 128;
   /// log2 of a warp's tile (clipped to the page, tile_shift_for): 4 KiB, two rounds of loads_in_flight vectors a lane.
   /// Smaller tiles pay lookups for fewer bytes; larger leave a small stash too few (docs/design.md, "The work plan").
   static constexpr int tile_shift = 12;

@@ -21,6 +21,7 @@
 
 #include <cuda/std/bit>
 #include <cuda/std/cstdint>
+#include <cuda/std/type_traits>
 
 PAGESTASH_NAMESPACE_BEGIN
 
@@ -127,8 +128,10 @@ PAGESTASH_HOST_DEVICE constexpr cuda::std::int32_t max_work_items(cuda::std::int
 struct SegmentsAt {
   static constexpr bool bound = false;
   const cuda::std::int32_t* counts;
+  /// Whether a count is a global load (the critical path's counter, detail/atomics.hpp), not one in shared memory.
+  bool global = true;
   PAGESTASH_HOST_DEVICE Segment operator()(const BufferGeometry& geo, cuda::std::int32_t s) const {
-    detail::note_load(counts + s);  // the critical path's counter (detail/atomics.hpp)
+    if (global) detail::note_load(counts + s);
     return geo.segment(s, counts);
   }
 };
@@ -142,20 +145,38 @@ struct LargestSegments {
   }
 };
 
+namespace detail {
+/// Segments of the buffer in `role` that Traits pages (none where it keeps or drops it).
+template <class Traits>
+PAGESTASH_HOST_DEVICE cuda::std::int32_t paged_segments(const GroupedView<typename Traits::layout>& v,
+                                                        BufferRole role) {
+  return handling_of<Traits>(role) == Handling::paged ? v.geometry(role).segment_count() : 0;
+}
+
+/// Where plan_work_on_team puts item i (of `tiles` tiles): into an array (none where null), or to a callable.
+template <class Out>
+PAGESTASH_HOST_DEVICE void put_item(const Out& out, cuda::std::int32_t i, const WorkItem& item,
+                                    cuda::std::int64_t tiles) {
+  if constexpr (cuda::std::is_pointer_v<Out>) {
+    if (out != nullptr) out[i] = item;
+  } else if constexpr (!cuda::std::is_same_v<Out, cuda::std::nullptr_t>) {
+    out(i, item, tiles);
+  }
+}
+}  // namespace detail
+
 /// The plan of a stash (zero_tail = false) or reload over the buffers Traits pages, segment s of each buffer being
 /// segment_of(geometry, s), in tiles of 2^tile_shift bytes, by the whole team: threads take items rank, rank + size,
-/// ... (in the order kind, role, segment); stream offsets and first tiles are team scans. Writes the items when `items`
-/// is non-null. Every thread gets the totals. The one plan: the host runs it on one thread (plan_work), a kernel on a
-/// block.
-template <class Traits, class Team, class SegmentOf>
+/// ... (in the order kind, role, segment); stream offsets and first tiles are team scans. `items`: an array the items
+/// are written to (none where null), or a callable that gets each, fn(index, item, its tiles), on its thread. Every
+/// thread gets the totals. The one plan: the host runs it on one thread (plan_work), a kernel on a block, a warp's
+/// look-ahead (stash/look_ahead.hpp) on its lanes.
+template <class Traits, class Team, class SegmentOf, class Items>
 PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const GroupedView<typename Traits::layout>& v,
                                                    const SegmentOf& segment_of, bool zero_tail, int tile_shift,
-                                                   WorkItem* items) {
-  auto segments_of = [&](BufferRole role) -> cuda::std::int32_t {
-    return handling_of<Traits>(role) == Handling::paged ? v.geometry(role).segment_count() : 0;
-  };
-  const cuda::std::int32_t data_segments = segments_of(BufferRole::data);
-  const cuda::std::int32_t per_kind = data_segments + segments_of(BufferRole::scales);
+                                                   const Items& items) {
+  const cuda::std::int32_t data_segments = detail::paged_segments<Traits>(v, BufferRole::data);
+  const cuda::std::int32_t per_kind = data_segments + detail::paged_segments<Traits>(v, BufferRole::scales);
   WorkTotals t{};
   t.items = per_kind * (zero_tail ? 2 : 1);
   for (cuda::std::int32_t base = 0; base < t.items; base += team.size()) {
@@ -185,9 +206,11 @@ PAGESTASH_HOST_DEVICE WorkTotals plan_work_on_team(const Team& team, const Group
                                                                !Compression::compressed, SegmentOf::bound, tile_shift)
                                           : 0;
     const cuda::std::int64_t first_tile = t.tiles + team.exclusive_sum(tiles, chunk_tiles);
-    if (mine && items != nullptr) {
+    if (mine) {
       const int shift = detail::item_tile_shift(seg, !Compression::compressed && copy, tile_shift);
-      items[i] = WorkItem{first_tile, stream, seg, role, kind, copy ? detail::stream_grid(stream, shift) : -1};
+      detail::put_item(items, i,
+                       WorkItem{first_tile, stream, seg, role, kind, copy ? detail::stream_grid(stream, shift) : -1},
+                       tiles);
     }
     t.stream_bytes += chunk_stream;
     t.live_bytes += chunk_live;
@@ -352,36 +375,24 @@ PAGESTASH_HOST_DEVICE inline Piece locate(const TileSpan& s, cuda::std::uint32_t
 
 }  // namespace detail
 
-/// Resolves tile `tile` of the plan, with the tiles after it before `until` in its item and on its page, as one span:
-/// one lookup of the item and the page id for them all, one mover (docs/design.md, "Spans"). Moves the cursor there.
-PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile,
-                                                   cuda::std::int32_t until = 0) {
-  detail::seek_item(w, cursor, tile);
-  const WorkItem& item = w.items[cursor.item];
-  const cuda::std::int64_t j = tile - cursor.first;
-  cuda::std::int64_t grid = cursor.grid;
-  cursor.grid = ItemCursor::grid_unknown;
-  if (grid == ItemCursor::grid_unknown) detail::note_load(&item), grid = item.grid;  // a round: no search handed it on
+namespace detail {
+
+/// Tile j of `item` (its grid: `grid`), with the tiles after it of the `tiles` wanted, as a span (its stream pointer
+/// null); `stream` gets the stream offset of the span's first byte (a copy item's). Its tiles: those wanted, up to the
+/// end of the first one's page (a copy item's), and no more bytes than a tile may have (locate's division). Short
+/// lines (copied, at most staged_max_run bytes) stay a tile a span: the staged mover's rounds grow with a span's lines
+/// faster than the lookups they save. The tiles' mover and a warp's look-ahead (stash/look_ahead.hpp) both read it.
+PAGESTASH_HOST_DEVICE inline TileSpan span_of(const TileWork& w, const WorkItem& item, cuda::std::int64_t grid,
+                                              cuda::std::int64_t j, cuda::std::int64_t tiles,
+                                              cuda::std::int64_t& stream) {
   const bool copy = grid >= 0;
-  // The tile's page id with its item, one round trip (a tile is on one page: its cell's).
-  cuda::std::int32_t page_id = 0;
-  {
-    const detail::OneRound together;
-    detail::note_load(&item);
-    const cuda::std::int64_t slot = copy ? (((grid >> 6) + j) << (grid & 63)) >> w.pool.page_shift : 0;
-    if (copy) detail::note_load(&w.page_ids[slot]), page_id = w.page_ids[slot];
-  }
   const Segment& seg = item.segment;
-  const cuda::std::int64_t run = detail::item_line_bytes(seg, item.kind);
+  const cuda::std::int64_t run = item_line_bytes(seg, item.kind);
   const cuda::std::int64_t bytes = seg.lines * run;
   // The tile's bytes [a, e) of the item: the grid is the stream's for a copy item (the plan's tiles, its grid's shift).
   const cuda::std::int64_t origin = copy ? item.stream : 0;
   const int shift = copy ? static_cast<int>(grid & 63) : w.tile_shift;
   const cuda::std::int64_t cell = ((origin >> shift) + j) << shift;
-  // Its tiles: those before `until` in the item, up to the end of the first one's page (a copy item's), and no more
-  // bytes than a tile may have (locate's division). Short lines (copied, at most staged_max_run bytes) stay a tile a
-  // span: the staged mover's rounds grow with a span's lines faster than the lookups they save.
-  cuda::std::int64_t tiles = (until < cursor.end ? until : cursor.end) - tile;
   if (copy && seg.lines > 1 && run <= StashPolicy::staged_max_run) tiles = 1;
   if (tiles > (cuda::std::int64_t{1} << (max_tile_shift - shift)))
     tiles = cuda::std::int64_t{1} << (max_tile_shift - shift);
@@ -411,11 +422,38 @@ PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor
   s.pitch = seg.pitch;
   s.run = static_cast<cuda::std::uint32_t>(run < 0x80000000LL ? run : 0x80000000LL);
   // A run of at least the tile's bytes has line 0 for every byte past the head: so has a divisor of the tile's bytes.
-  s.per_run = detail::ShortDivisor(s.run < s.bytes ? s.run : s.bytes).m;
+  s.per_run = ShortDivisor(s.run < s.bytes ? s.run : s.bytes).m;
   s.tiles = static_cast<cuda::std::int32_t>(tiles);
   s.last = e == bytes;
   s.stream = nullptr;
-  if (copy) s.stream = w.pool.page(page_id) + ((item.stream + a) & (w.pool.page_bytes - 1));
+  stream = item.stream + a;
+  return s;
+}
+
+}  // namespace detail
+
+/// Resolves tile `tile` of the plan, with the tiles after it before `until` in its item and on its page, as one span:
+/// one lookup of the item and the page id for them all, one mover (docs/design.md, "Spans"). Moves the cursor there.
+PAGESTASH_HOST_DEVICE inline TileSpan resolve_tile(const TileWork& w, ItemCursor& cursor, cuda::std::int32_t tile,
+                                                   cuda::std::int32_t until = 0) {
+  detail::seek_item(w, cursor, tile);
+  const WorkItem& item = w.items[cursor.item];
+  const cuda::std::int64_t j = tile - cursor.first;
+  cuda::std::int64_t grid = cursor.grid;
+  cursor.grid = ItemCursor::grid_unknown;
+  if (grid == ItemCursor::grid_unknown) detail::note_load(&item), grid = item.grid;  // a round: no search handed it on
+  const bool copy = grid >= 0;
+  // The tile's page id with its item, one round trip (a tile is on one page: its cell's).
+  cuda::std::int32_t page_id = 0;
+  {
+    const detail::OneRound together;
+    detail::note_load(&item);
+    const cuda::std::int64_t slot = copy ? (((grid >> 6) + j) << (grid & 63)) >> w.pool.page_shift : 0;
+    if (copy) detail::note_load(&w.page_ids[slot]), page_id = w.page_ids[slot];
+  }
+  cuda::std::int64_t stream = 0;
+  TileSpan s = detail::span_of(w, item, grid, j, (until < cursor.end ? until : cursor.end) - tile, stream);
+  if (copy) s.stream = w.pool.page(page_id) + (stream & (w.pool.page_bytes - 1));
   return s;
 }
 

@@ -96,6 +96,11 @@ PAGESTASH_HOST_DEVICE void look_ahead(const Lanes& lanes, const PoolRef& pool,
   auto* counts = reinterpret_cast<cuda::std::int32_t*>(stage + sizeof(detail::AheadSlot));
   if (lanes.rank() == 0) ahead.item.grid = -1;
   lanes.sync_lanes();
+  // A negative count (the owner's check refuses it) plans bytes below zero: nothing to look ahead for.
+  cuda::std::uint32_t negative[1] = {0};
+  for (cuda::std::int32_t g = lanes.rank(); g < v.groups; g += lanes.size()) negative[0] |= counts[g] < 0 ? 1u : 0u;
+  lanes.max_over(negative, lanes.size());
+  if (negative[0] != 0) return;
   plan_work_on_team<Traits>(lanes, v, SegmentsAt{counts, false}, false, tile_shift,
                             [&](cuda::std::int32_t, const WorkItem& item, cuda::std::int64_t tiles) {
                               const cuda::std::int64_t end = item.first_tile + tiles;
